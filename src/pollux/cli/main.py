@@ -1,0 +1,54 @@
+"""The ``pollux`` command: parses arguments and dispatches to one module per command.
+
+Each command module exposes ``register(subparsers)``, which adds its parser and sets
+``func(args) -> int`` as the parser default. Add new commands to ``COMMAND_MODULES``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+from collections.abc import Sequence
+
+from pollux import __version__
+from pollux.errors import PolluxError
+
+COMMAND_MODULES: tuple[str, ...] = (
+    "pollux.cli.goodput",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="pollux",
+        description="Goodput-optimized, co-adaptive deep-learning cluster scheduling.",
+    )
+    parser.add_argument("--version", action="version", version=f"pollux {__version__}")
+    parser.add_argument("-v", "--verbose", action="count", default=0,
+                        help="log more (-v info, -vv debug)")
+    subparsers = parser.add_subparsers(title="commands", metavar="COMMAND")
+    for module_name in COMMAND_MODULES:
+        importlib.import_module(module_name).register(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    level = {0: logging.WARNING, 1: logging.INFO}.get(args.verbose, logging.DEBUG)
+    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+    func = getattr(args, "func", None)
+    if func is None:
+        parser.print_help()
+        return 0
+    try:
+        return int(func(args) or 0)
+    except PolluxError as exc:
+        print(f"pollux: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

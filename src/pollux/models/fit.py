@@ -1,0 +1,283 @@
+"""Fitting the step-time model (:class:`ThroughputParams`) to measured step times.
+
+The fit minimizes ``RMSLE(compute_time) + RMSLE(step_time)`` plus light regularization
+toward ``gamma = 1`` and toward little retrogression (``beta / alpha``), with scipy's
+bounded L-BFGS-B and an analytic gradient. Parameters the data cannot identify get
+optimistic priors (see :func:`fit_throughput` for the rules).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import scipy.optimize
+
+from pollux.errors import ConfigError
+from pollux.models.throughput import FloatArray, ThroughputParams
+
+logger = logging.getLogger(__name__)
+
+# Parameter indices in ThroughputParams order.
+ALPHA_C, BETA_C, ALPHA_N, BETA_N, ALPHA_R, BETA_R, GAMMA = range(7)
+
+MIN_ALPHA_S = 1e-8
+"""Lower bound of every ``alpha`` (s); also the value of an unidentifiable sync parameter."""
+MIN_BETA_S = 0.0
+"""Lower bound of every ``beta``."""
+GAMMA_BOUNDS = (1.0, 10.0)
+GAMMA_REGULARIZATION = 1e-3
+"""Weight of ``(gamma - 1)^2`` in the loss."""
+RETROGRESSION_REGULARIZATION = 1e-3
+"""Weight of ``(beta_r / alpha_r)^2 + (beta_n / alpha_n)^2`` in the loss."""
+INTER_OVER_INTRA_PRIOR = 1.1
+"""Without multi-node data, inter-node sync is assumed at least this much slower."""
+
+
+@dataclass(frozen=True)
+class ThroughputObservations:
+    """Measured step times, one entry per observation (all arrays of equal length)."""
+
+    num_nodes: FloatArray
+    num_replicas: FloatArray
+    local_bsz: FloatArray
+    compute_time: FloatArray
+    """Seconds of one micro-step's compute (forward and backward)."""
+    step_time: FloatArray
+    """Seconds of one optimizer step, compute and synchronization included."""
+
+    def __post_init__(self) -> None:
+        arrays = {
+            name: np.atleast_1d(np.asarray(getattr(self, name), dtype=np.float64))
+            for name in ("num_nodes", "num_replicas", "local_bsz", "compute_time", "step_time")
+        }
+        lengths = {a.shape for a in arrays.values()}
+        if len(lengths) != 1 or any(a.ndim != 1 for a in arrays.values()):
+            raise ConfigError("observations", {k: v.shape for k, v in arrays.items()},
+                              "give 1-d arrays of equal length")
+        if arrays["num_nodes"].size == 0:
+            raise ConfigError("observations", [], "give at least one observation")
+        for name, arr in arrays.items():
+            bad = ~np.isfinite(arr) | (arr <= 0)
+            if bad.any():
+                i = int(np.argmax(bad))
+                raise ConfigError(f"observations.{name}[{i}]", float(arr[i]),
+                                  "must be a finite number > 0")
+        nodes, replicas = arrays["num_nodes"], arrays["num_replicas"]
+        bad = nodes > replicas
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise ConfigError(f"observations.num_nodes[{i}]", float(nodes[i]),
+                              f"cannot exceed num_replicas ({replicas[i]:g})")
+        for name, arr in arrays.items():
+            object.__setattr__(self, name, arr)
+
+    def __len__(self) -> int:
+        return int(self.num_nodes.size)
+
+    @classmethod
+    def from_records(cls, records: Iterable[Any]) -> ThroughputObservations:
+        """Build from records: mappings, objects with attributes, or 5-tuples
+        ``(num_nodes, num_replicas, local_bsz, compute_time, step_time)``."""
+        names = ("num_nodes", "num_replicas", "local_bsz", "compute_time", "step_time")
+        rows: list[tuple[float, ...]] = []
+        for rec in records:
+            if isinstance(rec, Mapping):
+                rows.append(tuple(float(rec[n]) for n in names))
+            elif hasattr(rec, "step_time"):
+                rows.append(tuple(float(getattr(rec, n)) for n in names))
+            else:
+                rows.append(tuple(float(v) for v in rec))
+        if not rows:
+            raise ConfigError("observations", [], "give at least one observation")
+        cols = np.array(rows, dtype=np.float64).T
+        return cls(*cols)
+
+
+@dataclass(frozen=True)
+class ThroughputFit:
+    """The outcome of a fit: parameters plus how the optimizer fared."""
+
+    params: ThroughputParams
+    loss: float
+    converged: bool
+    message: str = ""
+    fixed: tuple[str, ...] = field(default_factory=tuple)
+    """Names of the parameters set by priors instead of the data."""
+
+
+def _loss_and_grad(
+    p: FloatArray, obs: ThroughputObservations
+) -> tuple[float, FloatArray]:
+    """The fit objective and its gradient with respect to the 7 parameters."""
+    x = obs.local_bsz
+    n_obs = x.size
+    multi = obs.num_replicas > 1
+    inter = multi & (obs.num_nodes > 1)
+    intra = multi & ~inter
+    extra = np.maximum(obs.num_replicas - 2.0, 0.0)
+    g = p[GAMMA]
+
+    t_c = p[ALPHA_C] + p[BETA_C] * x
+    t_s = np.where(inter, p[ALPHA_N] + p[BETA_N] * extra,
+                   np.where(intra, p[ALPHA_R] + p[BETA_R] * extra, 0.0))
+    log_c = np.log(t_c)
+    with np.errstate(divide="ignore"):
+        log_s = np.log(t_s)
+    log_o = np.logaddexp(g * log_c, g * log_s) / g
+    w_c = np.exp(g * (log_c - log_o))
+    w_s = np.where(multi, np.exp(g * (np.where(multi, log_s, 0.0) - log_o)), 0.0)
+
+    e_c = log_c - np.log(obs.compute_time)
+    e_s = log_o - np.log(obs.step_time)
+    rms_c = float(np.sqrt(np.mean(e_c**2)))
+    rms_s = float(np.sqrt(np.mean(e_s**2)))
+    d_c = e_c / (n_obs * rms_c) if rms_c > 0 else np.zeros_like(e_c)
+    d_s = e_s / (n_obs * rms_s) if rms_s > 0 else np.zeros_like(e_s)
+
+    safe_s = np.where(multi, t_s, 1.0)
+    grad_tc = (d_c + d_s * w_c) / t_c
+    grad_ts = np.where(multi, d_s * w_s / safe_s, 0.0)
+    d_log_o_d_g = (w_c * log_c + w_s * np.where(multi, log_s, 0.0) - log_o) / g
+
+    ratio_r = p[BETA_R] / p[ALPHA_R]
+    ratio_n = p[BETA_N] / p[ALPHA_N]
+    loss = (rms_c + rms_s + GAMMA_REGULARIZATION * (g - 1.0) ** 2
+            + RETROGRESSION_REGULARIZATION * (ratio_r**2 + ratio_n**2))
+
+    grad = np.empty(7)
+    grad[ALPHA_C] = grad_tc.sum()
+    grad[BETA_C] = (grad_tc * x).sum()
+    grad[ALPHA_N] = (grad_ts * inter).sum()
+    grad[BETA_N] = (grad_ts * inter * extra).sum()
+    grad[ALPHA_R] = (grad_ts * intra).sum()
+    grad[BETA_R] = (grad_ts * intra * extra).sum()
+    grad[GAMMA] = (d_s * d_log_o_d_g).sum() + 2 * GAMMA_REGULARIZATION * (g - 1.0)
+    reg = 2 * RETROGRESSION_REGULARIZATION
+    grad[BETA_R] += reg * ratio_r / p[ALPHA_R]
+    grad[ALPHA_R] -= reg * ratio_r**2 / p[ALPHA_R]
+    grad[BETA_N] += reg * ratio_n / p[ALPHA_N]
+    grad[ALPHA_N] -= reg * ratio_n**2 / p[ALPHA_N]
+    return loss, grad
+
+
+def _initial_guess(obs: ThroughputObservations) -> FloatArray:
+    """A finite starting point from simple per-group averages."""
+    p = np.empty(7)
+    mean_c = float(np.mean(obs.compute_time))
+    if np.unique(obs.local_bsz).size > 1:
+        slope, intercept = np.polyfit(obs.local_bsz, obs.compute_time, 1)
+    else:
+        slope, intercept = mean_c / 2 / float(np.mean(obs.local_bsz)), mean_c / 2
+    p[BETA_C] = max(float(slope), 1e-3 * mean_c / float(np.mean(obs.local_bsz)))
+    p[ALPHA_C] = max(float(intercept), 0.05 * mean_c)
+    gap = np.maximum(obs.step_time - obs.compute_time, 0.05 * obs.step_time)
+    multi = obs.num_replicas > 1
+    inter = multi & (obs.num_nodes > 1)
+    intra = multi & ~inter
+    p[ALPHA_R] = float(np.mean(gap[intra])) if intra.any() else MIN_ALPHA_S
+    p[ALPHA_N] = float(np.mean(gap[inter])) if inter.any() else p[ALPHA_R]
+    p[BETA_R] = 0.01 * p[ALPHA_R]
+    p[BETA_N] = 0.01 * p[ALPHA_N]
+    p[GAMMA] = 1.0
+    return p
+
+
+def fit_throughput(observations: ThroughputObservations | Iterable[Any]) -> ThroughputFit:
+    """Fit :class:`ThroughputParams` and report how the fit went.
+
+    Priors for what the data cannot identify (optimistic where possible):
+
+    * a single local batch size seen: ``alpha_c`` fixed at half the mean compute time;
+    * no multi-replica data: every sync parameter at its lower bound;
+    * no multi-node data: ``alpha_n >= 1.1 alpha_r`` and ``beta_n >= 1.1 beta_r``;
+    * at most 2 replicas seen (per kind of placement): retrogression at its lower bound.
+
+    A failed or non-finite optimization never raises: the best finite parameters seen
+    (at worst the initial guess) are returned with ``converged=False`` and a warning log.
+    """
+    obs = (observations if isinstance(observations, ThroughputObservations)
+           else ThroughputObservations.from_records(observations))
+    multi = obs.num_replicas > 1
+    inter = multi & (obs.num_nodes > 1)
+    intra = multi & ~inter
+
+    lower = np.array([MIN_ALPHA_S, MIN_BETA_S, MIN_ALPHA_S, MIN_BETA_S, MIN_ALPHA_S,
+                      MIN_BETA_S, GAMMA_BOUNDS[0]])
+    upper = np.array([np.inf] * 6 + [GAMMA_BOUNDS[1]])
+    fixed: dict[int, float] = {}
+    if np.unique(obs.local_bsz).size == 1:
+        fixed[ALPHA_C] = float(np.mean(obs.compute_time)) / 2
+    if not intra.any():
+        fixed[ALPHA_R] = MIN_ALPHA_S
+        fixed[BETA_R] = MIN_BETA_S
+    elif obs.num_replicas[intra].max() <= 2:
+        fixed[BETA_R] = MIN_BETA_S
+    if not inter.any():
+        fixed[ALPHA_N] = MIN_ALPHA_S
+        fixed[BETA_N] = MIN_BETA_S
+    elif obs.num_replicas[inter].max() <= 2:
+        fixed[BETA_N] = MIN_BETA_S
+    if not multi.any():
+        fixed[GAMMA] = 1.0
+
+    free = np.array([i not in fixed for i in range(7)])
+    start = np.clip(_initial_guess(obs), lower, upper)
+    for i, v in fixed.items():
+        start[i] = v
+    # Optimize in units of the starting point so L-BFGS-B sees well-scaled variables.
+    scale = np.where(start[:6] > 0, start[:6], 1.0)
+    scale = np.concatenate([np.maximum(scale, 1e-6 * float(np.mean(obs.compute_time))), [1.0]])
+
+    def objective(z: FloatArray) -> tuple[float, FloatArray]:
+        p = start.copy()
+        p[free] = z * scale[free]
+        loss, grad = _loss_and_grad(p, obs)
+        return loss, grad[free] * scale[free]
+
+    best_p, best_loss = start.copy(), float(_loss_and_grad(start, obs)[0])
+    converged, message = False, "initial guess"
+    bounds = list(zip(lower[free] / scale[free], upper[free] / scale[free]))
+    for gamma0 in (1.0, 3.0) if free[GAMMA] else (start[GAMMA],):
+        z0 = start[free] / scale[free]
+        if free[GAMMA]:
+            z0[int(np.sum(free[:GAMMA]))] = gamma0
+        try:
+            with np.errstate(all="ignore"):
+                res = scipy.optimize.minimize(objective, z0, jac=True, method="L-BFGS-B",
+                                              bounds=bounds, options={"maxiter": 500})
+        except (ValueError, FloatingPointError, ArithmeticError) as exc:  # pragma: no cover
+            message = f"optimizer raised {exc!r}"
+            continue
+        p = start.copy()
+        p[free] = res.x * scale[free]
+        loss = float(res.fun)
+        if np.all(np.isfinite(p)) and np.isfinite(loss) and loss < best_loss:
+            best_p, best_loss = p, loss
+            converged, message = bool(res.success), str(res.message)
+    if not converged:
+        logger.warning("throughput fit did not converge (%s); keeping best finite parameters",
+                       message)
+
+    best_p = np.clip(best_p, lower, upper)
+    if not inter.any():
+        best_p[ALPHA_N] = max(best_p[ALPHA_N], INTER_OVER_INTRA_PRIOR * best_p[ALPHA_R])
+        best_p[BETA_N] = max(best_p[BETA_N], INTER_OVER_INTRA_PRIOR * best_p[BETA_R])
+    names = ("alpha_c", "beta_c", "alpha_n", "beta_n", "alpha_r", "beta_r", "gamma")
+    return ThroughputFit(
+        params=ThroughputParams.from_array(best_p),
+        loss=best_loss,
+        converged=converged,
+        message=message,
+        fixed=tuple(names[i] for i in sorted(fixed)),
+    )
+
+
+def fit_throughput_params(
+    observations: ThroughputObservations | Iterable[Any],
+) -> ThroughputParams:
+    """Fit the 7 step-time parameters to observations; see :func:`fit_throughput`."""
+    return fit_throughput(observations).params

@@ -1,0 +1,129 @@
+"""Goodput = throughput x statistical efficiency, and its maximization over batch sizes."""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from pollux.errors import ConfigError
+from pollux.models.efficiency import GradientStats, efficiency
+from pollux.models.throughput import FloatArray, ThroughputParams, throughput
+
+NUM_BATCH_CANDIDATES = 64
+"""Total batch sizes tried between the initial and the maximum batch size (geometric)."""
+
+
+def check_batch_bounds(
+    init_batch_size: float, max_batch_size: float, local_bsz_bounds: tuple[float, float]
+) -> tuple[int, int]:
+    """Validate batch-size bounds, returning the integer (lo, hi) local bounds."""
+    lo, hi = local_bsz_bounds
+    if not (np.isfinite(lo) and lo >= 1):
+        raise ConfigError("local_bsz_bounds[0]", lo, "the smallest atomic batch must be >= 1")
+    if not (np.isfinite(hi) and hi >= lo):
+        raise ConfigError("local_bsz_bounds[1]", hi,
+                          f"the largest atomic batch must be >= the smallest ({lo})")
+    if not max_batch_size >= init_batch_size:
+        raise ConfigError("max_batch_size", max_batch_size,
+                          f"must be >= the initial batch size ({init_batch_size})")
+    return int(np.ceil(lo)), int(np.floor(hi))
+
+
+def check_placement(num_nodes: ArrayLike, num_replicas: ArrayLike) -> tuple[FloatArray, FloatArray]:
+    """Broadcast and validate (nodes, replicas) queries: 1 <= nodes <= replicas."""
+    nodes, replicas = np.broadcast_arrays(np.asarray(num_nodes, dtype=np.float64),
+                                          np.asarray(num_replicas, dtype=np.float64))
+    if nodes.size and (bad := (nodes < 1) | ~np.isfinite(nodes)).any():
+        raise ConfigError("num_nodes", float(nodes[bad].flat[0]), "must be >= 1")
+    if nodes.size and (bad := nodes > replicas).any():
+        raise ConfigError("num_nodes", float(nodes[bad].flat[0]),
+                          f"cannot exceed num_replicas ({float(replicas[bad].flat[0]):g})")
+    return nodes, replicas
+
+
+class GoodputFunction:
+    """Goodput of one job as a function of its resources and batch configuration."""
+
+    def __init__(
+        self,
+        throughput_params: ThroughputParams,
+        grad_stats: GradientStats,
+        init_batch_size: float,
+    ) -> None:
+        if not (np.isfinite(init_batch_size) and init_batch_size > 0):
+            raise ConfigError("init_batch_size", init_batch_size, "must be a number > 0")
+        self.throughput_params = throughput_params
+        self.grad_stats = grad_stats
+        self.init_batch_size = float(init_batch_size)
+
+    def throughput(
+        self, num_nodes: ArrayLike, num_replicas: ArrayLike, local_bsz: ArrayLike,
+        accum_steps: ArrayLike = 0,
+    ) -> FloatArray:
+        """Samples per second (see :func:`pollux.models.throughput.throughput`)."""
+        return throughput(self.throughput_params, num_nodes, num_replicas, local_bsz, accum_steps)
+
+    def efficiency(self, batch_size: ArrayLike) -> FloatArray:
+        """Statistical efficiency of total batch ``batch_size``."""
+        return efficiency(self.grad_stats, self.init_batch_size, batch_size)
+
+    def evaluate(
+        self, num_nodes: ArrayLike, num_replicas: ArrayLike, local_bsz: ArrayLike,
+        accum_steps: ArrayLike = 0,
+    ) -> FloatArray:
+        """Goodput = throughput x efficiency at the given configuration."""
+        batch = (np.asarray(num_replicas, dtype=np.float64) * np.asarray(local_bsz)
+                 * (np.asarray(accum_steps) + 1.0))
+        return (self.throughput(num_nodes, num_replicas, local_bsz, accum_steps)
+                * self.efficiency(batch))
+
+    def optimize(
+        self,
+        num_nodes: ArrayLike,
+        num_replicas: ArrayLike,
+        max_batch_size: float | None = None,
+        local_bsz_bounds: tuple[float, float] | None = None,
+        accumulation: bool = False,
+    ) -> tuple[FloatArray, NDArray[np.int64], NDArray[np.int64]]:
+        """Best (goodput, atomic batch, accumulation steps) for each (nodes, replicas).
+
+        Constraints: initial batch <= total batch <= ``max_batch_size``; atomic batch within
+        ``local_bsz_bounds``; with one replica and a total batch above the initial one, at
+        least one accumulation step (gradient statistics need two micro-batches).
+        Results have the broadcast shape of the inputs; infeasible queries get zeros.
+        """
+        m0 = self.init_batch_size
+        m_max = m0 if max_batch_size is None else float(max_batch_size)
+        bounds = (m0, m0) if local_bsz_bounds is None else local_bsz_bounds
+        lo, hi = check_batch_bounds(m0, m_max, bounds)
+        nodes, replicas = check_placement(num_nodes, num_replicas)
+        shape = nodes.shape
+        k = replicas.reshape(-1, 1)
+        n = nodes.reshape(-1, 1)
+
+        totals = np.unique(np.concatenate([
+            np.geomspace(m0, m_max, NUM_BATCH_CANDIDATES) if m_max > m0 else [m0], [m0, m_max]]))
+        totals = totals.reshape(1, -1)
+        if accumulation:
+            steps = np.maximum(np.ceil(totals / (k * hi)) - 1.0, 0.0)
+            steps = np.where((k == 1) & (totals > m0), np.maximum(steps, 1.0), steps)
+        else:
+            steps = np.zeros_like(totals * k)
+        per_step = totals / (k * (steps + 1.0))
+        # Rounding down and up both, so both ends of the batch range stay reachable.
+        bsz = np.concatenate([np.floor(per_step), np.ceil(per_step)], axis=1)
+        steps = np.concatenate([steps, steps], axis=1)
+        bsz = np.clip(bsz, lo, hi)
+        batch = k * bsz * (steps + 1.0)
+        feasible = (batch >= m0 * (1 - 1e-9)) & (batch <= m_max * (1 + 1e-9))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            good = self.throughput(n, k, bsz, steps) * self.efficiency(batch)
+        good = np.where(feasible & np.isfinite(good), good, -np.inf)
+        best = np.argmax(good, axis=1)
+        rows = np.arange(good.shape[0])
+        best_good = good[rows, best]
+        ok = np.isfinite(best_good)
+        goodput = np.where(ok, best_good, 0.0).reshape(shape)
+        local_bsz = np.where(ok, bsz[rows, best], 0).astype(np.int64).reshape(shape)
+        accum = np.where(ok, steps[rows, best], 0).astype(np.int64).reshape(shape)
+        return goodput, local_bsz, accum

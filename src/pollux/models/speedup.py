@@ -1,0 +1,74 @@
+"""Speedup: goodput at an allocation relative to goodput at a base allocation, memoized."""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from pollux.errors import ConfigError
+from pollux.models.goodput import GoodputFunction, check_batch_bounds
+from pollux.models.throughput import FloatArray
+
+
+class SpeedupFunction:
+    """``speedup(nodes, replicas) = best goodput there / best goodput at the base``.
+
+    Results are memoized in a dense (nodes x replicas) table, so repeated queries over
+    many pairs cost one numpy gather. ``replicas == 0`` has speedup 0.
+    """
+
+    def __init__(
+        self,
+        goodput_fn: GoodputFunction,
+        max_batch_size: float | None = None,
+        local_bsz_bounds: tuple[float, float] | None = None,
+        accumulation: bool = False,
+        base_num_nodes: int = 1,
+        base_num_replicas: int = 1,
+    ) -> None:
+        m0 = goodput_fn.init_batch_size
+        self.goodput_fn = goodput_fn
+        self.max_batch_size = m0 if max_batch_size is None else float(max_batch_size)
+        self.local_bsz_bounds = (m0, m0) if local_bsz_bounds is None else local_bsz_bounds
+        check_batch_bounds(m0, self.max_batch_size, self.local_bsz_bounds)
+        self.accumulation = accumulation
+        if not 1 <= base_num_nodes <= base_num_replicas:
+            raise ConfigError("base_num_nodes", base_num_nodes,
+                              f"need 1 <= base_num_nodes <= base_num_replicas ({base_num_replicas})")
+        base, _, _ = self._optimize(np.array([base_num_nodes]), np.array([base_num_replicas]))
+        if not base[0] > 0:
+            raise ConfigError("base_num_replicas", base_num_replicas,
+                              "no feasible batch size at the base allocation; pick another base")
+        self.base_goodput = float(base[0])
+        self._table = np.full((1, 1), np.nan)
+        self._table[0, 0] = 0.0
+
+    def _optimize(self, nodes: np.ndarray, replicas: np.ndarray) -> tuple[np.ndarray, ...]:
+        return self.goodput_fn.optimize(nodes, replicas, self.max_batch_size,
+                                        self.local_bsz_bounds, self.accumulation)
+
+    def __call__(self, num_nodes: ArrayLike, num_replicas: ArrayLike) -> FloatArray:
+        nodes, replicas = np.broadcast_arrays(np.asarray(num_nodes), np.asarray(num_replicas))
+        if nodes.size == 0:
+            return np.zeros(nodes.shape)
+        if not (np.all(nodes == np.floor(nodes)) and np.all(replicas == np.floor(replicas))):
+            raise ConfigError("num_nodes/num_replicas", (nodes, replicas), "use whole numbers")
+        n = nodes.astype(np.int64)
+        k = replicas.astype(np.int64)
+        if (bad := (n < 0) | (n > k) | ((k > 0) & (n == 0))).any():
+            raise ConfigError("num_nodes", int(n[bad].flat[0]),
+                              "need 1 <= num_nodes <= num_replicas (or both 0)")
+        rows, cols = int(n.max()) + 1, int(k.max()) + 1
+        if rows > self._table.shape[0] or cols > self._table.shape[1]:
+            grown = np.full((max(rows, self._table.shape[0]), max(cols, self._table.shape[1])),
+                            np.nan)
+            grown[: self._table.shape[0], : self._table.shape[1]] = self._table
+            self._table = grown
+        values = self._table[n, k]
+        missing = np.isnan(values)
+        if missing.any():
+            pairs = np.unique(np.stack([n[missing], k[missing]], axis=1), axis=0)
+            goodput, _, _ = self._optimize(pairs[:, 0], pairs[:, 1])
+            self._table[pairs[:, 0], pairs[:, 1]] = goodput / self.base_goodput
+            values = self._table[n, k]
+        return values.astype(np.float64)

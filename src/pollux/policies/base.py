@@ -1,0 +1,141 @@
+"""The one scheduling-policy interface, shared by the simulator and the service.
+
+A policy is asked, every scheduling round, to map a *snapshot* of the cluster (the active
+jobs and the nodes, as frozen records) plus the previous allocations to new allocations.
+It knows nothing of processes, files or simulated time beyond what the records say.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+Allocation = tuple[str, ...]
+"""A job's allocation: the node name of each replica (a node repeats once per replica)."""
+
+Allocations = Mapping[str, Allocation]
+"""Job name -> allocation. Jobs absent (or with an empty tuple) get no resources."""
+
+SpeedupFn = Callable[[ArrayLike, ArrayLike], np.ndarray]
+"""``speedup(num_nodes, num_replicas)``, broadcasting over arrays (0 replicas -> 0)."""
+
+RemainingTimeFn = Callable[[ArrayLike, ArrayLike], np.ndarray]
+"""``remaining_s(num_nodes, num_replicas)``: seconds left to finish with that allocation."""
+
+GPU = "gpu"
+CPU = "cpu"
+MEMORY = "memory"
+
+
+@dataclass(frozen=True)
+class TunedConfig:
+    """The configuration a user would pick by hand ("TunedJobs"), for baseline policies."""
+
+    num_replicas: int
+    """GPUs (replicas) the user asked for."""
+    batch_size: int
+    """Total batch size the user tuned."""
+
+
+@dataclass(frozen=True)
+class JobInfo:
+    """One active job as a policy sees it."""
+
+    name: str
+    resources: Mapping[str, float]
+    """Resources per replica, e.g. ``{"gpu": 1, "cpu": 4, "memory": 16e9}``."""
+    min_replicas: int = 0
+    """Below this many replicas the job cannot run and gets nothing."""
+    max_replicas: int = 64
+    """Upper bound on replicas (also the exploration bound for Pollux jobs)."""
+    preemptible: bool = True
+    """False: once running, the job keeps its allocation."""
+    submission_time_s: float = 0.0
+    age_s: float = 0.0
+    """Seconds since submission."""
+    attained_service_s: float = 0.0
+    """GPU-seconds of service received so far."""
+    num_restarts: int = 0
+    restart_delay_s: float = 30.0
+    """Seconds a (re)start costs this job."""
+    speedup_fn: SpeedupFn | None = None
+    """Goodput speedup over one replica; None when the job reports none."""
+    tuned: TunedConfig | None = None
+    """Hand-tuned configuration (for baselines that need one)."""
+    remaining_time_fn: RemainingTimeFn | None = None
+    """Oracle of remaining seconds at an allocation (Optimus+Oracle); None when unknown."""
+    extras: Mapping[str, Any] = field(default_factory=dict)
+    """Free-form facts a specific policy may read (never required)."""
+
+    @property
+    def gpus_per_replica(self) -> float:
+        return float(self.resources.get(GPU, 0.0))
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    """One node as a policy sees it."""
+
+    name: str
+    resources: Mapping[str, float]
+    """Total resources, e.g. ``{"gpu": 4, "cpu": 48, "memory": 192e9}``."""
+    preemptible: bool = False
+    """Cloud spot/preemptible node: used last."""
+
+    @property
+    def num_gpus(self) -> int:
+        return int(self.resources.get(GPU, 0))
+
+
+@dataclass(frozen=True)
+class PolicyDecision:
+    """What a policy returns for one round."""
+
+    allocations: dict[str, Allocation]
+    """Job name -> node of each replica. Every active job appears (possibly with ())."""
+    desired_num_nodes: int | None = None
+    """Cluster size the policy would like (autoscaling); None when it has no opinion."""
+    info: Mapping[str, Any] = field(default_factory=dict)
+    """Diagnostics (objective value, optimizer statistics); never required."""
+
+
+class Policy(ABC):
+    """A scheduling policy. Instances may keep state across rounds (e.g. a GA population)."""
+
+    name: ClassVar[str]
+
+    @abstractmethod
+    def optimize(
+        self,
+        jobs: Sequence[JobInfo],
+        nodes: Sequence[NodeInfo],
+        previous_allocations: Allocations,
+    ) -> PolicyDecision:
+        """Decide every job's allocation for the next round."""
+
+
+def count_nodes(allocation: Allocation) -> int:
+    """Number of distinct nodes an allocation spans."""
+    return len(set(allocation))
+
+
+def free_resources(
+    nodes: Sequence[NodeInfo], jobs: Sequence[JobInfo], allocations: Allocations
+) -> dict[str, dict[str, float]]:
+    """Node -> resources left after ``allocations`` of ``jobs``."""
+    free = {node.name: dict(node.resources) for node in nodes}
+    by_name = {job.name: job for job in jobs}
+    for job_name, alloc in allocations.items():
+        job = by_name.get(job_name)
+        if job is None:
+            continue
+        for node_name in alloc:
+            if node_name in free:
+                for res, amount in job.resources.items():
+                    free[node_name][res] = free[node_name].get(res, 0.0) - amount
+    return free

@@ -1,0 +1,33 @@
+"""Policies by name. Each entry names the module and class; modules load on first use."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from pollux.errors import UnknownPluginError
+from pollux.policies.base import Policy
+
+POLICY_CLASSES: dict[str, str] = {
+    "fifo": "pollux.policies.fifo:FifoPolicy",
+    "tiresias": "pollux.policies.tiresias:TiresiasPolicy",
+    "optimus": "pollux.policies.optimus:OptimusPolicy",
+    "pollux": "pollux.policies.pollux:PolluxPolicy",
+    "pollux-ga": "pollux.policies.pollux:PolluxGAPolicy",
+}
+"""Registered policy names -> ``module:Class``. Read-only by convention."""
+
+
+def policy_names() -> list[str]:
+    return sorted(POLICY_CLASSES)
+
+
+def make_policy(name: str, **options: Any) -> Policy:
+    """Instantiate a registered policy; unknown names list the valid choices."""
+    target = POLICY_CLASSES.get(name)
+    if target is None:
+        raise UnknownPluginError("policy", name, POLICY_CLASSES)
+    module_name, class_name = target.split(":")
+    cls = getattr(importlib.import_module(module_name), class_name)
+    policy: Policy = cls(**options)
+    return policy
