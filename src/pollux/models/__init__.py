@@ -10,6 +10,7 @@ from pollux.models.fit import (
     fit_throughput_params,
 )
 from pollux.models.goodput import GoodputFunction
+from pollux.models.hints import JobHints
 from pollux.models.speedup import SpeedupFunction
 from pollux.models.throughput import (
     ThroughputParams,
@@ -23,6 +24,7 @@ from pollux.models.throughput import (
 __all__ = [
     "GoodputFunction",
     "GradientStats",
+    "JobHints",
     "SpeedupFunction",
     "ThroughputFit",
     "ThroughputObservations",

@@ -1,0 +1,107 @@
+"""The launch contract between the scheduler's backends and the in-job agent.
+
+Backends set these environment variables for every replica; the agent reads them
+(``pollux.torch``). Kept here, free of torch and of the service, so both sides share
+one definition.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from pollux.errors import ConfigError
+
+JOB_ID = "POLLUX_JOB_ID"
+RANK = "POLLUX_RANK"
+"""Global rank of this replica, 0..num_replicas-1."""
+NUM_REPLICAS = "POLLUX_NUM_REPLICAS"
+"""World size: replicas of this job in this allocation."""
+LOCAL_RANK = "POLLUX_LOCAL_RANK"
+"""Rank among this job's replicas on the same node."""
+NODE_RANK = "POLLUX_NODE_RANK"
+NUM_NODES = "POLLUX_NUM_NODES"
+MASTER_ADDR = "POLLUX_MASTER_ADDR"
+MASTER_PORT = "POLLUX_MASTER_PORT"
+CHECKPOINT_DIR = "POLLUX_CHECKPOINT_DIR"
+"""Directory where the job's checkpoints live across restarts."""
+HINTS_TARGET = "POLLUX_HINTS_TARGET"
+"""Where the agent reports hints: a file path or an ``http(s)://`` URL."""
+HINTS_TOKEN = "POLLUX_HINTS_TOKEN"
+"""Bearer token for posting hints (this job's own)."""
+NUM_RESTARTS = "POLLUX_NUM_RESTARTS"
+"""How many times the job has been (re)started before this launch."""
+
+RESCALE_EXIT_CODE = 75
+"""Exit code of a replica that checkpointed and stopped because it was asked to (SIGTERM)."""
+
+
+@dataclass(frozen=True)
+class JobEnvironment:
+    """The launch environment of one replica."""
+
+    job_id: str
+    rank: int
+    num_replicas: int
+    local_rank: int
+    node_rank: int
+    num_nodes: int
+    master_addr: str
+    master_port: int
+    checkpoint_dir: str
+    hints_target: str | None = None
+    hints_token: str | None = None
+    num_restarts: int = 0
+
+    def to_env(self) -> dict[str, str]:
+        env = {
+            JOB_ID: self.job_id,
+            RANK: str(self.rank),
+            NUM_REPLICAS: str(self.num_replicas),
+            LOCAL_RANK: str(self.local_rank),
+            NODE_RANK: str(self.node_rank),
+            NUM_NODES: str(self.num_nodes),
+            MASTER_ADDR: self.master_addr,
+            MASTER_PORT: str(self.master_port),
+            CHECKPOINT_DIR: self.checkpoint_dir,
+            NUM_RESTARTS: str(self.num_restarts),
+        }
+        if self.hints_target:
+            env[HINTS_TARGET] = self.hints_target
+        if self.hints_token:
+            env[HINTS_TOKEN] = self.hints_token
+        return env
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> JobEnvironment | None:
+        """Read the Pollux variables; None when this process was not launched by Pollux."""
+        env = os.environ if environ is None else environ
+        if JOB_ID not in env:
+            return None
+
+        def integer(name: str, default: int | None = None) -> int:
+            raw = env.get(name)
+            if raw is None:
+                if default is None:
+                    raise ConfigError(name, None, "the Pollux launcher must set it")
+                return default
+            try:
+                return int(raw)
+            except ValueError as exc:
+                raise ConfigError(name, raw, "must be an integer") from exc
+
+        return cls(
+            job_id=env[JOB_ID],
+            rank=integer(RANK),
+            num_replicas=integer(NUM_REPLICAS),
+            local_rank=integer(LOCAL_RANK, 0),
+            node_rank=integer(NODE_RANK, 0),
+            num_nodes=integer(NUM_NODES, 1),
+            master_addr=env.get(MASTER_ADDR, "127.0.0.1"),
+            master_port=integer(MASTER_PORT),
+            checkpoint_dir=env.get(CHECKPOINT_DIR, "."),
+            hints_target=env.get(HINTS_TARGET),
+            hints_token=env.get(HINTS_TOKEN),
+            num_restarts=integer(NUM_RESTARTS, 0),
+        )
