@@ -86,7 +86,7 @@ class JobHints:
             return cls(
                 init_batch_size=int(data["init_batch_size"]),
                 max_batch_size=int(data["max_batch_size"]),
-                local_bsz_bounds=tuple(data["local_bsz_bounds"]),  # type: ignore[arg-type]
+                local_bsz_bounds=tuple(data["local_bsz_bounds"]),
                 accumulation=bool(data.get("accumulation", True)),
                 throughput_params=None if params is None else ThroughputParams.from_dict(params),
                 grad_stats=None if stats is None else GradientStats(float(stats["sqr"]),
