@@ -1,0 +1,41 @@
+"""FIFO: first come, first served at the tuned GPU count, no preemption.
+
+Jobs start in submission order (ties: snapshot order) as soon as their tuned GPU count
+fits in the free GPUs; the first job that does not fit blocks the ones behind it (no
+backfilling). Once started a job keeps its nodes until it completes. Replicas are packed
+onto the nodes with the most free GPUs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import ClassVar
+
+from pollux.policies.base import Allocations, JobInfo, NodeInfo, Policy, PolicyDecision
+from pollux.policies.tiresias import free_slots, pack_onto_most_free, tuned_replicas
+
+
+class FifoPolicy(Policy):
+    """Strict first-come-first-served; see the module docstring."""
+
+    name: ClassVar[str] = "fifo"
+    adaptive_jobs: ClassVar[bool] = False
+
+    def __init__(self, seed: int | None = None) -> None:
+        pass
+
+    def optimize(self, jobs: Sequence[JobInfo], nodes: Sequence[NodeInfo],
+                 previous_allocations: Allocations) -> PolicyDecision:
+        by_name = {job.name: job for job in jobs}
+        allocations = {name: tuple(alloc) for name, alloc in previous_allocations.items()
+                       if name in by_name and alloc}
+        free = free_slots(nodes, by_name, allocations)
+        order = [node.name for node in sorted(nodes, key=lambda n: n.preemptible)]
+        queue = sorted((i for i, job in enumerate(jobs) if job.name not in allocations),
+                       key=lambda i: (jobs[i].submission_time_s, i))
+        for i in queue:
+            alloc = pack_onto_most_free(free, tuned_replicas(jobs[i]), order)
+            if not alloc:
+                break
+            allocations[jobs[i].name] = alloc
+        return PolicyDecision({job.name: allocations.get(job.name, ()) for job in jobs})

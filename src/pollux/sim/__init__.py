@@ -1,0 +1,38 @@
+"""Trace-driven cluster simulator: a thin driver around the scheduling policies.
+
+Applications come from a trace directory in the Pollux artifact format
+(:func:`load_trace_applications`) or from the built-in catalog
+(:func:`load_builtin_applications`); workloads from CSV files (:func:`read_workload`) or
+the generator (:func:`generate_workload`).
+"""
+
+from __future__ import annotations
+
+from pollux.sim.applications import (
+    Application,
+    ApplicationSpec,
+    TraceApplication,
+    load_trace_applications,
+)
+from pollux.sim.job import BatchMode, JobSpec, JobState, SimJob
+from pollux.sim.simulator import ClusterConfig, SimulationResult, Simulator, run_simulation
+from pollux.sim.workload import Workload, read_workload, workload_files, write_workload
+
+__all__ = [
+    "Application",
+    "ApplicationSpec",
+    "BatchMode",
+    "ClusterConfig",
+    "JobSpec",
+    "JobState",
+    "SimJob",
+    "SimulationResult",
+    "Simulator",
+    "TraceApplication",
+    "Workload",
+    "load_trace_applications",
+    "read_workload",
+    "run_simulation",
+    "workload_files",
+    "write_workload",
+]

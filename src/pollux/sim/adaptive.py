@@ -1,0 +1,108 @@
+"""What a Pollux (adaptive) job knows about itself in the simulator.
+
+Like the real agent, a simulated adaptive job records every configuration it has run
+(nodes, replicas, atomic batch) with its true step and sync times, refits the step-time
+model whenever a new configuration appears, keeps its latest gradient statistics, and
+from them picks its batch size and reports a speedup function to the policy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from pollux.models import (
+    GoodputFunction,
+    GradientStats,
+    SpeedupFunction,
+    ThroughputParams,
+    fit_throughput_params,
+)
+from pollux.models.throughput import FloatArray
+from pollux.sim.applications import ApplicationSpec
+
+MAX_EXPLORATION_REPLICAS = 64
+"""A job may be given at most this many replicas however far it has explored."""
+
+ConfigKey = tuple[int, int, int]
+"""(num_nodes, num_replicas, atomic batch size)."""
+
+
+def optimistic_speedup(num_nodes: ArrayLike, num_replicas: ArrayLike) -> FloatArray:
+    """Speedup before any profile exists: perfect scaling (speedup equals replicas)."""
+    _, replicas = np.broadcast_arrays(np.asarray(num_nodes), np.asarray(num_replicas))
+    return replicas.astype(np.float64)
+
+
+class JobProfile:
+    """Configurations run so far, the fitted step-time model and the latest gradient stats."""
+
+    def __init__(self, spec: ApplicationSpec,
+                 fit: Callable[[list[tuple[float, ...]]], ThroughputParams] | None = None
+                 ) -> None:
+        self.spec = spec
+        self._fit = fit_throughput_params if fit is None else fit
+        self.observations: dict[ConfigKey, tuple[float, float]] = {}
+        """Config -> (step seconds, sync seconds) as first measured."""
+        self.params: ThroughputParams | None = None
+        self.grad_stats: GradientStats | None = None
+        self.num_fits = 0
+        self._speedup: SpeedupFunction | None = None
+        self._speedup_key: tuple[object, object] | None = None
+
+    @property
+    def max_profiled_replicas(self) -> int:
+        return max((key[1] for key in self.observations), default=0)
+
+    def observe(self, num_nodes: int, num_replicas: int, atomic_bsz: int, step_time_s: float,
+                sync_time_s: float, grad_sqr: float, grad_var: float) -> None:
+        """Record one measurement; refit when the configuration is new."""
+        if self.grad_stats is None or (self.grad_stats.sqr, self.grad_stats.var) != (
+                grad_sqr, grad_var):
+            self.grad_stats = GradientStats(sqr=max(grad_sqr, 0.0), var=max(grad_var, 0.0))
+        key = (int(num_nodes), int(num_replicas), int(atomic_bsz))
+        if key in self.observations:
+            return
+        self.observations[key] = (float(step_time_s), float(sync_time_s))
+        rows = [(n, k, b, max(step - sync, 1e-9), step)
+                for (n, k, b), (step, sync) in self.observations.items()]
+        self.params = self._fit(rows)
+        self.num_fits += 1
+
+    def goodput_function(self) -> GoodputFunction | None:
+        if self.params is None:
+            return None
+        stats = self.grad_stats if self.grad_stats is not None else GradientStats(1.0, 0.0)
+        return GoodputFunction(self.params, stats, self.spec.init_batch_size)
+
+    def best_batch(self, num_nodes: int, num_replicas: int) -> tuple[int, int] | None:
+        """Goodput-optimal (atomic batch, accumulation steps), or None without a profile."""
+        goodput = self.goodput_function()
+        if goodput is None:
+            return None
+        _, bsz, steps = goodput.optimize(num_nodes, num_replicas, self.spec.max_batch_size,
+                                         (self.spec.min_local_bsz, self.spec.max_local_bsz),
+                                         accumulation=True)
+        return int(bsz), int(steps)
+
+    def speedup_fn(self) -> Callable[[ArrayLike, ArrayLike], FloatArray]:
+        """The speedup function to report; rebuilt only when the model or stats changed."""
+        goodput = self.goodput_function()
+        if goodput is None:
+            return optimistic_speedup
+        key = (self.params, self.grad_stats)
+        if self._speedup is None or key != self._speedup_key:
+            self._speedup = SpeedupFunction(
+                goodput, self.spec.max_batch_size,
+                (self.spec.min_local_bsz, self.spec.max_local_bsz), accumulation=True)
+            self._speedup_key = key
+        return self._speedup
+
+    def max_replicas(self) -> int:
+        """Exploration bound: twice the largest replica count run so far (1 to 64)."""
+        if self.spec.pinned_replicas is not None:
+            return self.spec.pinned_replicas
+        bound = min(MAX_EXPLORATION_REPLICAS, max(1, 2 * self.max_profiled_replicas))
+        return int(min(bound, self.spec.max_useful_replicas))

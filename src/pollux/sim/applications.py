@@ -1,0 +1,236 @@
+"""Application models: what a training job of one type does on a given placement.
+
+An :class:`Application` answers four questions, each as the reference simulator of the
+Pollux artifact does (../shared/pollux-artifact/README.md):
+
+* ``step_sync_time(placement, local_bsz)``: seconds of one optimizer step and the part of
+  it spent synchronizing gradients;
+* ``grad_stats(batch_size, epoch)``: squared gradient norm and gradient variance (at the
+  initial batch scale) during an epoch trained at a total batch size;
+* ``epoch_progress(epoch)``: the statistical progress at which ``epoch`` epochs are done;
+* ``iterations(batch_size, epoch)``: optimizer steps done at the end of epoch index
+  ``epoch`` when training at ``batch_size`` (the Optimus oracle's remaining iterations).
+
+Two sources implement it: :class:`TraceApplication` (measurements in the artifact format,
+interpolated) here, and the compact parametric models of :mod:`pollux.sim.catalog`.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType
+
+import numpy as np
+from scipy.interpolate import LinearNDInterpolator, NearestNDInterpolator
+
+from pollux.sim.placement import Placement, canonical_placement
+from pollux.sim.traces import TraceData, application_dirs, read_trace_dir
+
+logger = logging.getLogger(__name__)
+
+MAX_EPOCHS = MappingProxyType({
+    "bert": 2, "cifar10": 100, "deepspeech2": 80, "imagenet": 90, "ncf": 10, "yolov3": 50,
+})
+"""Epochs each application trains for (the reference simulator's settings)."""
+MAX_LOCAL_BSZ_OVERRIDE = MappingProxyType({"yolov3": 8})
+"""Largest atomic batch where it differs from the largest measured one (GPU memory)."""
+PINNED_CONFIGS = MappingProxyType({"ncf": (1, 32768)})
+"""Applications pinned to (replicas, total batch size) under every policy."""
+MAX_INTERPOLATION_NODES = 16
+"""Node counts beyond this are looked up as this many (the measurements stop there)."""
+
+
+@dataclass(frozen=True)
+class ApplicationSpec:
+    """Batch-size bounds and length of one application."""
+
+    name: str
+    init_batch_size: int
+    """Initial (smallest) total batch size M0; progress is counted in steps at M0."""
+    max_batch_size: int
+    min_local_bsz: int
+    """Smallest per-replica (atomic) batch."""
+    max_local_bsz: int
+    """Largest per-replica (atomic) batch; bigger local batches use gradient accumulation."""
+    max_epochs: int
+    pinned_replicas: int | None = None
+    """If set, the job always runs with at most this many replicas..."""
+    pinned_batch_size: int | None = None
+    """...and this total batch size, under every policy."""
+
+    def fixed_batch_config(self, batch_size: float, num_replicas: int) -> tuple[int, int]:
+        """(atomic batch, accumulation steps) that run total ``batch_size`` on ``num_replicas``.
+
+        The local batch is split into accumulation micro-steps of at most
+        ``max_local_bsz``; a single replica training above the initial batch takes at least
+        one accumulation step; the total never exceeds ``max_batch_size``.
+        """
+        local_bsz = math.ceil(batch_size / num_replicas - 1e-8)
+        accum_steps = math.ceil(local_bsz / self.max_local_bsz - 1e-8) - 1
+        if num_replicas == 1 and batch_size > self.init_batch_size:
+            accum_steps = max(1, accum_steps)
+        atomic_bsz = math.ceil(local_bsz / (accum_steps + 1) - 1e-8)
+        return self.cap_atomic_bsz(atomic_bsz, num_replicas, accum_steps), accum_steps
+
+    def cap_atomic_bsz(self, atomic_bsz: int, num_replicas: int, accum_steps: int) -> int:
+        """Largest atomic batch <= ``atomic_bsz`` that keeps the total <= max_batch_size."""
+        count = num_replicas * (accum_steps + 1)
+        return int(min(atomic_bsz, int(self.max_batch_size / count)))
+
+    @property
+    def max_useful_replicas(self) -> int:
+        """Replicas beyond this could not each get ``min_local_bsz`` of the largest batch."""
+        if self.pinned_replicas is not None:
+            return self.pinned_replicas
+        return max(1, self.max_batch_size // self.min_local_bsz)
+
+
+def make_spec(name: str, batch_sizes: tuple[int, ...], min_local_bsz: int, max_local_bsz: int,
+              num_epochs_measured: int) -> ApplicationSpec:
+    """The reference simulator's spec from an application's measured ranges."""
+    pinned = PINNED_CONFIGS.get(name)
+    return ApplicationSpec(
+        name=name,
+        init_batch_size=int(min(batch_sizes)),
+        max_batch_size=int(max(batch_sizes)),
+        min_local_bsz=int(min_local_bsz),
+        max_local_bsz=int(MAX_LOCAL_BSZ_OVERRIDE.get(name, max_local_bsz)),
+        max_epochs=int(MAX_EPOCHS.get(name, num_epochs_measured)),
+        pinned_replicas=None if pinned is None else pinned[0],
+        pinned_batch_size=None if pinned is None else pinned[1],
+    )
+
+
+class Application(ABC):
+    """One application's true behaviour; lookups are memoized per instance."""
+
+    def __init__(self, spec: ApplicationSpec) -> None:
+        self.spec = spec
+        self._step_cache: dict[tuple[Placement, float], tuple[float, float]] = {}
+        self._stats_cache: dict[tuple[float, int], tuple[float, float]] = {}
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    def step_sync_time(self, placement: Placement, local_bsz: float) -> tuple[float, float]:
+        """(step seconds, sync seconds) of one optimizer step without accumulation."""
+        key = (placement, float(local_bsz))
+        found = self._step_cache.get(key)
+        if found is None:
+            canon = canonical_placement(placement)
+            found = self._step_cache.get((canon, float(local_bsz)))
+            if found is None:
+                found = self._measure(canon, float(local_bsz))
+                self._step_cache[(canon, float(local_bsz))] = found
+            self._step_cache[key] = found
+        return found
+
+    def grad_stats(self, batch_size: float, epoch: int) -> tuple[float, float]:
+        """(grad_sqr, grad_var) during ``epoch`` when training at total ``batch_size``."""
+        key = (float(batch_size), int(epoch))
+        found = self._stats_cache.get(key)
+        if found is None:
+            found = self._grad_stats(float(batch_size), int(epoch))
+            self._stats_cache[key] = found
+        return found
+
+    @abstractmethod
+    def _measure(self, placement: Placement, local_bsz: float) -> tuple[float, float]:
+        """Uncached step/sync time at a canonical placement."""
+
+    @abstractmethod
+    def _grad_stats(self, batch_size: float, epoch: int) -> tuple[float, float]:
+        """Uncached gradient statistics."""
+
+    @abstractmethod
+    def epoch_progress(self, epoch: int) -> float:
+        """Statistical progress at which ``epoch`` epochs are complete (0 for epoch 0)."""
+
+    @abstractmethod
+    def iterations(self, batch_size: float, epoch: int) -> float:
+        """Cumulative optimizer steps at the end of epoch index ``epoch`` at ``batch_size``."""
+
+
+def bracket(sizes: tuple[int, ...], batch_size: float) -> tuple[int, int, float]:
+    """Indices of the validated sizes around ``batch_size`` and the weight of the upper one.
+
+    Sizes outside the validated range are clamped to its ends.
+    """
+    hi = int(np.searchsorted(sizes, batch_size, side="left"))
+    if hi >= len(sizes):
+        return len(sizes) - 1, len(sizes) - 1, 0.0
+    if hi == 0 or sizes[hi] == batch_size:
+        return hi, hi, 0.0
+    lo = hi - 1
+    return lo, hi, (batch_size - sizes[lo]) / (sizes[hi] - sizes[lo])
+
+
+class TraceApplication(Application):
+    """An application whose behaviour is interpolated from measurements (artifact format).
+
+    Step/sync time: exact placements interpolate linearly in the local batch; others
+    interpolate linearly (Delaunay) over (num_nodes, num_replicas, local_bsz), falling back
+    to the nearest measurement outside the measured hull. Gradient statistics and
+    iterations interpolate linearly between the validated batch sizes around the batch.
+    """
+
+    def __init__(self, trace: TraceData) -> None:
+        spec = make_spec(trace.name, trace.batch_sizes, trace.min_local_bsz,
+                         trace.max_local_bsz, min(len(v.progress) for v in trace.validation))
+        super().__init__(spec)
+        self.trace = trace
+        self._linear: LinearNDInterpolator | None = None
+        self._nearest: NearestNDInterpolator | None = None
+        progress = np.stack([v.progress[: spec.max_epochs] for v in trace.validation])
+        self._epoch_progress = np.concatenate([[0.0], progress.min(axis=0)])
+
+    def _measure(self, placement: Placement, local_bsz: float) -> tuple[float, float]:
+        exact = self.trace.placements.get(placement)
+        if exact is not None:
+            return (float(np.interp(local_bsz, exact.local_bsz, exact.step_time)),
+                    float(np.interp(local_bsz, exact.local_bsz, exact.sync_time)))
+        if self._linear is None:
+            self._linear = LinearNDInterpolator(self.trace.scale_points, self.trace.scale_values)
+        point = np.array([[min(len(placement), MAX_INTERPOLATION_NODES), sum(placement),
+                           local_bsz]], dtype=np.float64)
+        step, sync = self._linear(point)[0]
+        if not (np.isfinite(step) and np.isfinite(sync)):
+            logger.debug("%s: %s x %s outside the measured hull; using the nearest point",
+                         self.name, placement, local_bsz)
+            if self._nearest is None:
+                self._nearest = NearestNDInterpolator(self.trace.scale_points,
+                                                      self.trace.scale_values)
+            step, sync = self._nearest(point)[0]
+        return float(step), float(sync)
+
+    def _row(self, epoch: int) -> int:
+        return min(max(epoch, 0), len(self.trace.validation[0].progress) - 1)
+
+    def _grad_stats(self, batch_size: float, epoch: int) -> tuple[float, float]:
+        lo, hi, w = bracket(self.trace.batch_sizes, batch_size)
+        e = self._row(epoch)
+        a, b = self.trace.validation[lo], self.trace.validation[hi]
+        if lo == hi:
+            return float(a.grad_sqr[e]), float(a.grad_var[e])
+        return (float((1 - w) * a.grad_sqr[e] + w * b.grad_sqr[e]),
+                float((1 - w) * a.grad_var[e] + w * b.grad_var[e]))
+
+    def epoch_progress(self, epoch: int) -> float:
+        return float(self._epoch_progress[min(max(epoch, 0), len(self._epoch_progress) - 1)])
+
+    def iterations(self, batch_size: float, epoch: int) -> float:
+        lo, hi, w = bracket(self.trace.batch_sizes, batch_size)
+        e = self._row(epoch)
+        a, b = self.trace.validation[lo], self.trace.validation[hi]
+        return float((1 - w) * a.iteration[e] + w * b.iteration[e])
+
+
+def load_trace_applications(traces_dir: str | Path) -> dict[str, Application]:
+    """Every application of a trace directory, by name."""
+    return {name: TraceApplication(read_trace_dir(path))
+            for name, path in application_dirs(traces_dir).items()}

@@ -1,0 +1,200 @@
+"""A simulated job: its configuration, its progress through training, and its accounting.
+
+Semantics follow the reference simulator of the Pollux artifact: a job advances in
+progress units (optimizer steps at the initial batch size) at ``gain / step seconds`` per
+second, epochs end at fixed progress marks, the batch configuration is re-decided after
+every stretch of training (so at every epoch boundary) and on every reallocation, and a
+changed placement costs a restart delay during which the job holds its GPUs idle.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+import numpy as np
+
+from pollux.sim.adaptive import JobProfile
+from pollux.sim.applications import Application
+from pollux.sim.placement import Placement
+
+NUM_ORACLE_BATCH_CANDIDATES = 32
+"""Total batch sizes an oracle job tries (geometric between the initial and the maximum)."""
+
+
+class BatchMode(Enum):
+    """How a job chooses its batch size."""
+
+    FIXED = "fixed"
+    """The tuned (or pinned) total batch size, whatever the allocation (baselines)."""
+    ADAPTIVE = "adaptive"
+    """Goodput-optimal from the job's own fitted model and gradient statistics (Pollux)."""
+    ORACLE = "oracle"
+    """Goodput-optimal from the application's true behaviour (isolated reference runs)."""
+
+
+class JobState(Enum):
+    WAITING = "waiting"
+    """Submitted, holds no GPUs."""
+    RESTARTING = "restarting"
+    """Holds GPUs, paying the restart delay."""
+    RUNNING = "running"
+    COMPLETED = "completed"
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """One row of a workload."""
+
+    name: str
+    submission_time_s: float
+    application: str
+    num_replicas: int
+    """Tuned GPU count (baselines)."""
+    batch_size: int
+    """Tuned total batch size (baselines)."""
+
+
+class SimJob:
+    """Mutable state of one job during a simulation."""
+
+    def __init__(self, spec: JobSpec, app: Application, mode: BatchMode) -> None:
+        self.spec = spec
+        self.app = app
+        self.mode = mode
+        pinned_bsz = app.spec.pinned_batch_size
+        self.target_batch_size: int | None = None
+        if pinned_bsz is not None:
+            self.target_batch_size = pinned_bsz
+        elif mode is BatchMode.FIXED:
+            self.target_batch_size = int(spec.batch_size)
+        self.profile = JobProfile(app.spec) if mode is BatchMode.ADAPTIVE else None
+        self.allocation: tuple[str, ...] = ()
+        self.placement: Placement = ()
+        self.atomic_bsz = 0
+        self.accum_steps = 0
+        self.progress = 0.0
+        self.epoch = 0
+        self.attained_service_s = 0.0
+        """GPU-seconds held (restart delays included)."""
+        self.num_restarts: int | None = None
+        """None until first started; each later placement change adds one."""
+        self.restart_left_s = 0.0
+        self.completion_time_s: float | None = None
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def num_replicas(self) -> int:
+        return sum(self.placement)
+
+    @property
+    def batch_size(self) -> int:
+        return self.num_replicas * self.atomic_bsz * (self.accum_steps + 1)
+
+    @property
+    def state(self) -> JobState:
+        if self.completion_time_s is not None:
+            return JobState.COMPLETED
+        if not self.placement:
+            return JobState.WAITING
+        return JobState.RESTARTING if self.restart_left_s > 0 else JobState.RUNNING
+
+    def reallocate(self, allocation: tuple[str, ...], placement: Placement,
+                   restart_delay_s: float) -> None:
+        """Move to a new allocation (empty: release all GPUs)."""
+        self.allocation = allocation
+        if not placement:
+            self.placement = ()
+            self.atomic_bsz = 0
+            return
+        self.placement = placement
+        self.update_batch()
+        self.restart_left_s = float(restart_delay_s)
+        self.num_restarts = 0 if self.num_restarts is None else self.num_restarts + 1
+
+    def update_batch(self) -> None:
+        """Re-decide atomic batch and accumulation steps for the current placement."""
+        spec = self.app.spec
+        replicas = self.num_replicas
+        if self.target_batch_size is not None:
+            self.atomic_bsz, self.accum_steps = spec.fixed_batch_config(
+                self.target_batch_size, replicas)
+            return
+        best = None
+        if self.mode is BatchMode.ADAPTIVE and self.profile is not None:
+            best = self.profile.best_batch(len(self.placement), replicas)
+        elif self.mode is BatchMode.ORACLE:
+            best = self._oracle_batch()
+        if best is None:  # no model yet: the smallest batch that gives every replica work
+            self.atomic_bsz, self.accum_steps = spec.fixed_batch_config(
+                max(spec.init_batch_size, spec.min_local_bsz * replicas), replicas)
+        else:
+            self.atomic_bsz = spec.cap_atomic_bsz(best[0], replicas, best[1])
+            self.accum_steps = best[1]
+
+    def _oracle_batch(self) -> tuple[int, int]:
+        """Best (atomic, accumulation) by true goodput at the current epoch."""
+        spec = self.app.spec
+        replicas = self.num_replicas
+        lowest = max(spec.init_batch_size, spec.min_local_bsz * replicas)
+        highest = max(lowest, spec.max_batch_size)
+        best, best_goodput = (0, 0), -1.0
+        for total in np.unique(np.geomspace(lowest, highest, NUM_ORACLE_BATCH_CANDIDATES)
+                               .round()):
+            atomic, accum = spec.fixed_batch_config(float(total), replicas)
+            if atomic < 1:
+                continue
+            goodput = self._goodput(atomic, accum, 0.0)
+            if goodput > best_goodput:
+                best, best_goodput = (atomic, accum), goodput
+        return best
+
+    def _goodput(self, atomic_bsz: int, accum_steps: int, interference: float) -> float:
+        """True progress per second at a batch configuration on the current placement."""
+        spec = self.app.spec
+        batch = self.num_replicas * atomic_bsz * (accum_steps + 1)
+        scale = batch / spec.init_batch_size
+        step, sync = self.app.step_sync_time(self.placement, atomic_bsz)
+        sqr, var = self.app.grad_stats(batch, self.epoch)
+        gain = (var + sqr) / (var / scale + sqr)
+        return gain / (step + (step - sync) * accum_steps) * (1.0 - interference)
+
+    def advance(self, now_s: float, seconds: float, interference: float = 0.0) -> None:
+        """Train for ``seconds`` starting at simulated time ``now_s``."""
+        if not self.placement or self.completion_time_s is not None:
+            return
+        replicas = self.num_replicas
+        delay = min(self.restart_left_s, seconds)
+        elapsed = delay
+        self.restart_left_s -= delay
+        seconds -= delay
+        app = self.app
+        spec = app.spec
+        while seconds > 0 and self.completion_time_s is None:
+            batch = replicas * self.atomic_bsz * (self.accum_steps + 1)
+            step, sync = app.step_sync_time(self.placement, self.atomic_bsz)
+            sqr, var = app.grad_stats(batch, self.epoch)
+            if self.profile is not None:
+                self.profile.observe(len(self.placement), replicas, self.atomic_bsz,
+                                     step, sync, sqr, var)
+            scale = batch / spec.init_batch_size
+            gain = (var + sqr) / (var / scale + sqr)
+            goodput = gain / (step + (step - sync) * self.accum_steps) * (1.0 - interference)
+            next_progress = app.epoch_progress(self.epoch + 1)
+            if self.progress + goodput * seconds < next_progress:
+                self.progress += goodput * seconds
+                elapsed += seconds
+                seconds = 0
+            else:  # an epoch ends within this stretch (whole seconds, as the reference)
+                self.epoch += 1
+                delta = min(float(round((next_progress - self.progress) / goodput)), seconds)
+                if self.epoch >= spec.max_epochs:
+                    self.completion_time_s = now_s + elapsed + delta
+                self.progress = next_progress
+                elapsed += delta
+                seconds -= delta
+            self.update_batch()
+        self.attained_service_s += elapsed * replicas

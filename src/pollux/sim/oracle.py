@@ -1,0 +1,76 @@
+"""The Optimus+Oracle view of a fixed-batch job: its true step time and remaining steps.
+
+Optimus+Oracle knows each job's true throughput and how many iterations it has left; the
+simulator hands that knowledge to the policy as :attr:`JobInfo.remaining_time_fn`,
+``remaining_s(num_nodes, num_replicas)``, so the policy itself stays a pure function of
+its snapshot.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from pollux.models.throughput import FloatArray
+from pollux.sim.applications import Application
+from pollux.sim.placement import packed_placement
+
+
+class StepTimeTable:
+    """Seconds per optimizer step (accumulation included) of one fixed total batch size,
+    by replica count, with replicas packed onto as few nodes as possible."""
+
+    def __init__(self, app: Application, batch_size: int, gpus_per_node: int) -> None:
+        self.app = app
+        self.batch_size = batch_size
+        self.gpus_per_node = gpus_per_node
+        self._by_replicas = np.array([np.inf])
+
+    def step_time(self, num_nodes: int, num_replicas: int) -> float:
+        """Predicted step seconds on ``num_replicas`` spread over ``num_nodes`` nodes."""
+        if num_replicas <= 0:
+            return float("inf")
+        spec = self.app.spec
+        atomic, accum = spec.fixed_batch_config(self.batch_size, num_replicas)
+        placement = packed_placement(num_replicas, self.gpus_per_node, num_nodes)
+        step, sync = self.app.step_sync_time(placement, atomic)
+        return step + (step - sync) * accum
+
+    def packed(self, num_replicas: FloatArray) -> FloatArray:
+        """Step seconds at each replica count, packed placements (memoized)."""
+        top = int(num_replicas.max()) if num_replicas.size else 0
+        if top >= self._by_replicas.size:
+            start = self._by_replicas.size
+            extra = [self.step_time(-(-k // self.gpus_per_node), k)
+                     for k in range(start, top + 1)]
+            self._by_replicas = np.concatenate([self._by_replicas, extra])
+        return self._by_replicas[num_replicas.astype(np.int64)]
+
+
+class RemainingTimeOracle:
+    """``remaining_s(num_nodes, num_replicas)`` for one job at one moment (0 replicas: inf)."""
+
+    def __init__(self, table: StepTimeTable, remaining_iterations: float) -> None:
+        self.table = table
+        self.remaining_iterations = remaining_iterations
+
+    def __call__(self, num_nodes: ArrayLike, num_replicas: ArrayLike) -> FloatArray:
+        nodes, replicas = np.broadcast_arrays(np.asarray(num_nodes, dtype=np.float64),
+                                              np.asarray(num_replicas, dtype=np.float64))
+        g = self.table.gpus_per_node
+        packed = nodes == np.ceil(replicas / g)
+        if np.all(packed | (replicas <= 0)):
+            steps = self.table.packed(np.maximum(replicas, 0).ravel()).reshape(replicas.shape)
+        else:
+            steps = np.array([self.table.step_time(int(n), int(k))
+                              for n, k in zip(nodes.ravel(), replicas.ravel())]
+                             ).reshape(replicas.shape)
+        return steps * self.remaining_iterations
+
+
+def remaining_iterations(app: Application, batch_size: int, epoch: int) -> float:
+    """Optimizer steps left at a fixed batch size from the start of ``epoch`` (at least 1)."""
+    last = app.spec.max_epochs - 1
+    if epoch >= last:
+        return 1.0
+    return app.iterations(batch_size, last) - app.iterations(batch_size, epoch)

@@ -1,0 +1,277 @@
+"""The simulator: a thin driver around one scheduling policy.
+
+Every ``interval_s`` of simulated time it advances every job, builds a frozen snapshot of
+the active jobs (:class:`~pollux.policies.base.JobInfo`) and of the nodes
+(:class:`~pollux.policies.base.NodeInfo`), asks the policy for allocations, checks them
+against the nodes' capacity and applies them: a job whose placement changed restarts
+(``restart_delay_s`` holding its GPUs without progress).
+
+Jobs are *fixed* (the tuned batch size, for baselines) or *adaptive* (Pollux jobs that
+fit their own model and report a speedup function). The mode comes from the policy's
+class attribute ``adaptive_jobs`` (False when absent), or from ``adaptive_jobs=`` here.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+import numpy as np
+
+from pollux.errors import ConfigError, PolluxError
+from pollux.policies.base import GPU, JobInfo, NodeInfo, Policy, TunedConfig
+from pollux.sim.applications import Application
+from pollux.sim.job import BatchMode, SimJob
+from pollux.sim.oracle import RemainingTimeOracle, StepTimeTable, remaining_iterations
+from pollux.sim.placement import placement_of
+from pollux.sim.workload import Workload
+
+logger = logging.getLogger(__name__)
+
+ONE_GPU = MappingProxyType({GPU: 1.0})
+"""Resources per replica of every simulated job."""
+MAX_IDLE_ROUNDS = 100
+"""Rounds in which nothing runs and nothing is left to arrive before the run is abandoned."""
+
+
+@dataclass(frozen=True)
+class ClusterConfig:
+    """The simulated cluster and scheduling loop."""
+
+    num_nodes: int = 16
+    """Nodes in the cluster."""
+    gpus_per_node: int = 4
+    """GPUs on every node."""
+    interval_s: float = 60.0
+    """Simulated seconds between scheduling rounds."""
+    restart_delay_s: float = 30.0
+    """Seconds a job holds its GPUs without progress after each placement change."""
+    interference: float = 0.0
+    """Slowdown of a distributed job sharing a node with another distributed job (0-1)."""
+    max_time_s: float = 90 * 86400.0
+    """Simulated time after which a run stops even with jobs left."""
+
+    def __post_init__(self) -> None:
+        for name in ("num_nodes", "gpus_per_node"):
+            value = getattr(self, name)
+            if not (isinstance(value, int) and value >= 1):
+                raise ConfigError(name, value, "use a whole number >= 1")
+        for name in ("interval_s", "max_time_s"):
+            if not getattr(self, name) > 0:
+                raise ConfigError(name, getattr(self, name), "use a number of seconds > 0")
+        if not self.restart_delay_s >= 0:
+            raise ConfigError("restart_delay_s", self.restart_delay_s, "use seconds >= 0")
+        if not 0 <= self.interference < 1:
+            raise ConfigError("interference", self.interference, "use a fraction in [0, 1)")
+
+    @property
+    def num_gpus(self) -> int:
+        return self.num_nodes * self.gpus_per_node
+
+    def node_infos(self) -> tuple[NodeInfo, ...]:
+        width = len(str(self.num_nodes - 1))
+        resources = MappingProxyType({GPU: float(self.gpus_per_node)})
+        return tuple(NodeInfo(f"node-{i:0{width}d}", resources) for i in range(self.num_nodes))
+
+
+@dataclass(frozen=True)
+class RoundLog:
+    """What happened in one scheduling round."""
+
+    time_s: float
+    num_active: int
+    """Jobs submitted and not completed."""
+    gpus: Mapping[str, int] = field(default_factory=dict)
+    """Job -> GPUs allocated after the round (jobs with none omitted)."""
+    policy_s: float = 0.0
+    """Wall seconds the policy spent on this round."""
+
+
+@dataclass(frozen=True)
+class SimulationResult:
+    """Raw outcome of a run; :mod:`pollux.sim.metrics` turns it into figures."""
+
+    policy: str
+    workload: str
+    config: ClusterConfig
+    jobs: tuple[SimJob, ...]
+    rounds: tuple[RoundLog, ...]
+    adaptive_jobs: bool
+    wall_s: float
+
+
+class Simulator:
+    """Runs one workload under one policy."""
+
+    def __init__(self, workload: Workload, applications: Mapping[str, Application],
+                 policy: Policy, config: ClusterConfig | None = None,
+                 adaptive_jobs: bool | None = None) -> None:
+        self.workload = workload
+        self.policy = policy
+        self.config = config or ClusterConfig()
+        if adaptive_jobs is None:
+            adaptive_jobs = bool(getattr(type(policy), "adaptive_jobs", False))
+        self.adaptive_jobs = adaptive_jobs
+        mode = BatchMode.ADAPTIVE if adaptive_jobs else BatchMode.FIXED
+        missing = sorted({j.application for j in workload.jobs} - set(applications))
+        if missing:
+            raise ConfigError("application", missing[0],
+                              f"no model for it; known: {', '.join(sorted(applications))}")
+        self.jobs = tuple(SimJob(spec, applications[spec.application], mode)
+                          for spec in workload.jobs)
+        self.nodes = self.config.node_infos()
+        self._capacity = {node.name: node.num_gpus for node in self.nodes}
+        self._step_tables: dict[tuple[str, int], StepTimeTable] = {}
+
+    # -- snapshot ------------------------------------------------------------------------
+    def _job_info(self, job: SimJob, now_s: float) -> JobInfo:
+        spec = job.app.spec
+        tuned_replicas = job.spec.num_replicas
+        tuned_batch = job.spec.batch_size
+        if spec.pinned_replicas is not None:
+            tuned_replicas = min(tuned_replicas, spec.pinned_replicas)
+        if spec.pinned_batch_size is not None:
+            tuned_batch = spec.pinned_batch_size
+        speedup_fn = None
+        remaining_fn = None
+        if job.profile is not None:
+            speedup_fn = job.profile.speedup_fn()
+            max_replicas = job.profile.max_replicas()
+        else:
+            batch = job.target_batch_size or tuned_batch
+            max_replicas = max(1, min(batch // spec.min_local_bsz, spec.max_useful_replicas))
+            key = (spec.name, batch)
+            table = self._step_tables.get(key)
+            if table is None:
+                table = StepTimeTable(job.app, batch, self.config.gpus_per_node)
+                self._step_tables[key] = table
+            remaining_fn = RemainingTimeOracle(table, remaining_iterations(job.app, batch,
+                                                                           job.epoch))
+        return JobInfo(
+            name=job.name,
+            resources=ONE_GPU,
+            min_replicas=0,
+            max_replicas=max_replicas,
+            preemptible=True,
+            submission_time_s=job.spec.submission_time_s,
+            age_s=now_s - job.spec.submission_time_s,
+            attained_service_s=job.attained_service_s,
+            num_restarts=job.num_restarts or 0,
+            restart_delay_s=self.config.restart_delay_s,
+            speedup_fn=speedup_fn,
+            tuned=TunedConfig(num_replicas=tuned_replicas, batch_size=tuned_batch),
+            remaining_time_fn=remaining_fn,
+        )
+
+    # -- checks and effects --------------------------------------------------------------
+    def _check(self, allocations: Mapping[str, Sequence[str]], active: set[str]) -> None:
+        used: dict[str, int] = {}
+        for name, alloc in allocations.items():
+            if not alloc:
+                continue
+            if name not in active:
+                raise PolluxError(f"policy {self.policy.name!r} allocated GPUs to {name!r}, "
+                                  "which is not an active job")
+            for node in alloc:
+                used[node] = used.get(node, 0) + 1
+        for node, count in used.items():
+            capacity = self._capacity.get(node)
+            if capacity is None:
+                raise PolluxError(f"policy {self.policy.name!r} used unknown node {node!r}")
+            if count > capacity:
+                raise PolluxError(f"policy {self.policy.name!r} put {count} replicas on "
+                                  f"{node!r}, which has {capacity} GPUs")
+
+    def _interfered(self, running: Sequence[SimJob]) -> set[str]:
+        """Distributed jobs on a node shared with another distributed job."""
+        if self.config.interference <= 0:
+            return set()
+        per_node: dict[str, int] = {}
+        distributed = [job for job in running if len(job.placement) > 1]
+        for job in distributed:
+            for node in set(job.allocation):
+                per_node[node] = per_node.get(node, 0) + 1
+        return {job.name for job in distributed
+                if any(per_node[node] > 1 for node in set(job.allocation))}
+
+    # -- the loop ------------------------------------------------------------------------
+    def run(self) -> SimulationResult:
+        start = time.perf_counter()
+        cfg = self.config
+        arrivals = sorted(range(len(self.jobs)),
+                          key=lambda i: (self.jobs[i].spec.submission_time_s, i))
+        next_arrival = 0
+        active: list[int] = []
+        rounds: list[RoundLog] = []
+        now = 0.0
+        idle_rounds = 0
+        num_done = 0
+        while num_done < len(self.jobs) and now < cfg.max_time_s:
+            running = [self.jobs[i] for i in active if self.jobs[i].placement]
+            interfered = self._interfered(running)
+            for job in running:
+                job.advance(now, cfg.interval_s,
+                            cfg.interference if job.name in interfered else 0.0)
+            now += cfg.interval_s
+            done = [i for i in active if self.jobs[i].completion_time_s is not None]
+            if done:
+                num_done += len(done)
+                for i in done:
+                    self.jobs[i].allocation, self.jobs[i].placement = (), ()
+                active = [i for i in active if self.jobs[i].completion_time_s is None]
+            arrived = False
+            while (next_arrival < len(arrivals)
+                   and self.jobs[arrivals[next_arrival]].spec.submission_time_s <= now):
+                active.append(arrivals[next_arrival])
+                next_arrival += 1
+                arrived = True
+            if arrived:
+                active.sort()
+            if not active:
+                rounds.append(RoundLog(now, 0))
+                continue
+            rounds.append(self._schedule([self.jobs[i] for i in active], now))
+            if not rounds[-1].gpus and next_arrival == len(arrivals):
+                idle_rounds += 1
+                if idle_rounds >= MAX_IDLE_ROUNDS:
+                    logger.warning("%s on %s: %d jobs can never run; stopping at t=%.0f s",
+                                   self.policy.name, self.workload.name, len(active), now)
+                    break
+            else:
+                idle_rounds = 0
+        return SimulationResult(
+            policy=self.policy.name, workload=self.workload.name, config=cfg,
+            jobs=self.jobs, rounds=tuple(rounds), adaptive_jobs=self.adaptive_jobs,
+            wall_s=time.perf_counter() - start)
+
+    def _schedule(self, jobs: list[SimJob], now: float) -> RoundLog:
+        infos = [self._job_info(job, now) for job in jobs]
+        previous = {job.name: job.allocation for job in jobs if job.allocation}
+        tic = time.perf_counter()
+        decision = self.policy.optimize(infos, self.nodes, previous)
+        policy_s = time.perf_counter() - tic
+        allocations = decision.allocations
+        self._check(allocations, {job.name for job in jobs})
+        gpus: dict[str, int] = {}
+        for job in jobs:
+            new = tuple(allocations.get(job.name, ()))
+            if new != job.allocation and sorted(new) != sorted(job.allocation):
+                job.reallocate(new, placement_of(new), self.config.restart_delay_s)
+            if new:
+                gpus[job.name] = len(new)
+        return RoundLog(now, len(jobs), gpus, policy_s)
+
+
+def run_simulation(workload: Workload, applications: Mapping[str, Application],
+                   policy: Policy, config: ClusterConfig | None = None,
+                   adaptive_jobs: bool | None = None) -> SimulationResult:
+    """Simulate ``workload`` under ``policy``; see :class:`Simulator`."""
+    return Simulator(workload, applications, policy, config, adaptive_jobs).run()
+
+
+def gpu_seconds(result: SimulationResult) -> float:
+    """GPU-seconds allocated over the whole run (restart delays included)."""
+    return float(np.sum([job.attained_service_s for job in result.jobs]))

@@ -1,0 +1,131 @@
+"""Workload files: one job per row, ``name,time,application,num_replicas,batch_size``.
+
+``time`` is the submission time in seconds from the start of the simulation;
+``num_replicas`` and ``batch_size`` are the hand-tuned configuration that baseline policies
+run (Pollux jobs ignore them). Malformed files raise :class:`~pollux.errors.WorkloadError`
+naming the file, the line and the field.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from collections.abc import Collection, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from pollux.errors import WorkloadError
+from pollux.sim.job import JobSpec
+
+WORKLOAD_COLUMNS = ("name", "time", "application", "num_replicas", "batch_size")
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A named list of jobs, in file order (submission order for well-formed files)."""
+
+    name: str
+    jobs: tuple[JobSpec, ...]
+
+    def __len__(self) -> int:
+        return len(self.jobs)
+
+
+def _positive_int(path: str, line: int, field: str, text: str | None) -> int:
+    try:
+        value = float(text) if text is not None and text.strip() else math.nan
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value >= 1 and value == int(value)):
+        raise WorkloadError(path, line, field, f"got {text!r}; need a whole number >= 1")
+    return int(value)
+
+
+def _parse_row(path: str, line: int, row: dict[str, str | None],
+               applications: Collection[str] | None) -> JobSpec:
+    name = (row.get("name") or "").strip()
+    if not name:
+        raise WorkloadError(path, line, "name", "empty; every job needs a unique name")
+    text = row.get("time")
+    try:
+        time_s = float(text) if text is not None and text.strip() else math.nan
+    except ValueError:
+        time_s = math.nan
+    if not math.isfinite(time_s) or time_s < 0:
+        raise WorkloadError(path, line, "time",
+                            f"got {text!r}; need the submission time in seconds, >= 0")
+    application = (row.get("application") or "").strip()
+    if applications is not None and application not in applications:
+        raise WorkloadError(path, line, "application",
+                            f"unknown application {application!r}; choose from: "
+                            f"{', '.join(sorted(applications))}")
+    return JobSpec(
+        name=name,
+        submission_time_s=time_s,
+        application=application,
+        num_replicas=_positive_int(path, line, "num_replicas", row.get("num_replicas")),
+        batch_size=_positive_int(path, line, "batch_size", row.get("batch_size")),
+    )
+
+
+def read_workload(path: str | Path, applications: Collection[str] | None = None) -> Workload:
+    """Read and validate a workload CSV; ``applications`` lists the known application names."""
+    where = str(path)
+    try:
+        with open(path, newline="") as f:
+            reader = csv.DictReader(f)
+            header = [h.strip() for h in (reader.fieldnames or [])]
+            for col in WORKLOAD_COLUMNS:
+                if col not in header:
+                    raise WorkloadError(where, 1, col,
+                                        f"missing column; the header must be "
+                                        f"{','.join(WORKLOAD_COLUMNS)}")
+            reader.fieldnames = header
+            jobs = []
+            seen: dict[str, int] = {}
+            for index, row in enumerate(reader):
+                line = index + 2
+                if None in row:
+                    raise WorkloadError(where, line, "row", "more values than columns")
+                job = _parse_row(where, line, row, applications)
+                if job.name in seen:
+                    raise WorkloadError(where, line, "name",
+                                        f"{job.name!r} repeats line {seen[job.name]}; "
+                                        "names must be unique")
+                seen[job.name] = line
+                jobs.append(job)
+    except OSError as exc:
+        raise WorkloadError(where, None, "file", f"cannot read: {exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise WorkloadError(where, None, "file", f"not a text CSV file: {exc}") from exc
+    if not jobs:
+        raise WorkloadError(where, None, "rows", "no jobs; add at least one row")
+    return Workload(name=Path(path).stem, jobs=tuple(jobs))
+
+
+def write_workload(workload: Workload, path: str | Path) -> None:
+    """Write a workload CSV readable by :func:`read_workload`."""
+    with open(path, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(WORKLOAD_COLUMNS)
+        for job in workload.jobs:
+            time_s = job.submission_time_s
+            writer.writerow([job.name, int(time_s) if time_s == int(time_s) else time_s,
+                             job.application, job.num_replicas, job.batch_size])
+
+
+def workload_files(paths: Iterable[str | Path]) -> list[Path]:
+    """Expand CSV files and folders of CSVs (sorted) into a list of workload files."""
+    files: list[Path] = []
+    for item in paths:
+        path = Path(item)
+        if path.is_dir():
+            found = sorted(path.glob("*.csv"))
+            if not found:
+                raise WorkloadError(str(path), None, "WORKLOAD", "folder holds no .csv files")
+            files.extend(found)
+        elif path.is_file():
+            files.append(path)
+        else:
+            raise WorkloadError(str(path), None, "WORKLOAD", "no such file or folder")
+    return files
