@@ -1,0 +1,23 @@
+"""Where jobs run: local processes, a fake for tests (and, later, Ray)."""
+
+from __future__ import annotations
+
+from pollux.backends.base import (
+    Backend,
+    BackendError,
+    LaunchedReplica,
+    LaunchRequest,
+    ReplicaState,
+    ReplicaStatus,
+    rank_order,
+)
+
+__all__ = [
+    "Backend",
+    "BackendError",
+    "LaunchRequest",
+    "LaunchedReplica",
+    "ReplicaState",
+    "ReplicaStatus",
+    "rank_order",
+]

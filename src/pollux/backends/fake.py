@@ -1,0 +1,127 @@
+"""An in-memory backend for tests: replicas are records whose exits the test decides.
+
+By default a graceful stop makes every live replica exit with the rescale code (75) and
+a forced stop with -9 (SIGKILL), as well-behaved agents would; tests end or crash
+replicas with :meth:`FakeBackend.exit_replica` and :meth:`FakeBackend.finish`.
+"""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pollux.backends.base import (
+    Backend,
+    BackendError,
+    LaunchedReplica,
+    LaunchRequest,
+    ReplicaState,
+    ReplicaStatus,
+)
+from pollux.jobenv import RESCALE_EXIT_CODE
+from pollux.policies.base import NodeInfo
+
+
+@dataclass
+class _FakeLaunch:
+    request: LaunchRequest
+    states: list[ReplicaState]
+    exit_codes: list[int | None]
+    polls_left_starting: int
+    stop_requests: list[bool] = field(default_factory=list)
+    """``force`` flag of each stop call, in order."""
+
+
+class FakeBackend(Backend):
+    """Replicas in memory. Records every launch, stop and recover call for assertions."""
+
+    name = "fake"
+
+    def __init__(self, nodes: Sequence[NodeInfo], exit_on_stop: bool = True,
+                 starting_polls: int = 0) -> None:
+        self._nodes = list(nodes)
+        self.exit_on_stop = exit_on_stop
+        """Whether stop() makes replicas exit at once (75 graceful, -9 forced)."""
+        self.starting_polls = starting_polls
+        """Polls during which fresh replicas report STARTING."""
+        self.launches: list[LaunchRequest] = []
+        self.fail_next_launch: str | None = None
+        """When set, the next launch raises BackendError with this message."""
+        self.recovered: list[Mapping[str, Any]] = []
+        self._jobs: dict[str, _FakeLaunch] = {}
+
+    def set_nodes(self, nodes: Sequence[NodeInfo]) -> None:
+        self._nodes = list(nodes)
+
+    def nodes(self) -> list[NodeInfo]:
+        return list(self._nodes)
+
+    def launch(self, request: LaunchRequest) -> list[LaunchedReplica]:
+        if self.fail_next_launch is not None:
+            message, self.fail_next_launch = self.fail_next_launch, None
+            raise BackendError(message)
+        previous = self._jobs.get(request.job_id)
+        if previous is not None and any(s is not ReplicaState.EXITED for s in previous.states):
+            raise BackendError(f"job {request.job_id} still has live replicas")
+        num = len(request.allocation)
+        self.launches.append(request)
+        self._jobs[request.job_id] = _FakeLaunch(
+            request, [ReplicaState.STARTING if self.starting_polls else ReplicaState.RUNNING]
+            * num, [None] * num, self.starting_polls)
+        return [LaunchedReplica(rank, node, {"fake": True, "job": request.job_id,
+                                             "generation": request.generation})
+                for rank, node in enumerate(request.allocation)]
+
+    def poll(self, job_id: str) -> list[ReplicaStatus]:
+        launch = self._jobs.get(job_id)
+        if launch is None:
+            return []
+        if launch.polls_left_starting > 0:
+            launch.polls_left_starting -= 1
+            if launch.polls_left_starting == 0:
+                launch.states = [ReplicaState.RUNNING if s is ReplicaState.STARTING else s
+                                 for s in launch.states]
+        return [ReplicaStatus(rank, state, code) for rank, (state, code)
+                in enumerate(zip(launch.states, launch.exit_codes))]
+
+    def stop(self, job_id: str, force: bool = False) -> None:
+        launch = self._jobs.get(job_id)
+        if launch is None:
+            return
+        launch.stop_requests.append(force)
+        if self.exit_on_stop:
+            code = -int(signal.SIGKILL) if force else RESCALE_EXIT_CODE
+            for rank, state in enumerate(launch.states):
+                if state is not ReplicaState.EXITED:
+                    self.exit_replica(job_id, rank, code)
+
+    def release(self, job_id: str) -> None:
+        self._jobs.pop(job_id, None)
+
+    def recover(self, handles: Sequence[Mapping[str, Any]], grace_s: float) -> list[str]:
+        self.recovered.extend(handles)
+        return [f"{h.get('job')}/{h.get('generation')}" for h in handles]
+
+    # --- test controls ----------------------------------------------------------------
+
+    def exit_replica(self, job_id: str, rank: int, exit_code: int) -> None:
+        launch = self._jobs[job_id]
+        launch.states[rank] = ReplicaState.EXITED
+        launch.exit_codes[rank] = exit_code
+
+    def finish(self, job_id: str, exit_code: int = 0) -> None:
+        """Every live replica of the job exits with ``exit_code``."""
+        launch = self._jobs[job_id]
+        for rank, state in enumerate(launch.states):
+            if state is not ReplicaState.EXITED:
+                self.exit_replica(job_id, rank, exit_code)
+
+    def stop_requests(self, job_id: str) -> list[bool]:
+        launch = self._jobs.get(job_id)
+        return [] if launch is None else list(launch.stop_requests)
+
+    def live_jobs(self) -> list[str]:
+        return sorted(j for j, launch in self._jobs.items()
+                      if any(s is not ReplicaState.EXITED for s in launch.states))

@@ -1,0 +1,368 @@
+"""The allocation loop: snapshot -> policy -> apply the decision through a backend.
+
+Every ``interval_s`` (and soon after a submission, a completion or a failure) the loop
+builds a snapshot of the active jobs from the store, asks the policy for allocations and
+applies them: a running job whose allocation changed is asked to checkpoint and stop
+(SIGTERM) and is relaunched on its new allocation once all its replicas have exited with
+the rescale code; a pending job is launched once the resources of its allocation are
+free. Between rounds the loop polls the backend: a replica that dies otherwise restarts
+the job from its last checkpoint, up to ``max_failures`` times, then the job is Failed.
+
+Only this loop changes job states (the API only adds jobs, stores hints and flags
+cancellations), so there are no races between state changes.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from pollux.backends.base import (
+    Backend,
+    BackendError,
+    LaunchRequest,
+    ReplicaState,
+    ReplicaStatus,
+    rank_order,
+)
+from pollux.jobenv import RESCALE_EXIT_CODE
+from pollux.policies.base import Allocation, Policy, PolicyDecision
+from pollux.service.decisions import checked_allocations, fits, subtract
+from pollux.service.snapshot import HintsCache, Snapshot, build_snapshot
+from pollux.service.states import ACTIVE_STATES, JobState
+from pollux.service.store import JobRecord, JobStore, ReplicaRecord
+
+logger = logging.getLogger(__name__)
+
+LOST_EXIT_CODE = -1000
+"""Recorded for replicas that outlived their server and were stopped at recovery."""
+
+
+@dataclass(frozen=True)
+class AllocatorConfig:
+    data_dir: Path
+    """Checkpoints go to ``<data_dir>/jobs/<id>/checkpoint``, logs to ``.../logs``."""
+    interval_s: float = 30.0
+    """Seconds between scheduling rounds."""
+    poll_interval_s: float = 0.5
+    """Seconds between polls of the backend for replica exits."""
+    stop_grace_s: float = 60.0
+    """Seconds replicas get to checkpoint and exit after SIGTERM before SIGKILL."""
+    hints_url: str | None = None
+    """Hints endpoint with a ``{job_id}`` placeholder; None: no hints target."""
+
+
+def job_dir(data_dir: Path, job_id: str) -> Path:
+    return data_dir / "jobs" / job_id
+
+
+def describe_exit(code: int | None) -> str:
+    if code is None:
+        return "vanished"
+    if code == LOST_EXIT_CODE:
+        return "was lost with its server"
+    if code < 0:
+        try:
+            return f"was killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"was killed by signal {-code}"
+    return f"exited with code {code}"
+
+
+class Allocator:
+    """Drives jobs through their states; one instance per server, one thread."""
+
+    def __init__(self, store: JobStore, backend: Backend, policy: Policy,
+                 config: AllocatorConfig, clock: Callable[[], float] = time.time) -> None:
+        self.store = store
+        self.backend = backend
+        self.policy = policy
+        self.config = config
+        self.clock = clock
+        self.num_rounds = 0
+        self.last_snapshot: Snapshot | None = None
+        self.last_decision: PolicyDecision | None = None
+        self._hints = HintsCache()
+        self._round_due_at = 0.0
+        self._last_tick_at: float | None = None
+        self._stop_deadlines: dict[str, float] = {}
+        self._killed: set[str] = set()
+        self._marked_exits: set[tuple[str, int, int]] = set()
+        self._wake = threading.Event()
+
+    # --- driving ----------------------------------------------------------------------
+
+    def request_round(self) -> None:
+        """Run a scheduling round at the next tick (e.g. after a submission)."""
+        self._round_due_at = 0.0
+        self._wake.set()
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def run(self, stop: threading.Event) -> None:
+        """Tick until ``stop`` is set; errors in one tick are logged, not fatal."""
+        while not stop.is_set():
+            try:
+                self.tick()
+            except Exception:  # keep scheduling whatever one round did
+                logger.exception("allocation loop tick failed")
+            self._wake.wait(self.config.poll_interval_s)
+            self._wake.clear()
+
+    def tick(self, now: float | None = None) -> None:
+        """Poll replicas, handle cancellations, run a round when due, launch what fits."""
+        now = self.clock() if now is None else now
+        self._account_service(now)
+        self._poll(now)
+        self._cancel_requested(now)
+        if now >= self._round_due_at:
+            self._round_due_at = now + self.config.interval_s
+            self.schedule_round(now)
+        self._launch_ready(now)
+        self._enforce_stop_deadlines(now)
+
+    # --- scheduling -------------------------------------------------------------------
+
+    def schedule_round(self, now: float) -> None:
+        records = self.store.list_jobs(ACTIVE_STATES)
+        snapshot = build_snapshot(records, self.backend.nodes(), now, self._hints)
+        if not snapshot.jobs:
+            return
+        decision = self.policy.optimize(list(snapshot.jobs), list(snapshot.nodes),
+                                        dict(snapshot.previous_allocations))
+        self.num_rounds += 1
+        self.last_snapshot, self.last_decision = snapshot, decision
+        allocations = checked_allocations(decision, snapshot)
+        if allocations is None:
+            return
+        for record in records:
+            if not record.cancel_requested and not record.state.is_final:
+                self._apply(record, allocations.get(record.id, ()), now)
+
+    def _apply(self, record: JobRecord, new: Allocation, now: float) -> None:
+        new = rank_order(new)
+        if record.state is JobState.PENDING or record.state is JobState.RESCALING:
+            if record.target_allocation != new:
+                self.store.update_job(record.id, now, target_allocation=new)
+            return
+        if sorted(new) == sorted(record.allocation):
+            if record.target_allocation is not None:
+                self.store.update_job(record.id, now, target_allocation=None)
+            return
+        if not record.spec.preemptible:
+            logger.info("job %s is not preemptible; keeping its allocation", record.id)
+            return
+        verb = "preempted" if not new else f"rescale {len(record.allocation)} -> {len(new)}"
+        self.backend.stop(record.id)
+        self._stop_deadlines[record.id] = now + self.config.stop_grace_s
+        self.store.transition(record.id, JobState.RESCALING, now,
+                              f"{verb} replicas: asked replicas to checkpoint and stop",
+                              target_allocation=new, num_rescales=record.num_rescales + 1)
+
+    def _launch_ready(self, now: float) -> None:
+        records = self.store.list_jobs(ACTIVE_STATES)
+        nodes = {n.name: dict(n.resources) for n in self.backend.nodes()}
+        free = subtract(nodes, [(r.allocation, r.spec) for r in records
+                                if r.state.has_replicas])
+        for record in records:
+            target = record.target_allocation
+            if (record.state is not JobState.PENDING or not target
+                    or record.cancel_requested):
+                continue
+            if any(node not in nodes for node in target):
+                self.store.update_job(record.id, now, target_allocation=None)
+                continue
+            if fits(free, target, record.spec):
+                free = subtract(free, [(target, record.spec)])
+                self._launch(record, target, now)
+
+    def _launch(self, record: JobRecord, target: Allocation, now: float) -> None:
+        generation = record.num_launches + 1
+        allocation = rank_order(target)
+        where = ", ".join(f"{node} x{allocation.count(node)}" for node in dict.fromkeys(allocation))
+        record = self.store.transition(
+            record.id, JobState.STARTING, now,
+            f"launch {generation}: {len(allocation)} replicas on {where}",
+            allocation=allocation, target_allocation=None, num_launches=generation,
+            started_at=record.started_at or now, reason=record.reason)
+        directory = job_dir(self.config.data_dir, record.id)
+        request = LaunchRequest(
+            job_id=record.id, generation=generation, spec=record.spec, allocation=allocation,
+            checkpoint_dir=str(directory / "checkpoint"), log_dir=str(directory / "logs"),
+            hints_target=(None if self.config.hints_url is None
+                          else self.config.hints_url.format(job_id=record.id)),
+            hints_token=record.hints_token)
+        (directory / "checkpoint").mkdir(parents=True, exist_ok=True)
+        (directory / "logs").mkdir(parents=True, exist_ok=True)
+        try:
+            launched = self.backend.launch(request)
+        except BackendError as exc:
+            self._failed_launch(record, f"launch failed: {exc}", now)
+            return
+        for replica in launched:
+            self.store.add_replica(ReplicaRecord(record.id, generation, replica.rank,
+                                                 replica.node, replica.handle, now, None, None))
+
+    # --- replica exits ----------------------------------------------------------------
+
+    def _poll(self, now: float) -> None:
+        for record in self.store.list_jobs([JobState.STARTING, JobState.RUNNING,
+                                            JobState.RESCALING]):
+            statuses = self.backend.poll(record.id)
+            exits: dict[int, int | None] = {}
+            for status in statuses:
+                if status.state is ReplicaState.EXITED:
+                    exits[status.rank] = status.exit_code
+                    key = (record.id, record.num_launches, status.rank)
+                    if key not in self._marked_exits and status.exit_code is not None:
+                        self._marked_exits.add(key)
+                        self.store.mark_replica_exited(record.id, record.num_launches,
+                                                       status.rank, status.exit_code, now)
+            if not statuses:
+                self._launch_ended(record, {0: None}, now)
+            elif len(exits) == len(statuses):
+                self._launch_ended(record, exits, now)
+            elif record.state is not JobState.RESCALING:
+                self._check_running(record, statuses, exits, now)
+
+    def _check_running(self, record: JobRecord, statuses: list[ReplicaStatus],
+                       exits: Mapping[int, int | None], now: float) -> None:
+        abnormal = {rank: code for rank, code in exits.items() if code != 0}
+        if abnormal:
+            rank, code = min(abnormal.items())
+            self.backend.stop(record.id)
+            self._stop_deadlines[record.id] = now + self.config.stop_grace_s
+            self.store.transition(record.id, JobState.RESCALING, now,
+                                  f"replica {rank} {describe_exit(code)}; stopping the others "
+                                  "to restart from the last checkpoint",
+                                  reason=f"replica {rank} {describe_exit(code)}")
+        elif (record.state is JobState.STARTING
+              and all(s.state is not ReplicaState.STARTING for s in statuses)):
+            self.store.transition(record.id, JobState.RUNNING, now,
+                                  f"all {len(statuses)} replicas running")
+
+    def _launch_ended(self, record: JobRecord, exits: Mapping[int, int | None],
+                      now: float) -> None:
+        """Every replica of the latest launch has exited: decide what comes next."""
+        self.backend.release(record.id)
+        self._stop_deadlines.pop(record.id, None)
+        self._killed.discard(record.id)
+        self.request_round()
+        codes = list(exits.values())
+        if codes and all(code == 0 for code in codes):
+            self.store.transition(record.id, JobState.SUCCEEDED, now,
+                                  f"all {len(codes)} replicas exited 0")
+            return
+        if record.cancel_requested:
+            self.store.transition(record.id, JobState.CANCELLED, now, "cancelled")
+            return
+        failures = {rank: code for rank, code in exits.items()
+                    if code not in (0, RESCALE_EXIT_CODE)}
+        if failures:
+            rank, code = min(failures.items())
+            self._failed_launch(record, record.reason or f"replica {rank} {describe_exit(code)}",
+                                now)
+            return
+        target = record.target_allocation
+        self.store.transition(record.id, JobState.PENDING, now,
+                              "replicas checkpointed and stopped",
+                              target_allocation=record.allocation if target is None else target)
+
+    def _failed_launch(self, record: JobRecord, reason: str, now: float) -> None:
+        failures = record.num_failures + 1
+        limit = record.spec.max_failures
+        if failures > limit:
+            self.store.transition(record.id, JobState.FAILED, now,
+                                  f"failure {failures}: {reason}",
+                                  reason=f"{reason} (failure {failures}, more than "
+                                         f"max_failures={limit})", num_failures=failures)
+            return
+        target = record.target_allocation
+        self.store.transition(
+            record.id, JobState.PENDING, now,
+            f"failure {failures} of {limit} tolerated ({reason}); restarting from the last "
+            "checkpoint", reason=reason, num_failures=failures,
+            target_allocation=record.allocation if target is None else target)
+
+    def _cancel_requested(self, now: float) -> None:
+        for record in self.store.list_jobs(ACTIVE_STATES):
+            if not record.cancel_requested:
+                continue
+            if record.state is JobState.PENDING:
+                self.store.transition(record.id, JobState.CANCELLED, now, "cancelled")
+                self.request_round()
+            elif record.state in (JobState.STARTING, JobState.RUNNING):
+                self.backend.stop(record.id)
+                self._stop_deadlines[record.id] = now + self.config.stop_grace_s
+                self.store.transition(record.id, JobState.RESCALING, now,
+                                      "cancelling: asked replicas to checkpoint and stop")
+
+    def _enforce_stop_deadlines(self, now: float) -> None:
+        for job_id, deadline in list(self._stop_deadlines.items()):
+            if now >= deadline and job_id not in self._killed:
+                self._killed.add(job_id)
+                self.backend.stop(job_id, force=True)
+                self.store.add_event(job_id, now, "info",
+                                     f"replicas did not stop within {self.config.stop_grace_s}"
+                                     " s of SIGTERM; killed")
+
+    def _account_service(self, now: float) -> None:
+        last, self._last_tick_at = self._last_tick_at, now
+        if last is None or now <= last:
+            return
+        running = self.store.list_jobs([JobState.RUNNING])
+        if running:
+            self.store.add_service({r.id: len(r.allocation) * (now - last) for r in running},
+                                   now)
+
+    # --- server lifecycle -------------------------------------------------------------
+
+    def recover(self, now: float) -> None:
+        """At startup: stop replicas a previous server left behind, and requeue their
+        jobs (they resume from their checkpoints). Call before the first tick."""
+        live = self.store.replicas(live_only=True)
+        stopped = self.backend.recover([r.handle for r in live], self.config.stop_grace_s)
+        if stopped:
+            logger.warning("stopped %d replicas left by a previous server: %s",
+                           len(stopped), ", ".join(stopped))
+        for replica in live:
+            self.store.mark_replica_exited(replica.job_id, replica.generation, replica.rank,
+                                           LOST_EXIT_CODE, now)
+        for record in self.store.list_jobs([JobState.STARTING, JobState.RUNNING,
+                                            JobState.RESCALING]):
+            target = record.target_allocation
+            self.store.transition(
+                record.id, JobState.PENDING, now,
+                f"server restarted: launch {record.num_launches} stopped; resuming from the "
+                "last checkpoint", reason=record.reason,
+                target_allocation=record.allocation if target is None else target)
+        self.request_round()
+
+    def shutdown(self, grace_s: float) -> None:
+        """Ask every live replica to checkpoint and stop, wait up to ``grace_s``, kill the
+        rest, and requeue their jobs so a restarted server resumes them."""
+        now = self.clock()
+        live = self.store.list_jobs([JobState.STARTING, JobState.RUNNING, JobState.RESCALING])
+        for record in live:
+            self.backend.stop(record.id)
+        deadline = time.monotonic() + grace_s
+        pending = {r.id for r in live}
+        while pending and time.monotonic() < deadline:
+            pending = {job_id for job_id in pending
+                       if any(s.state is not ReplicaState.EXITED
+                              for s in self.backend.poll(job_id))}
+            if pending:
+                time.sleep(0.1)
+        for job_id in pending:
+            self.backend.stop(job_id, force=True)
+        self._poll(self.clock())
+        for record in self.store.list_jobs([JobState.STARTING, JobState.RUNNING,
+                                            JobState.RESCALING]):
+            self.store.transition(record.id, JobState.PENDING, now, "server shut down",
+                                  target_allocation=record.allocation)

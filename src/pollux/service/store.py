@@ -1,0 +1,402 @@
+"""The job store: SQLite in WAL mode, one transaction per change.
+
+Holds jobs (spec, state, allocation, counters, latest hints, hints token), the replicas
+each launch started (with the backend's handle, so a restarted server can find and stop
+orphans) and an event log per job. Every method is one transaction: a crash at any
+moment leaves either the state before it or the state after it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import secrets
+import sqlite3
+import threading
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pollux.errors import PolluxError
+from pollux.service.job_spec import JobSpec
+from pollux.service.states import JobState, can_transition
+
+logger = logging.getLogger(__name__)
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS jobs (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    id TEXT UNIQUE NOT NULL,
+    name TEXT NOT NULL,
+    spec TEXT NOT NULL,
+    state TEXT NOT NULL,
+    reason TEXT,
+    allocation TEXT NOT NULL DEFAULT '[]',
+    target_allocation TEXT,
+    num_launches INTEGER NOT NULL DEFAULT 0,
+    num_failures INTEGER NOT NULL DEFAULT 0,
+    num_rescales INTEGER NOT NULL DEFAULT 0,
+    cancel_requested INTEGER NOT NULL DEFAULT 0,
+    hints TEXT,
+    hints_updated_at REAL,
+    hints_token TEXT NOT NULL,
+    attained_service_s REAL NOT NULL DEFAULT 0,
+    submitted_at REAL NOT NULL,
+    started_at REAL,
+    finished_at REAL,
+    updated_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS replicas (
+    job_id TEXT NOT NULL REFERENCES jobs(id),
+    generation INTEGER NOT NULL,
+    rank INTEGER NOT NULL,
+    node TEXT NOT NULL,
+    handle TEXT NOT NULL,
+    started_at REAL NOT NULL,
+    exit_code INTEGER,
+    exited_at REAL,
+    PRIMARY KEY (job_id, generation, rank)
+);
+CREATE TABLE IF NOT EXISTS events (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    job_id TEXT NOT NULL REFERENCES jobs(id),
+    time REAL NOT NULL,
+    kind TEXT NOT NULL,
+    message TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS events_by_job ON events(job_id, id);
+"""
+
+
+class StoreError(PolluxError):
+    """A store operation that cannot apply (unknown job, illegal or stale transition)."""
+
+
+class UnknownJobError(StoreError, KeyError):
+    def __init__(self, ref: str, detail: str = "no such job") -> None:
+        self.ref = ref
+        self.message = f"{detail}: {ref!r}"
+        super().__init__(self.message)
+
+    def __str__(self) -> str:
+        return self.message
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    """One job as stored."""
+
+    id: str
+    seq: int
+    spec: JobSpec
+    state: JobState
+    reason: str | None
+    allocation: tuple[str, ...]
+    """Node of each replica of the current (or last) launch."""
+    target_allocation: tuple[str, ...] | None
+    """The policy's latest decision when it differs from ``allocation``, until applied."""
+    num_launches: int
+    num_failures: int
+    num_rescales: int
+    cancel_requested: bool
+    hints: Mapping[str, Any] | None
+    hints_updated_at: float | None
+    hints_token: str
+    attained_service_s: float
+    submitted_at: float
+    started_at: float | None
+    finished_at: float | None
+    updated_at: float
+
+    @property
+    def num_restarts(self) -> int:
+        """Launches after the first one (rescales, failures, server restarts)."""
+        return max(0, self.num_launches - 1)
+
+
+@dataclass(frozen=True)
+class ReplicaRecord:
+    """One replica started by one launch (generation) of a job."""
+
+    job_id: str
+    generation: int
+    rank: int
+    node: str
+    handle: Mapping[str, Any]
+    """Backend-specific, JSON-serializable (local: pid, process group, start time)."""
+    started_at: float
+    exit_code: int | None
+    exited_at: float | None
+
+
+@dataclass(frozen=True)
+class JobEvent:
+    job_id: str
+    time: float
+    kind: str
+    message: str
+
+
+JOB_COLUMNS = ("id", "seq", "spec", "state", "reason", "allocation", "target_allocation",
+               "num_launches", "num_failures", "num_rescales", "cancel_requested", "hints",
+               "hints_updated_at", "hints_token", "attained_service_s", "submitted_at",
+               "started_at", "finished_at", "updated_at")
+UPDATABLE_COLUMNS = frozenset(JOB_COLUMNS) - {"id", "seq", "spec", "state", "hints_token",
+                                              "submitted_at"}
+
+
+def _job_from_row(row: Sequence[Any]) -> JobRecord:
+    data = dict(zip(JOB_COLUMNS, row))
+    target = data["target_allocation"]
+    return JobRecord(
+        id=data["id"], seq=data["seq"], spec=JobSpec.from_dict(json.loads(data["spec"])),
+        state=JobState(data["state"]), reason=data["reason"],
+        allocation=tuple(json.loads(data["allocation"])),
+        target_allocation=None if target is None else tuple(json.loads(target)),
+        num_launches=data["num_launches"], num_failures=data["num_failures"],
+        num_rescales=data["num_rescales"], cancel_requested=bool(data["cancel_requested"]),
+        hints=None if data["hints"] is None else json.loads(data["hints"]),
+        hints_updated_at=data["hints_updated_at"], hints_token=data["hints_token"],
+        attained_service_s=data["attained_service_s"], submitted_at=data["submitted_at"],
+        started_at=data["started_at"], finished_at=data["finished_at"],
+        updated_at=data["updated_at"])
+
+
+def _encode(column: str, value: Any) -> Any:
+    if column in ("allocation", "target_allocation"):
+        return None if value is None else json.dumps(list(value))
+    if column == "hints":
+        return None if value is None else json.dumps(value)
+    if column == "cancel_requested":
+        return int(bool(value))
+    return value
+
+
+class JobStore:
+    """SQLite job store; safe to share between the API threads and the allocation loop."""
+
+    def __init__(self, path: Path | str) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.RLock()
+        self._conn = sqlite3.connect(str(self.path), isolation_level=None,
+                                     check_same_thread=False, timeout=10.0)
+        self._conn.execute("PRAGMA journal_mode=WAL")
+        self._conn.execute("PRAGMA synchronous=FULL")
+        self._conn.execute("PRAGMA foreign_keys=ON")
+        with self._tx() as cur:
+            for statement in SCHEMA.split(";"):
+                if statement.strip():
+                    cur.execute(statement)
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Cursor]:
+        with self._lock:
+            cur = self._conn.cursor()
+            cur.execute("BEGIN IMMEDIATE")
+            try:
+                yield cur
+            except BaseException:
+                cur.execute("ROLLBACK")
+                raise
+            else:
+                cur.execute("COMMIT")
+
+    # --- meta -------------------------------------------------------------------------
+
+    def meta(self, key: str, default: str | None = None) -> str | None:
+        with self._lock:
+            row = self._conn.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
+        return default if row is None else str(row[0])
+
+    def meta_setdefault(self, key: str, value: str) -> str:
+        """Store ``value`` under ``key`` unless present; return the stored value."""
+        with self._tx() as cur:
+            cur.execute("INSERT OR IGNORE INTO meta(key, value) VALUES (?, ?)", (key, value))
+            row = cur.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
+        return str(row[0])
+
+    # --- jobs -------------------------------------------------------------------------
+
+    def add_job(self, spec: JobSpec, now: float) -> JobRecord:
+        """Accept a job (Pending) with a fresh hints token; its id is ``name-seq``."""
+        token = secrets.token_urlsafe(24)
+        with self._tx() as cur:
+            cur.execute(
+                "INSERT INTO jobs(id, name, spec, state, hints_token, submitted_at, updated_at)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (f"tmp-{token}", spec.name, json.dumps(spec.to_dict()),
+                 JobState.PENDING.value, token, now, now))
+            seq = int(cur.lastrowid or 0)
+            job_id = f"{spec.name}-{seq}"
+            cur.execute("UPDATE jobs SET id=? WHERE seq=?", (job_id, seq))
+            self._add_event(cur, job_id, now, "submitted", f"accepted as {job_id}")
+        return self.get_job(job_id)
+
+    def get_job(self, job_id: str) -> JobRecord:
+        with self._lock:
+            row = self._conn.execute(
+                f"SELECT {', '.join(JOB_COLUMNS)} FROM jobs WHERE id=?", (job_id,)).fetchone()
+        if row is None:
+            raise UnknownJobError(job_id)
+        return _job_from_row(row)
+
+    def find_job(self, ref: str) -> JobRecord:
+        """A job by id, or by name when exactly one job (the latest active one) has it."""
+        with self._lock:
+            row = self._conn.execute(
+                f"SELECT {', '.join(JOB_COLUMNS)} FROM jobs WHERE id=?", (ref,)).fetchone()
+            if row is None:
+                rows = self._conn.execute(
+                    f"SELECT {', '.join(JOB_COLUMNS)} FROM jobs WHERE name=? ORDER BY seq",
+                    (ref,)).fetchall()
+                if len(rows) > 1:
+                    raise UnknownJobError(ref, "several jobs have that name; use the job id")
+                row = rows[0] if rows else None
+        if row is None:
+            raise UnknownJobError(ref)
+        return _job_from_row(row)
+
+    def list_jobs(self, states: Iterable[JobState] | None = None) -> list[JobRecord]:
+        query = f"SELECT {', '.join(JOB_COLUMNS)} FROM jobs"
+        params: tuple[str, ...] = ()
+        if states is not None:
+            wanted = tuple(s.value for s in states)
+            if not wanted:
+                return []
+            query += f" WHERE state IN ({', '.join('?' * len(wanted))})"
+            params = wanted
+        with self._lock:
+            rows = self._conn.execute(query + " ORDER BY seq", params).fetchall()
+        return [_job_from_row(r) for r in rows]
+
+    def transition(self, job_id: str, target: JobState, now: float, message: str,
+                   reason: str | None = None, **updates: Any) -> JobRecord:
+        """Move a job to ``target`` (checked against the allowed transitions), updating
+        ``updates`` columns and logging an event, in one transaction."""
+        if target is JobState.FAILED and not reason:
+            raise StoreError(f"job {job_id}: a Failed state needs a reason")
+        with self._tx() as cur:
+            row = cur.execute("SELECT state FROM jobs WHERE id=?", (job_id,)).fetchone()
+            if row is None:
+                raise UnknownJobError(job_id)
+            current = JobState(row[0])
+            if not can_transition(current, target):
+                raise StoreError(f"job {job_id}: illegal transition {current.value} -> "
+                                 f"{target.value}")
+            updates = dict(updates)
+            updates["reason"] = reason
+            if target.is_final:
+                updates.setdefault("finished_at", now)
+            self._update(cur, job_id, now, state=target.value, **updates)
+            self._add_event(cur, job_id, now, target.value, message)
+        return self.get_job(job_id)
+
+    def update_job(self, job_id: str, now: float, event: str | None = None,
+                   **updates: Any) -> JobRecord:
+        """Change non-state columns (optionally logging an event), in one transaction."""
+        with self._tx() as cur:
+            if cur.execute("SELECT 1 FROM jobs WHERE id=?", (job_id,)).fetchone() is None:
+                raise UnknownJobError(job_id)
+            self._update(cur, job_id, now, **updates)
+            if event:
+                self._add_event(cur, job_id, now, "info", event)
+        return self.get_job(job_id)
+
+    def _update(self, cur: sqlite3.Cursor, job_id: str, now: float, **updates: Any) -> None:
+        bad = set(updates) - UPDATABLE_COLUMNS - {"state"}
+        if bad:
+            raise StoreError(f"cannot update column(s) {sorted(bad)}")
+        updates["updated_at"] = now
+        columns = sorted(updates)
+        cur.execute(f"UPDATE jobs SET {', '.join(c + '=?' for c in columns)} WHERE id=?",
+                    (*(_encode(c, updates[c]) for c in columns), job_id))
+
+    def add_service(self, amounts_s: Mapping[str, float], now: float) -> None:
+        """Add attained service (replica-seconds) to several jobs at once."""
+        with self._tx() as cur:
+            for job_id, amount in amounts_s.items():
+                cur.execute("UPDATE jobs SET attained_service_s = attained_service_s + ? "
+                            "WHERE id=?", (float(amount), job_id))
+
+    def set_hints(self, job_id: str, hints: Mapping[str, Any], now: float) -> None:
+        with self._tx() as cur:
+            cur.execute("UPDATE jobs SET hints=?, hints_updated_at=? WHERE id=?",
+                        (json.dumps(dict(hints)), now, job_id))
+            if cur.rowcount == 0:
+                raise UnknownJobError(job_id)
+
+    def request_cancel(self, job_id: str, now: float) -> JobRecord:
+        with self._tx() as cur:
+            row = cur.execute("SELECT state FROM jobs WHERE id=?", (job_id,)).fetchone()
+            if row is None:
+                raise UnknownJobError(job_id)
+            if not JobState(row[0]).is_final:
+                cur.execute("UPDATE jobs SET cancel_requested=1, updated_at=? WHERE id=?",
+                            (now, job_id))
+                self._add_event(cur, job_id, now, "cancel", "cancellation requested")
+        return self.get_job(job_id)
+
+    # --- replicas ---------------------------------------------------------------------
+
+    def add_replica(self, record: ReplicaRecord) -> None:
+        with self._tx() as cur:
+            cur.execute(
+                "INSERT OR REPLACE INTO replicas(job_id, generation, rank, node, handle, "
+                "started_at, exit_code, exited_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (record.job_id, record.generation, record.rank, record.node,
+                 json.dumps(dict(record.handle)), record.started_at, record.exit_code,
+                 record.exited_at))
+
+    def mark_replica_exited(self, job_id: str, generation: int, rank: int, exit_code: int,
+                            now: float) -> None:
+        with self._tx() as cur:
+            cur.execute("UPDATE replicas SET exit_code=?, exited_at=? WHERE job_id=? AND "
+                        "generation=? AND rank=? AND exit_code IS NULL",
+                        (int(exit_code), now, job_id, generation, rank))
+
+    def replicas(self, job_id: str | None = None, live_only: bool = False,
+                 generation: int | None = None) -> list[ReplicaRecord]:
+        """Replicas, optionally of one job / one generation / not yet seen exiting."""
+        clauses, params = [], []
+        if job_id is not None:
+            clauses.append("job_id=?")
+            params.append(job_id)
+        if generation is not None:
+            clauses.append("generation=?")
+            params.append(generation)
+        if live_only:
+            clauses.append("exit_code IS NULL")
+        where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT job_id, generation, rank, node, handle, started_at, exit_code, "
+                f"exited_at FROM replicas{where} ORDER BY job_id, generation, rank",
+                params).fetchall()
+        return [ReplicaRecord(r[0], r[1], r[2], r[3], json.loads(r[4]), r[5], r[6], r[7])
+                for r in rows]
+
+    # --- events -----------------------------------------------------------------------
+
+    @staticmethod
+    def _add_event(cur: sqlite3.Cursor, job_id: str, now: float, kind: str,
+                   message: str) -> None:
+        cur.execute("INSERT INTO events(job_id, time, kind, message) VALUES (?, ?, ?, ?)",
+                    (job_id, now, kind, message))
+
+    def add_event(self, job_id: str, now: float, kind: str, message: str) -> None:
+        with self._tx() as cur:
+            self._add_event(cur, job_id, now, kind, message)
+
+    def events(self, job_id: str) -> list[JobEvent]:
+        with self._lock:
+            rows = self._conn.execute("SELECT job_id, time, kind, message FROM events "
+                                      "WHERE job_id=? ORDER BY id", (job_id,)).fetchall()
+        return [JobEvent(*r) for r in rows]

@@ -1,0 +1,38 @@
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from service_builders import make_nodes
+from service_test_policies import EqualSharePolicy
+
+from pollux.backends.fake import FakeBackend
+from pollux.policies.base import Policy
+from pollux.service.allocator import Allocator, AllocatorConfig
+from pollux.service.store import JobStore
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> JobStore:
+    job_store = JobStore(tmp_path / "pollux.db")
+    yield job_store
+    job_store.close()
+
+
+@pytest.fixture
+def fake_backend() -> FakeBackend:
+    return FakeBackend(make_nodes())
+
+
+@pytest.fixture
+def make_allocator(store: JobStore, fake_backend: FakeBackend, tmp_path: Path
+                   ) -> Callable[..., Allocator]:
+    def build(policy: Policy | None = None, **config: Any) -> Allocator:
+        settings: dict[str, Any] = {"interval_s": 10.0, "stop_grace_s": 5.0,
+                                    "hints_url": "http://127.0.0.1:1/api/jobs/{job_id}/hints"}
+        settings.update(config)
+        return Allocator(store, fake_backend, policy or EqualSharePolicy(),
+                         AllocatorConfig(data_dir=tmp_path, **settings), clock=lambda: 0.0)
+    return build

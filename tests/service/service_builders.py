@@ -1,0 +1,20 @@
+"""Builders of specs and nodes for the service tests."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pollux.policies.base import NodeInfo
+from pollux.service.job_spec import JobSpec
+
+
+def make_nodes(num_nodes: int = 2, slots: int = 2) -> list[NodeInfo]:
+    return [NodeInfo(f"node-{i}", {"gpu": float(slots), "cpu": float(slots),
+                                   "memory": 8e9}) for i in range(num_nodes)]
+
+
+def make_spec(name: str = "job", **fields: Any) -> JobSpec:
+    data: dict[str, Any] = {"name": name, "command": ["python", "train.py"],
+                            "working_dir": "/tmp", "max_replicas": 4}
+    data.update(fields)
+    return JobSpec.from_dict(data)
