@@ -1,0 +1,103 @@
+"""Feasibility of allocation states, and the repair that maps any state onto a feasible one.
+
+A state (J, N) is feasible when:
+
+1. every node holds what its replicas need, for every resource type a job requests:
+   ``sum_j state[j, n] * demand[j, r] <= capacity[n, r]``;
+2. every job gets 0 replicas or between its ``min_replicas`` and ``max_replicas``;
+3. pinned jobs (non-preemptible and running) keep exactly their previous allocation;
+4. with interference avoidance, at most one *distributed* job (one spanning more than one
+   node) has replicas on any node; two pinned jobs that already share a node are left be.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from pollux.policies.pollux.problem import AllocationProblem, IntArray
+
+_TOLERANCE = 1e-9
+
+
+def violations(
+    problem: AllocationProblem, state: IntArray, interference_avoidance: bool = True
+) -> list[str]:
+    """Human-readable reasons ``state`` is infeasible (empty when it is feasible)."""
+    out: list[str] = []
+    state = np.asarray(state)
+    if state.shape != problem.shape:
+        return [f"state has shape {state.shape}, expected {problem.shape}"]
+    if (state < 0).any():
+        out.append("negative replica counts")
+    used = state.T.astype(np.float64) @ problem.demand
+    over = used > problem.capacity * (1 + _TOLERANCE) + _TOLERANCE
+    for n, r in zip(*np.nonzero(over)):
+        out.append(f"node {problem.nodes[n].name!r} over capacity of "
+                   f"{problem.resource_types[r]!r}: {used[n, r]:g} > {problem.capacity[n, r]:g}")
+    totals = state.sum(axis=1)
+    for j, job in enumerate(problem.jobs):
+        if problem.pinned[j]:
+            if not np.array_equal(state[j], problem.base_state[j]):
+                out.append(f"non-preemptible job {job.name!r} was moved")
+            continue
+        if totals[j] > job.max_replicas:
+            out.append(f"job {job.name!r} has {totals[j]} > max_replicas {job.max_replicas}")
+        if 0 < totals[j] < job.min_replicas:
+            out.append(f"job {job.name!r} has {totals[j]} < min_replicas {job.min_replicas}")
+    if interference_avoidance:
+        distributed = np.count_nonzero(state, axis=1) > 1
+        counted = distributed & ~problem.pinned
+        pinned_dist = distributed & problem.pinned
+        per_node = ((state[counted] > 0).sum(axis=0)
+                    + (state[pinned_dist] > 0).any(axis=0).astype(np.int64))
+        for n in np.flatnonzero(per_node > 1):
+            out.append(f"node {problem.nodes[n].name!r} hosts {per_node[n]} distributed jobs")
+    return out
+
+
+def repair(
+    problem: AllocationProblem,
+    states: IntArray,
+    rng: np.random.Generator,
+    interference_avoidance: bool = True,
+) -> IntArray:
+    """Feasible states (P, J, N) close to ``states``; conflicts go to earlier jobs.
+
+    Steps, each keeping what the previous ones established: clip every entry to what the
+    node can hold for the job; restore pinned rows; drop the replicas of a distributed job
+    on any node an earlier distributed job already uses; cap each job at its maximum by
+    dropping replicas on randomly ordered nodes; fit node capacity job by job in priority
+    order; finally clear jobs left below their minimum.
+    """
+    s = np.clip(np.asarray(states, dtype=np.int64), 0, problem.max_per_node[None])
+    pinned = problem.pinned
+    s[:, pinned] = problem.base_state[pinned]
+    if interference_avoidance:
+        distributed = np.count_nonzero(s, axis=2) > 1
+        occupied = (s > 0) & distributed[:, :, None]
+        conflict = np.cumsum(occupied, axis=1) > 1
+        s[conflict & ~pinned[None, :, None]] = 0
+    # At most max_replicas per job: keep a cumulative cap over a random node order.
+    if s.shape[2] > 1:
+        order = np.argsort(rng.random(s.shape), axis=2)
+        shuffled = np.take_along_axis(s, order, axis=2)
+        capped = np.minimum(np.cumsum(shuffled, axis=2), problem.max_replicas[None, :, None])
+        shuffled = np.diff(capped, axis=2, prepend=0)
+        np.put_along_axis(s, order, shuffled, axis=2)
+    else:
+        s = np.minimum(s, problem.max_replicas[None, :, None])
+    # Node capacity, resource by resource, earlier jobs first.
+    if problem.resource_types:
+        demand = problem.demand[None, :, None, :]
+        use = s[..., None] * demand
+        room = np.minimum(np.cumsum(use, axis=1), problem.capacity[None, None])
+        granted = np.diff(room, axis=1, prepend=0.0)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = np.where(demand > 0, granted / demand, np.inf)
+        fits = np.floor(ratio * (1 + _TOLERANCE) + _TOLERANCE).min(axis=3)
+        s = np.minimum(s, np.maximum(fits, 0).astype(np.int64))
+    totals = s.sum(axis=2)
+    below = (totals < problem.min_replicas[None]) & ~pinned[None]
+    s[below] = 0
+    s[:, pinned] = problem.base_state[pinned]
+    return s

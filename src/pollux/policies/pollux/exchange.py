@@ -1,0 +1,174 @@
+"""Local search for the default optimizer: hand replicas from one job to another on a node.
+
+The count step of the default optimizer reasons about aggregate capacity, so packing can
+leave a job short (say two jobs that each hold 3 of a node's 4 GPUs where 2 + 2 packs
+better). An *exchange* takes ``k`` replicas of a job ``A`` off a node and gives the room,
+with whatever was free there, to the job ``B`` that gains most from it on that node. It is
+applied when ``B``'s utility gain exceeds ``A``'s loss, on the exact objective of the
+actual placement, and the search sweeps the nodes until no exchange helps (or a move
+budget is spent). Every move keeps the placement feasible.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from pollux.policies.pollux.objective import PolluxObjective
+from pollux.policies.pollux.placement import Placement
+from pollux.policies.pollux.problem import FloatArray
+
+_TOLERANCE = 1e-9
+
+
+class _Gains:
+    """Per-job utility now, and gains of adding 1..K replicas on an own or a new node."""
+
+    def __init__(self, placement: Placement, objective: PolluxObjective, movable: list[int],
+                 max_step: int) -> None:
+        problem = placement.problem
+        self.placement = placement
+        self.objective = objective
+        self.max_step = max_step
+        num_jobs = problem.num_jobs
+        self.movable = np.zeros(num_jobs, dtype=bool)
+        self.movable[movable] = True
+        self.current = np.zeros(num_jobs)
+        self.own = np.full((num_jobs, max_step + 1), -np.inf)
+        self.new = np.full((num_jobs, max_step + 1), -np.inf)
+        for j in movable:
+            self.update(j)
+        self.refresh_layout()
+
+    def refresh_layout(self) -> None:
+        """Recompute node counts and who may spread to a new node (after any move)."""
+        placement = self.placement
+        occupied = placement.state > 0
+        self.num_nodes = occupied.sum(axis=1)
+        if placement.interference_avoidance:
+            owners = placement.owner[None, :]
+            jobs = np.arange(placement.problem.num_jobs)[:, None]
+            blocked = occupied & (owners >= 0) & (owners != jobs)
+            self.spread_ok = ~blocked.any(axis=1)
+        else:
+            self.spread_ok = np.ones(placement.problem.num_jobs, dtype=bool)
+
+    def utility(self, j: int, num_nodes: int | np.ndarray, replicas: int | np.ndarray,
+                changed: bool | np.ndarray = True) -> FloatArray:
+        return self.objective.utility(self.objective.speedup(j, num_nodes, replicas, changed))
+
+    def update(self, j: int) -> None:
+        problem = self.placement.problem
+        row = self.placement.state[j]
+        replicas, num_nodes = int(row.sum()), int(np.count_nonzero(row))
+        changed = not np.array_equal(row, problem.base_state[j])
+        self.current[j] = float(self.utility(j, num_nodes, replicas, changed))
+        ks = np.arange(1, self.max_step + 1)
+        totals = replicas + ks
+        valid = (totals <= problem.max_replicas[j]) & (totals >= problem.min_replicas[j])
+        own = np.full(self.max_step + 1, -np.inf)
+        new = np.full(self.max_step + 1, -np.inf)
+        if valid.any():
+            nodes_new = np.full(ks.shape, num_nodes + 1)
+            gain_new = self.utility(j, nodes_new, totals) - self.current[j]
+            new[1:] = np.where(valid, gain_new, -np.inf)
+            if num_nodes:
+                gain_own = self.utility(j, np.full(ks.shape, num_nodes), totals) - self.current[j]
+                own[1:] = np.where(valid, gain_own, -np.inf)
+        # Best gain using at most k replicas (the receiver may take fewer than fit).
+        self.own[j] = np.maximum.accumulate(own)
+        self.new[j] = np.maximum.accumulate(new)
+
+
+def _receivers_gain(gains: _Gains, n: int, free_after: FloatArray, owner_after: int,
+                    exclude: int) -> tuple[float, int]:
+    """Best (gain, job) for receiving room ``free_after`` (R,) on node ``n``."""
+    placement = gains.placement
+    problem = placement.problem
+    demand = problem.demand
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(demand > 0, free_after[None, :] / demand, np.inf)
+    fit = np.floor(ratio * (1 + 1e-9) + 1e-9).min(axis=1) if demand.shape[1] else \
+        np.full(problem.num_jobs, gains.max_step, dtype=np.float64)
+    fit = np.clip(fit, 0, gains.max_step).astype(np.int64)
+    rows = np.arange(problem.num_jobs)
+    on_node = placement.state[:, n] > 0
+    gain_own = gains.own[rows, fit]
+    gain_new = gains.new[rows, fit]
+    spreads_ok = (gains.num_nodes == 0) | (
+        gains.spread_ok & ((owner_after < 0) | (owner_after == rows)))
+    if not placement.interference_avoidance:
+        spreads_ok = np.ones(problem.num_jobs, dtype=bool)
+    gain = np.where(on_node, gain_own, np.where(spreads_ok, gain_new, -np.inf))
+    gain = np.where(gains.movable & (rows != exclude) & (fit > 0), gain, -np.inf)
+    best = int(np.argmax(gain))
+    return float(gain[best]), best
+
+
+def _apply_gain(gains: _Gains, j: int, n: int) -> None:
+    """Give job ``j`` its best addition on node ``n`` (as many replicas as pay most)."""
+    placement = gains.placement
+    fit = int(min(placement.fit(j)[n], gains.max_step))
+    own = placement.state[j, n] > 0
+    table = gains.own[j] if own else gains.new[j]
+    k = int(np.argmax(table[: fit + 1]))
+    if k > 0 and table[k] > -np.inf:
+        addition = np.zeros(placement.problem.num_nodes, dtype=np.int64)
+        addition[n] = k
+        placement.assign(j, addition)
+
+
+def _remove(placement: Placement, j: int, n: int, k: int) -> None:
+    problem = placement.problem
+    placement.state[j, n] -= k
+    placement.free[n] += k * problem.demand[j]
+    row = placement.state[j]
+    if row[n] == 0 and placement.owner[n] == j:
+        placement.owner[n] = -1
+    if np.count_nonzero(row) <= 1:
+        placement.owner[(placement.owner == j)] = -1
+
+
+def exchange(placement: Placement, objective: PolluxObjective, movable: list[int],
+             max_moves: int) -> int:
+    """Improve ``placement`` in place by exchanges; returns the number of moves made."""
+    problem = placement.problem
+    if not movable or problem.num_nodes == 0:
+        return 0
+    max_step = int(max(1, problem.max_per_node.max(initial=1)))
+    gains = _Gains(placement, objective, movable, max_step)
+    moves = 0
+    improved = True
+    while improved and moves < max_moves:
+        improved = False
+        for n in range(problem.num_nodes):
+            holders = [a for a in np.flatnonzero(placement.state[:, n]) if gains.movable[a]]
+            for a in holders:
+                row = placement.state[a]
+                replicas, num_nodes = int(row.sum()), int(np.count_nonzero(row))
+                best: tuple[float, int, int] | None = None
+                for k in range(1, int(row[n]) + 1):
+                    left = replicas - k
+                    if 0 < left < problem.min_replicas[a]:
+                        continue
+                    nodes_left = num_nodes - (1 if k == row[n] else 0)
+                    loss = gains.current[a] - float(
+                        gains.utility(a, nodes_left if left else 0, left))
+                    owner_after = placement.owner[n]
+                    if k == row[n] and owner_after == a:
+                        owner_after = -1
+                    free_after = placement.free[n] + k * problem.demand[a]
+                    gain, b = _receivers_gain(gains, n, free_after, int(owner_after), a)
+                    if gain - loss > _TOLERANCE and (best is None or gain - loss > best[0]):
+                        best = (gain - loss, k, b)
+                if best is not None:
+                    _, k, b = best
+                    _remove(placement, a, n, k)
+                    _apply_gain(gains, b, n)
+                    gains.update(a)
+                    gains.update(b)
+                    gains.refresh_layout()
+                    moves += 1
+                    improved = True
+                    if moves >= max_moves:
+                        return moves
+    return moves

@@ -1,0 +1,162 @@
+"""The paper's optimizer: a genetic algorithm over allocation matrices (``pollux-ga``).
+
+Individuals are states (J, N) of replica counts. Each round starts from the population the
+previous round ended with (rows matched to jobs and columns to nodes by name; new jobs and
+nodes start empty) plus the current allocation, so good solutions carry over as the
+cluster evolves. Each generation:
+
+1. *selection*: binary tournaments on fitness pick parents;
+2. *crossover*: single point over jobs; a child takes the rows of jobs before the point
+   from one parent and the rest from the other;
+3. *mutation*: some job rows return to the current allocation (no restart), some entries
+   are cleared, and some entries where a replica still fits are raised to a random count
+   up to what the node holds for that job;
+4. *repair* (:func:`pollux.policies.pollux.constraints.repair`) maps every child onto a
+   feasible state;
+5. *survival*: the best distinct states of parents and children form the next population.
+
+The answer is the best individual of the last generation. Randomness comes from the
+generator the optimizer is given.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from pollux.errors import ConfigError
+from pollux.policies.pollux.constraints import repair
+from pollux.policies.pollux.objective import PolluxObjective
+from pollux.policies.pollux.problem import AllocationProblem, FloatArray, IntArray
+
+
+@dataclass(frozen=True)
+class GAConfig:
+    """Genetic-algorithm settings (defaults: the published ones)."""
+
+    population_size: int = 100
+    """Individuals kept from generation to generation (and from round to round)."""
+    num_generations: int = 100
+    """Generations per scheduling round."""
+    reset_probability: float = 0.1
+    """Chance that a child's job row returns to the current allocation."""
+    clear_row_probability: float = 0.1
+    """Chance that a child's job row has some of its entries cleared ..."""
+    clear_entry_probability: float = 0.1
+    """... each entry of such a row being cleared with this chance."""
+
+    def __post_init__(self) -> None:
+        if self.population_size < 2:
+            raise ConfigError("population_size", self.population_size, "use at least 2")
+        if self.num_generations < 0:
+            raise ConfigError("num_generations", self.num_generations, "use a count >= 0")
+        for name in ("reset_probability", "clear_row_probability", "clear_entry_probability"):
+            value = getattr(self, name)
+            if not 0 <= value <= 1:
+                raise ConfigError(name, value, "use a probability in [0, 1]")
+
+
+class GeneticOptimizer:
+    """Keeps its population between rounds; one instance per policy instance."""
+
+    def __init__(self, config: GAConfig, rng: np.random.Generator,
+                 interference_avoidance: bool = True) -> None:
+        self.config = config
+        self.rng = rng
+        self.interference_avoidance = interference_avoidance
+        self._population: IntArray | None = None
+        self._job_names: list[str] = []
+        self._node_names: list[str] = []
+
+    # -- population carried across rounds -------------------------------------------------
+
+    def _initial_population(self, problem: AllocationProblem) -> IntArray:
+        base = problem.base_state[None]
+        if self._population is None or len(self._population) == 0:
+            size = self.config.population_size
+            population = np.repeat(base, size, axis=0)
+            population[1:] = self._mutate(problem, population[1:])
+        else:
+            population = self._adapt(problem, self._population)
+            population = np.concatenate([base, population[: self.config.population_size - 1]])
+        return repair(problem, population, self.rng, self.interference_avoidance)
+
+    def _adapt(self, problem: AllocationProblem, previous: IntArray) -> IntArray:
+        old_jobs = {name: i for i, name in enumerate(self._job_names)}
+        old_nodes = {name: i for i, name in enumerate(self._node_names)}
+        population = np.zeros((len(previous), *problem.shape), dtype=np.int64)
+        jobs_dst = [j for j, job in enumerate(problem.jobs) if job.name in old_jobs]
+        jobs_src = [old_jobs[problem.jobs[j].name] for j in jobs_dst]
+        nodes_dst = [n for n, node in enumerate(problem.nodes) if node.name in old_nodes]
+        nodes_src = [old_nodes[problem.nodes[n].name] for n in nodes_dst]
+        if jobs_dst and nodes_dst:
+            population[:, np.array(jobs_dst)[:, None], np.array(nodes_dst)[None, :]] = \
+                previous[:, np.array(jobs_src)[:, None], np.array(nodes_src)[None, :]]
+        return population
+
+    # -- operators ------------------------------------------------------------------------
+
+    def _select(self, fitness: FloatArray, count: int) -> IntArray:
+        """Binary tournament: ``count`` parent indices."""
+        a = self.rng.integers(len(fitness), size=count)
+        b = self.rng.integers(len(fitness), size=count)
+        return np.where(fitness[a] >= fitness[b], a, b)
+
+    def _crossover(self, first: IntArray, second: IntArray) -> IntArray:
+        num_jobs = first.shape[1]
+        points = self.rng.integers(num_jobs + 1, size=(len(first), 1, 1))
+        before = np.arange(num_jobs)[None, :, None] < points
+        return np.concatenate([np.where(before, first, second), np.where(before, second, first)])
+
+    def _mutate(self, problem: AllocationProblem, states: IntArray) -> IntArray:
+        cfg = self.config
+        rng = self.rng
+        states = states.copy()
+        shape = states.shape
+        reset = rng.random(shape[:2]) < cfg.reset_probability
+        states = np.where(reset[:, :, None], problem.base_state[None], states)
+        clear_rows = rng.random(shape[:2]) < cfg.clear_row_probability
+        clear = clear_rows[:, :, None] & (rng.random(shape) < cfg.clear_entry_probability)
+        states[clear] = 0
+        # Raise entries where one more replica still fits on the node.
+        used = np.einsum("pjn,jr->pnr", states.astype(np.float64), problem.demand)
+        free = problem.capacity[None] - used
+        room = np.all(problem.demand[None, :, None, :] <= free[:, None, :, :] + 1e-9, axis=3)
+        room &= problem.max_per_node[None] > states
+        owned = room & (states > 0)
+        p_room = room / np.maximum(room.sum(axis=2, keepdims=True), 1)
+        p_owned = owned / np.maximum(owned.sum(axis=2, keepdims=True), 1)
+        raise_mask = rng.random(shape) < p_room + p_owned - p_room * p_owned
+        upper = np.maximum(problem.max_per_node[None], states)
+        proposal = rng.integers(states, upper + 1)
+        states[raise_mask] = proposal[raise_mask]
+        return states
+
+    # -- one round ------------------------------------------------------------------------
+
+    def solve(self, problem: AllocationProblem,
+              objective: PolluxObjective) -> tuple[IntArray, dict[str, Any]]:
+        """Best state found this round, and statistics for ``PolicyDecision.info``."""
+        size = self.config.population_size
+        population = self._initial_population(problem)
+        fitness = objective.evaluate(population)
+        for _ in range(self.config.num_generations):
+            parents = self._select(fitness, 2 * ((size + 1) // 2))
+            children = self._crossover(population[parents[0::2]], population[parents[1::2]])
+            children = self._mutate(problem, children)
+            children = repair(problem, children, self.rng, self.interference_avoidance)
+            merged = np.concatenate([population, children])
+            merged_fitness = np.concatenate([fitness, objective.evaluate(children)])
+            _, first = np.unique(merged.reshape(len(merged), -1), axis=0, return_index=True)
+            keep = first[np.argsort(-merged_fitness[first], kind="stable")][:size]
+            population, fitness = merged[keep], merged_fitness[keep]
+        best = int(np.argmax(fitness))
+        self._population = population
+        self._job_names = [job.name for job in problem.jobs]
+        self._node_names = [node.name for node in problem.nodes]
+        stats = {"generations": self.config.num_generations,
+                 "population": len(population),
+                 "population_fitness_median": float(np.median(fitness))}
+        return population[best].copy(), stats

@@ -1,0 +1,176 @@
+"""The default optimizer (``pollux``): marginal-gain allocation, placement, then fill.
+
+The objective is a power mean, so maximizing it means maximizing a *sum* of per-job
+utilities (:func:`pollux.policies.pollux.objective.utility`): the problem separates into
+one choice per job (how many replicas, kept where they are or moved) coupled only by the
+cluster's capacity. The optimizer works in three steps:
+
+1. **Counts.** For every job and every replica count it may get, the utility of that count
+   on as few nodes as can hold it, with the restart factor applied; at its current count
+   the job may instead keep its exact placement, unpenalized. A greedy multiple-choice
+   knapsack then grows, one jump at a time, the job whose next jump (to any larger count)
+   gains the most utility per unit of dominant resource, while the cluster's aggregate
+   capacity allows. Jumps, not single steps, let a job cross a valley in its utility
+   (a second node, leaving the penalty-free current placement).
+2. **Placement.** Jobs that keep their placement are put back first; the others, largest
+   first, go on one node if any can hold them (tightest fit, non-preemptible nodes and
+   nodes they used before preferred) or otherwise on as few nodes as possible among those
+   no other distributed job uses. A job that does not fit drops to its next smaller count.
+3. **Fill.** Whatever fragmentation left free goes, by lazy greedy on the exact objective
+   of the actual placement, to the jobs that gain most from it.
+
+The result is compared with the current allocation (repaired to feasibility) and the better
+of the two is returned. Every step keeps the state feasible; no randomness is involved.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from pollux.policies.pollux.constraints import repair
+from pollux.policies.pollux.exchange import exchange
+from pollux.policies.pollux.objective import PolluxObjective
+from pollux.policies.pollux.placement import Placement, fill
+from pollux.policies.pollux.problem import AllocationProblem, BoolArray, FloatArray, IntArray
+
+_GAIN_TOLERANCE = 1e-12
+
+
+@dataclass(frozen=True)
+class JobChoices:
+    """The replica counts one job may get and their utilities."""
+
+    counts: IntArray
+    """Ascending candidate counts; ``counts[0] == 0``."""
+    utility: FloatArray
+    """Utility of each count (on as few nodes as possible, or kept in place)."""
+    keep: BoolArray
+    """Whether the best way to have that count is to keep the current placement."""
+
+
+def job_choices(problem: AllocationProblem, objective: PolluxObjective, j: int) -> JobChoices:
+    """Candidate counts of job ``j`` with their utilities (see module docstring)."""
+    cap = int(problem.max_replicas[j])
+    smallest = max(int(problem.min_replicas[j]), 1)
+    counts = np.concatenate([[0], np.arange(smallest, cap + 1)]).astype(np.int64)
+    per_node = np.sort(problem.max_per_node[j])[::-1]
+    cumulative = np.cumsum(per_node)
+    nodes = np.where(counts > 0, np.searchsorted(cumulative, counts, side="left") + 1, 0)
+    changed = counts > 0
+    speedups = objective.speedup(j, nodes, counts, changed)
+    utility = objective.utility(speedups)
+    keep = np.zeros(counts.shape, dtype=bool)
+    base = problem.base_state[j]
+    current = int(base.sum())
+    if current == 0:
+        keep[0] = True
+    elif smallest <= current <= cap and np.all(base <= problem.max_per_node[j]):
+        kept = objective.utility(objective.speedup(j, np.count_nonzero(base), current, False))
+        at = int(np.searchsorted(counts, current))
+        if kept >= utility[at]:
+            utility[at] = kept
+            keep[at] = True
+    return JobChoices(counts=counts, utility=np.asarray(utility, dtype=np.float64), keep=keep)
+
+
+def allocate_counts(
+    problem: AllocationProblem, choices: dict[int, JobChoices]
+) -> dict[int, int]:
+    """Greedy multiple-choice knapsack over aggregate capacity: job -> index into counts."""
+    remaining = problem.free_capacity.sum(axis=0)
+    chosen = dict.fromkeys(choices, 0)
+    heap: list[tuple[float, int, int, int]] = []
+
+    def best_jump(j: int) -> tuple[float, int] | None:
+        c = choices[j]
+        at = chosen[j]
+        if at + 1 >= len(c.counts):
+            return None
+        extra = c.counts[at + 1:] - c.counts[at]
+        need = extra[:, None] * problem.demand[j][None, :]
+        fits = np.all(need <= remaining[None, :] * (1 + 1e-9) + 1e-9, axis=1)
+        if not fits.any():
+            return None
+        unit = max(float(problem.dominant_share[j]), 1e-12)
+        gains = (c.utility[at + 1:] - c.utility[at]) / (extra * unit)
+        gains = np.where(fits, gains, -np.inf)
+        k = int(np.argmax(gains))
+        if not gains[k] > _GAIN_TOLERANCE:
+            return None
+        return float(gains[k]), at + 1 + k
+
+    for j in choices:
+        jump = best_jump(j)
+        if jump is not None:
+            heap.append((-jump[0], j, chosen[j], jump[1]))
+    heapq.heapify(heap)
+    while heap:
+        _, j, at, target = heapq.heappop(heap)
+        if chosen[j] != at:
+            continue
+        c = choices[j]
+        need = (c.counts[target] - c.counts[at]) * problem.demand[j]
+        if np.all(need <= remaining * (1 + 1e-9) + 1e-9):
+            remaining = remaining - need
+            chosen[j] = target
+        jump = best_jump(j)
+        if jump is not None:
+            heapq.heappush(heap, (-jump[0], j, chosen[j], jump[1]))
+    return chosen
+
+
+class MarginalGainOptimizer:
+    """Deterministic; keeps no state between rounds."""
+
+    def __init__(self, interference_avoidance: bool = True, fill_free: bool = True,
+                 max_exchanges: int | None = None) -> None:
+        self.interference_avoidance = interference_avoidance
+        self.fill_free = fill_free
+        self.max_exchanges = max_exchanges
+        """Exchange moves per round (None: twice the number of jobs)."""
+
+    def solve(self, problem: AllocationProblem,
+              objective: PolluxObjective) -> tuple[IntArray, dict[str, Any]]:
+        """Best state found, and statistics for ``PolicyDecision.info``."""
+        free_jobs = [j for j in range(problem.num_jobs) if not problem.pinned[j]]
+        choices = {j: job_choices(problem, objective, j) for j in free_jobs}
+        chosen = allocate_counts(problem, choices)
+
+        placement = Placement(problem, self.interference_avoidance)
+        moved: list[int] = []
+        for j in free_jobs:
+            c, at = choices[j], chosen[j]
+            if c.counts[at] == 0:
+                continue
+            if c.keep[at] and placement.fits_row(j, problem.base_state[j]):
+                placement.assign(j, problem.base_state[j])
+            else:
+                moved.append(j)
+        moved.sort(key=lambda j: (-choices[j].counts[chosen[j]] * problem.dominant_share[j], j))
+        num_shrunk = 0
+        for j in moved:
+            c = choices[j]
+            for at in range(chosen[j], 0, -1):
+                row = placement.place(j, int(c.counts[at]))
+                if row is not None:
+                    placement.assign(j, row)
+                    break
+                num_shrunk += 1
+        num_filled = fill(placement, objective, free_jobs) if self.fill_free else 0
+        budget = 2 * len(free_jobs) if self.max_exchanges is None else self.max_exchanges
+        num_exchanged = exchange(placement, objective, free_jobs, budget)
+        if num_exchanged and self.fill_free:
+            num_filled += fill(placement, objective, free_jobs)
+
+        current = repair(problem, problem.base_state[None], np.random.default_rng(0),
+                         self.interference_avoidance)[0]
+        values = objective.evaluate(np.stack([placement.state, current]))
+        state = placement.state if values[0] >= values[1] else current
+        stats = {"placement_shrinks": num_shrunk, "fill_additions": num_filled,
+                 "exchanges": num_exchanged,
+                 "kept_current": bool(values[0] < values[1])}
+        return state.copy(), stats

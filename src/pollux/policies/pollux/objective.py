@@ -1,0 +1,245 @@
+"""The Pollux objective, shared by every optimizer: a power mean of fair-share speedups.
+
+For an allocation ``A``, job ``j``'s *speedup* is its best goodput under ``A`` divided by
+its best goodput under a fair share of the cluster::
+
+    speedup_j(A) = S_j(nodes_j(A), replicas_j(A)) / S_j(fair share)
+
+where ``S_j`` is the job's reported speedup function (goodput over one replica;
+``S_j(n, k) = k``, perfect scaling, for a job that reports none yet). The fair share is
+the cluster divided equally among the ``J`` active jobs by dominant resource:
+``R_j = 1 / (J * d_j)`` replicas, ``d_j`` being the largest fraction of any cluster
+resource one replica takes, placed on as few nodes as can hold it. ``R_j`` is usually
+fractional; :class:`FairShareRounding` says how it is evaluated:
+
+- ``INTERPOLATE`` (default): linear interpolation between the whole replica counts around
+  ``R_j`` (below one replica, a time-share of one replica: ``R_j * S_j(1, 1)``);
+- ``CEIL``: at ``ceil(R_j)`` replicas, as the published artifact does.
+
+Restart penalty: a job whose allocation differs from its previous one has its speedup
+multiplied by ``max(age - restarts * delay, 0) / (age + delay)`` (``delay`` = the job's
+``restart_delay_s``). Starting a job that had nothing counts as a change, as in the
+reference (``penalize_first_start``).
+
+Fitness: the power mean ``M_p = (1/J * sum_j (speedup_j + eps)^p)^(1/p)`` (geometric mean
+for ``p = 0``), ``p = -1`` by default. The ``eps`` (1e-3) follows the reference
+implementation: a job with no GPUs would otherwise make the mean 0 for every ``p < 0``
+and hide all differences between allocations; with it, such a job adds ``eps^p`` to the
+sum, so leaving a job without GPUs costs a lot but stays comparable. ``M_p`` increases
+strictly with every job's speedup. Replicas placed on preemptible nodes shave a tiny
+fraction (``preemptible_penalty``) off ``M_p`` so that those nodes are used last.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from pollux.errors import ConfigError
+from pollux.policies.pollux.problem import AllocationProblem, FloatArray, IntArray
+
+
+class FairShareRounding(str, Enum):
+    """How a fractional fair share of replicas is evaluated (see module docstring)."""
+
+    INTERPOLATE = "interpolate"
+    CEIL = "ceil"
+
+
+@dataclass(frozen=True)
+class ObjectiveConfig:
+    """Knobs of the objective; the defaults are the paper's."""
+
+    p: float = -1.0
+    """Power-mean exponent: 1 = sum of speedups (efficiency), lower = fairer, 0 = geometric."""
+    epsilon: float = 1e-3
+    """Added to every speedup before the power mean (keeps jobs without GPUs comparable)."""
+    fair_share: FairShareRounding = FairShareRounding.INTERPOLATE
+    """How the fractional fair share of replicas is evaluated."""
+    restart_penalty: bool = True
+    """Multiply the speedup of a job whose allocation changes by the restart factor."""
+    penalize_first_start: bool = True
+    """Also penalize giving resources to a job that had none (the reference does)."""
+    preemptible_penalty: float = 1e-3
+    """Relative fitness lost when every replica sits on preemptible nodes."""
+
+    def __post_init__(self) -> None:
+        if not np.isfinite(self.p) or abs(self.p) > 100:
+            raise ConfigError("p", self.p, "use a finite power-mean exponent in [-100, 100]")
+        if not (np.isfinite(self.epsilon) and self.epsilon > 0):
+            raise ConfigError("epsilon", self.epsilon, "use a number > 0 (e.g. 1e-3)")
+        if not 0 <= self.preemptible_penalty < 1:
+            raise ConfigError("preemptible_penalty", self.preemptible_penalty,
+                              "use a fraction in [0, 1)")
+        object.__setattr__(self, "fair_share", FairShareRounding(self.fair_share))
+
+
+def power_mean(values: ArrayLike, p: float, axis: int = -1) -> FloatArray:
+    """``(mean(values^p))^(1/p)`` along ``axis``; geometric mean for ``p == 0``."""
+    x = np.asarray(values, dtype=np.float64)
+    if p == 0:
+        return np.asarray(np.exp(np.mean(np.log(x), axis=axis)))
+    return np.asarray(np.mean(x ** p, axis=axis) ** (1.0 / p))
+
+
+def utility(values: ArrayLike, p: float) -> FloatArray:
+    """A strictly increasing transform whose mean gives the power mean (see :func:`mean_of`).
+
+    ``x^p`` for ``p > 0``, ``-x^p`` for ``p < 0``, ``log x`` for ``p == 0``: maximizing
+    the sum of utilities maximizes the power mean, one job at a time.
+    """
+    x = np.asarray(values, dtype=np.float64)
+    if p == 0:
+        return np.asarray(np.log(x))
+    return np.asarray(np.sign(p) * x ** p)
+
+
+def mean_of(mean_utility: ArrayLike, p: float) -> FloatArray:
+    """The power mean from the mean of :func:`utility` values."""
+    u = np.asarray(mean_utility, dtype=np.float64)
+    if p == 0:
+        return np.asarray(np.exp(u))
+    return np.asarray((np.sign(p) * u) ** (1.0 / p))
+
+
+def restart_factor(age_s: ArrayLike, num_restarts: ArrayLike, delay_s: ArrayLike) -> FloatArray:
+    """``max(age - restarts * delay, 0) / (age + delay)``; 1 when age and delay are 0."""
+    age = np.asarray(age_s, dtype=np.float64)
+    delay = np.asarray(delay_s, dtype=np.float64)
+    restarts = np.asarray(num_restarts, dtype=np.float64)
+    denominator = age + delay
+    with np.errstate(divide="ignore", invalid="ignore"):
+        factor = np.maximum(age - restarts * delay, 0.0) / denominator
+    return np.asarray(np.where(denominator > 0, factor, 1.0))
+
+
+class PolluxObjective:
+    """Speedups and fitness of candidate states for one round (caches speedup queries)."""
+
+    def __init__(self, problem: AllocationProblem, config: ObjectiveConfig) -> None:
+        self.problem = problem
+        self.config = config
+        self._tables: list[FloatArray] = [np.zeros((1, 1)) for _ in problem.jobs]
+        num_jobs = problem.num_jobs
+        # Replicas of each job the largest empty node holds: where the fair share sits.
+        self._per_node_max = _whole_node_capacity(problem)
+        self.fair_replicas = np.where(
+            problem.dominant_share > 0,
+            1.0 / (max(num_jobs, 1) * np.where(problem.dominant_share > 0,
+                                                problem.dominant_share, 1.0)),
+            problem.max_replicas.astype(np.float64))
+        self.fair_speedup = np.array([self._fair_speedup(j) for j in range(num_jobs)])
+        ages = np.array([job.age_s for job in problem.jobs])
+        restarts = np.array([job.num_restarts for job in problem.jobs])
+        delays = np.array([job.restart_delay_s for job in problem.jobs])
+        factor = restart_factor(ages, restarts, delays)
+        if not config.restart_penalty:
+            factor = np.ones(num_jobs)
+        elif not config.penalize_first_start:
+            factor = np.where(problem.base_state.any(axis=1), factor, 1.0)
+        self.restart_factor = factor
+
+    # -- speedups ------------------------------------------------------------------------
+
+    def raw_speedup(self, j: int, num_nodes: ArrayLike, num_replicas: ArrayLike) -> FloatArray:
+        """Job ``j``'s reported speedup over one replica (memoized for this round)."""
+        nodes = np.asarray(num_nodes, dtype=np.int64)
+        replicas = np.asarray(num_replicas, dtype=np.int64)
+        if nodes.size == 0:
+            return np.zeros(nodes.shape)
+        table = self._tables[j]
+        rows, cols = int(nodes.max()) + 1, int(replicas.max()) + 1
+        if rows > table.shape[0] or cols > table.shape[1]:
+            grown = np.full((max(rows, table.shape[0]), max(cols, table.shape[1])), np.nan)
+            grown[: table.shape[0], : table.shape[1]] = table
+            self._tables[j] = table = grown
+        values = table[nodes, replicas]
+        missing = np.isnan(values)
+        if missing.any():
+            pairs = np.unique(np.stack([nodes[missing], replicas[missing]], axis=1), axis=0)
+            table[pairs[:, 0], pairs[:, 1]] = self._query(j, pairs[:, 0], pairs[:, 1])
+            values = table[nodes, replicas]
+        return values
+
+    def _query(self, j: int, nodes: IntArray, replicas: IntArray) -> FloatArray:
+        fn = self.problem.jobs[j].speedup_fn
+        running = replicas > 0
+        out = np.zeros(nodes.shape, dtype=np.float64)
+        if not running.any():
+            return out
+        if fn is None:
+            out[running] = replicas[running]
+        else:
+            values = np.asarray(fn(nodes[running], replicas[running]), dtype=np.float64)
+            out[running] = np.where(np.isfinite(values), np.maximum(values, 0.0), 0.0)
+        return out
+
+    def _min_nodes(self, j: int, replicas: int) -> int:
+        per_node = max(int(self._per_node_max[j]), 1)
+        return int(np.ceil(replicas / per_node)) if replicas > 0 else 0
+
+    def _fair_speedup(self, j: int) -> float:
+        share = float(self.fair_replicas[j])
+        lo, hi = int(np.floor(share)), int(np.ceil(share))
+        if self.config.fair_share is FairShareRounding.CEIL:
+            lo = hi = max(hi, 1)
+        counts = np.array([lo, hi])
+        nodes = np.array([self._min_nodes(j, lo), self._min_nodes(j, hi)])
+        s_lo, s_hi = self._query(j, nodes, counts)
+        value = s_lo if hi == lo else s_lo * (hi - share) + s_hi * (share - lo)
+        return float(value) if value > 0 else 1.0
+
+    def speedup(self, j: int, num_nodes: ArrayLike, num_replicas: ArrayLike,
+                changed: ArrayLike = False) -> FloatArray:
+        """Job ``j``'s fair-share speedup, restart factor applied where ``changed``."""
+        s = self.raw_speedup(j, num_nodes, num_replicas) / self.fair_speedup[j]
+        return np.asarray(np.where(changed, s * self.restart_factor[j], s))
+
+    def state_speedups(self, states: IntArray) -> FloatArray:
+        """(P, J) penalized fair-share speedups of states shaped (P, J, N)."""
+        states = np.asarray(states)
+        nodes = np.count_nonzero(states, axis=2)
+        replicas = states.sum(axis=2)
+        changed = np.any(states != self.problem.base_state[None], axis=2)
+        out = np.empty(nodes.shape, dtype=np.float64)
+        for j in range(self.problem.num_jobs):
+            out[:, j] = self.speedup(j, nodes[:, j], replicas[:, j], changed[:, j])
+        return out
+
+    # -- fitness -------------------------------------------------------------------------
+
+    def utility(self, speedups: ArrayLike) -> FloatArray:
+        """Per-job utility: the sum over jobs is maximized together with the power mean."""
+        return utility(np.asarray(speedups) + self.config.epsilon, self.config.p)
+
+    def fitness_of_speedups(self, speedups: ArrayLike) -> FloatArray:
+        """Power mean over the last axis of ``speedups + epsilon``."""
+        return power_mean(np.asarray(speedups) + self.config.epsilon, self.config.p)
+
+    def evaluate(self, states: IntArray) -> FloatArray:
+        """(P,) fitness of states shaped (P, J, N); higher is better."""
+        states = np.asarray(states)
+        if self.problem.num_jobs == 0:
+            return np.zeros(states.shape[0])
+        value = self.fitness_of_speedups(self.state_speedups(states))
+        if self.config.preemptible_penalty and self.problem.node_preemptible.any():
+            total = states.sum(axis=(1, 2))
+            spot = states[:, :, self.problem.node_preemptible].sum(axis=(1, 2))
+            value = value * (1.0 - self.config.preemptible_penalty
+                             * spot / np.maximum(total, 1))
+        return np.asarray(value)
+
+
+def _whole_node_capacity(problem: AllocationProblem) -> IntArray:
+    """(J,): replicas of each job the largest empty node holds (at least 1)."""
+    if problem.num_nodes == 0 or not problem.resource_types:
+        return np.ones(problem.num_jobs, dtype=np.int64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = problem.capacity[None, :, :] / problem.demand[:, None, :]
+    ratio = np.where(problem.demand[:, None, :] > 0, ratio, np.inf)
+    best = np.floor(ratio * (1 + 1e-9)).min(axis=2).max(axis=1)
+    best = np.where(np.isfinite(best), best, 1.0)
+    return np.maximum(best, 1.0).astype(np.int64)

@@ -1,0 +1,124 @@
+"""The Pollux policies: one objective, two optimizers (``pollux`` and ``pollux-ga``)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from abc import abstractmethod
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+import numpy as np
+
+from pollux.errors import ConfigError
+from pollux.policies.base import Allocations, JobInfo, NodeInfo, Policy, PolicyDecision
+from pollux.policies.pollux.ga import GAConfig, GeneticOptimizer
+from pollux.policies.pollux.marginal import MarginalGainOptimizer
+from pollux.policies.pollux.objective import (
+    FairShareRounding,
+    ObjectiveConfig,
+    PolluxObjective,
+)
+from pollux.policies.pollux.problem import AllocationProblem, IntArray, build_problem
+
+logger = logging.getLogger(__name__)
+
+
+class _PolluxPolicyBase(Policy):
+    """Builds the round's arrays and objective, runs the optimizer, reports numbers."""
+
+    optimizer_name: ClassVar[str]
+
+    def __init__(
+        self,
+        *,
+        seed: int | None = 0,
+        p: float = -1.0,
+        epsilon: float = 1e-3,
+        fair_share: FairShareRounding | str = FairShareRounding.INTERPOLATE,
+        restart_penalty: bool = True,
+        penalize_first_start: bool = True,
+        interference_avoidance: bool = True,
+        preemptible_penalty: float = 1e-3,
+    ) -> None:
+        try:
+            rounding = FairShareRounding(fair_share)
+        except ValueError as exc:
+            raise ConfigError("fair_share", fair_share, "use 'interpolate' or 'ceil'") from exc
+        self.objective_config = ObjectiveConfig(
+            p=float(p), epsilon=float(epsilon), fair_share=rounding,
+            restart_penalty=bool(restart_penalty),
+            penalize_first_start=bool(penalize_first_start),
+            preemptible_penalty=float(preemptible_penalty))
+        self.interference_avoidance = bool(interference_avoidance)
+        self.rng = np.random.default_rng(seed)
+
+    @abstractmethod
+    def _solve(self, problem: AllocationProblem,
+               objective: PolluxObjective) -> tuple[IntArray, dict[str, Any]]:
+        """The optimizer's best state and its statistics."""
+
+    def optimize(
+        self,
+        jobs: Sequence[JobInfo],
+        nodes: Sequence[NodeInfo],
+        previous_allocations: Allocations,
+    ) -> PolicyDecision:
+        start = time.perf_counter()
+        problem = build_problem(jobs, nodes, previous_allocations)
+        if problem.num_jobs == 0:
+            return PolicyDecision(allocations={}, info={"optimizer": self.optimizer_name,
+                                                        "objective": 0.0, "optimize_s": 0.0})
+        objective = PolluxObjective(problem, self.objective_config)
+        state, stats = self._solve(problem, objective)
+        speedups = objective.state_speedups(state[None])[0]
+        value = float(objective.evaluate(state[None])[0])
+        allocations = problem.to_allocations(state, previous_allocations)
+        changed = int(np.sum(np.any(state != problem.base_state, axis=1)))
+        elapsed = time.perf_counter() - start
+        info = {
+            "optimizer": self.optimizer_name,
+            "objective": value,
+            "num_jobs": problem.num_jobs,
+            "num_allocated": int(np.count_nonzero(state.sum(axis=1))),
+            "replicas": int(state.sum()),
+            "num_changed": changed,
+            "min_speedup": float(speedups.min()),
+            "optimize_s": elapsed,
+            **stats,
+        }
+        logger.debug("%s round: %s", self.optimizer_name, info)
+        return PolicyDecision(allocations=allocations, info=info)
+
+
+class PolluxPolicy(_PolluxPolicyBase):
+    """Pollux with the default optimizer: marginal-gain allocation, placement and fill."""
+
+    name = "pollux"
+    optimizer_name = "marginal"
+
+    def __init__(self, *, fill_free: bool = True, **options: Any) -> None:
+        super().__init__(**options)
+        self.optimizer = MarginalGainOptimizer(self.interference_avoidance, bool(fill_free))
+
+    def _solve(self, problem: AllocationProblem,
+               objective: PolluxObjective) -> tuple[IntArray, dict[str, Any]]:
+        return self.optimizer.solve(problem, objective)
+
+
+class PolluxGAPolicy(_PolluxPolicyBase):
+    """Pollux with the paper's genetic algorithm (population kept between rounds)."""
+
+    name = "pollux-ga"
+    optimizer_name = "ga"
+
+    def __init__(self, *, population_size: int = 100, num_generations: int = 100,
+                 **options: Any) -> None:
+        super().__init__(**options)
+        self.ga_config = GAConfig(population_size=int(population_size),
+                                  num_generations=int(num_generations))
+        self.optimizer = GeneticOptimizer(self.ga_config, self.rng, self.interference_avoidance)
+
+    def _solve(self, problem: AllocationProblem,
+               objective: PolluxObjective) -> tuple[IntArray, dict[str, Any]]:
+        return self.optimizer.solve(problem, objective)

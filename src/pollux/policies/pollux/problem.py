@@ -1,0 +1,186 @@
+"""One scheduling round as arrays: the snapshot the Pollux optimizers work on.
+
+An allocation of every job is a *state*: an integer matrix ``state[j, n]`` = replicas of
+job ``j`` on node ``n``. Jobs are ordered by priority (pinned jobs first, then by
+submission time), nodes by preference (non-preemptible first, then by name); both orders
+matter to the repair step, which resolves conflicts in favour of earlier jobs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+
+from pollux.errors import ConfigError
+from pollux.policies.base import Allocation, Allocations, JobInfo, NodeInfo
+
+IntArray = NDArray[np.int64]
+FloatArray = NDArray[np.float64]
+BoolArray = NDArray[np.bool_]
+
+_FIT_TOLERANCE = 1e-9
+"""Relative slack when dividing capacities by demands (float resources such as bytes)."""
+
+
+@dataclass(frozen=True)
+class AllocationProblem:
+    """The arrays of one round. Shapes: J jobs, N nodes, R resource types."""
+
+    jobs: tuple[JobInfo, ...]
+    """Active jobs in priority order: pinned first, then by submission time and name."""
+    nodes: tuple[NodeInfo, ...]
+    """Nodes in preference order: non-preemptible first, then by name."""
+    resource_types: tuple[str, ...]
+    """Resource types requested by at least one job, sorted."""
+    demand: FloatArray
+    """(J, R): amount of each resource one replica of each job needs."""
+    capacity: FloatArray
+    """(N, R): total amount of each resource on each node."""
+    base_state: IntArray
+    """(J, N): the previous allocation (replicas on nodes that still exist)."""
+    pinned: BoolArray
+    """(J,): non-preemptible jobs that are running; they keep ``base_state`` rows."""
+    free_capacity: FloatArray
+    """(N, R): capacity left once the pinned jobs are placed."""
+    max_per_node: IntArray
+    """(J, N): replicas of each job one node can hold on its own (pinned rows: base)."""
+    min_replicas: IntArray
+    """(J,): below this many replicas a job gets nothing."""
+    max_replicas: IntArray
+    """(J,): most replicas a job may get (its bound, the cluster's room for it)."""
+    node_preemptible: BoolArray
+    """(N,): preemptible (spot) nodes, used last."""
+    dominant_share: FloatArray
+    """(J,): largest fraction of any cluster resource one replica of the job takes."""
+
+    @property
+    def num_jobs(self) -> int:
+        return len(self.jobs)
+
+    @property
+    def num_nodes(self) -> int:
+        return len(self.nodes)
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return (len(self.jobs), len(self.nodes))
+
+    def replicas_fitting(self, free: FloatArray) -> IntArray:
+        """(J, N): replicas of each job that fit in ``free`` (N, R) node by node."""
+        return fitting_replicas(self.demand, free, self.max_replicas)
+
+    def to_allocations(
+        self, state: IntArray, previous_allocations: Allocations
+    ) -> dict[str, Allocation]:
+        """Job name -> node per replica. Unchanged rows return the previous tuple verbatim."""
+        names = [node.name for node in self.nodes]
+        result: dict[str, Allocation] = {}
+        for j, job in enumerate(self.jobs):
+            row = state[j]
+            if np.array_equal(row, self.base_state[j]) and row.any():
+                previous = tuple(previous_allocations.get(job.name, ()))
+                if len(previous) == int(row.sum()):
+                    result[job.name] = previous
+                    continue
+            result[job.name] = tuple(
+                names[n] for n in np.flatnonzero(row) for _ in range(int(row[n])))
+        return result
+
+
+def fitting_replicas(demand: FloatArray, free: FloatArray, cap: IntArray) -> IntArray:
+    """(J, N): ``min_r floor(free[n, r] / demand[j, r])`` over requested types, capped."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = free[None, :, :] / demand[:, None, :]
+    ratio = np.where(demand[:, None, :] > 0, ratio, np.inf)
+    fits = np.floor(ratio * (1.0 + _FIT_TOLERANCE) + _FIT_TOLERANCE).min(axis=2)
+    fits = np.minimum(fits, cap[:, None].astype(np.float64))
+    return np.maximum(fits, 0.0).astype(np.int64)
+
+
+def _check_unique(names: Sequence[str], field: str) -> None:
+    seen: set[str] = set()
+    for name in names:
+        if name in seen:
+            raise ConfigError(field, name, "give every entry a unique name")
+        seen.add(name)
+
+
+def _check_amounts(resources: Mapping[str, float], field: str) -> None:
+    if not isinstance(resources, Mapping):
+        raise ConfigError(field, resources, "give a mapping of resource type -> amount")
+    for rtype, amount in resources.items():
+        value = float(amount)
+        if not np.isfinite(value) or value < 0:
+            raise ConfigError(f"{field}[{rtype!r}]", amount, "use a finite amount >= 0")
+
+
+def build_problem(
+    jobs: Sequence[JobInfo],
+    nodes: Sequence[NodeInfo],
+    previous_allocations: Allocations,
+) -> AllocationProblem:
+    """Arrays for one round; validates names and amounts (ConfigError on bad input)."""
+    _check_unique([job.name for job in jobs], "JobInfo.name")
+    _check_unique([node.name for node in nodes], "NodeInfo.name")
+    for job in jobs:
+        _check_amounts(job.resources, f"JobInfo({job.name!r}).resources")
+        if job.min_replicas < 0:
+            raise ConfigError(f"JobInfo({job.name!r}).min_replicas", job.min_replicas,
+                              "use a count >= 0")
+        if job.max_replicas < 0:
+            raise ConfigError(f"JobInfo({job.name!r}).max_replicas", job.max_replicas,
+                              "use a count >= 0")
+    for node in nodes:
+        _check_amounts(node.resources, f"NodeInfo({node.name!r}).resources")
+
+    node_order = sorted(nodes, key=lambda node: (node.preemptible, node.name))
+    node_index = {node.name: n for n, node in enumerate(node_order)}
+
+    def running(job: JobInfo) -> bool:
+        return any(name in node_index for name in previous_allocations.get(job.name, ()))
+
+    job_order = sorted(jobs, key=lambda job: (
+        job.preemptible or not running(job), job.submission_time_s, job.name))
+    rtypes = tuple(sorted({r for job in job_order for r, a in job.resources.items()
+                           if float(a) > 0}))
+    num_jobs, num_nodes = len(job_order), len(node_order)
+    demand = np.array([[float(job.resources.get(r, 0.0)) for r in rtypes]
+                       for job in job_order], dtype=np.float64).reshape(num_jobs, len(rtypes))
+    capacity = np.array([[float(node.resources.get(r, 0.0)) for r in rtypes]
+                         for node in node_order],
+                        dtype=np.float64).reshape(num_nodes, len(rtypes))
+
+    base = np.zeros((num_jobs, num_nodes), dtype=np.int64)
+    for j, job in enumerate(job_order):
+        for name in previous_allocations.get(job.name, ()):
+            if name in node_index:
+                base[j, node_index[name]] += 1
+    pinned = np.array([not job.preemptible and bool(base[j].any())
+                       for j, job in enumerate(job_order)], dtype=bool)
+
+    free = capacity - (base[pinned].T @ demand[pinned] if pinned.any()
+                       else np.zeros_like(capacity))
+    free = np.maximum(free, 0.0)
+    bound = np.array([job.max_replicas for job in job_order], dtype=np.int64)
+    per_node = fitting_replicas(demand, free, bound)
+    per_node[pinned] = base[pinned]
+    max_replicas = np.minimum(bound, per_node.sum(axis=1))
+    max_replicas[pinned] = base[pinned].sum(axis=1)
+    min_replicas = np.array([job.min_replicas for job in job_order], dtype=np.int64)
+
+    total = capacity.sum(axis=0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        shares = np.where(total > 0, demand / np.where(total > 0, total, 1.0), 0.0)
+    dominant = shares.max(axis=1) if len(rtypes) else np.zeros(num_jobs)
+
+    return AllocationProblem(
+        jobs=tuple(job_order), nodes=tuple(node_order), resource_types=rtypes,
+        demand=demand, capacity=capacity, base_state=base, pinned=pinned,
+        free_capacity=free, max_per_node=per_node, min_replicas=min_replicas,
+        max_replicas=max_replicas,
+        node_preemptible=np.array([node.preemptible for node in node_order], dtype=bool),
+        dominant_share=dominant,
+    )
