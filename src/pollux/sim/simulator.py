@@ -8,7 +8,8 @@ against the nodes' capacity and applies them: a job whose placement changed rest
 
 Jobs are *fixed* (the tuned batch size, for baselines) or *adaptive* (Pollux jobs that
 fit their own model and report a speedup function). The mode comes from the policy's
-class attribute ``adaptive_jobs`` (False when absent), or from ``adaptive_jobs=`` here.
+class attribute ``adaptive_jobs``: baselines set it to False; a policy without it gets
+adaptive jobs. ``adaptive_jobs=`` here overrides it.
 """
 
 from __future__ import annotations
@@ -113,7 +114,7 @@ class Simulator:
         self.policy = policy
         self.config = config or ClusterConfig()
         if adaptive_jobs is None:
-            adaptive_jobs = bool(getattr(type(policy), "adaptive_jobs", False))
+            adaptive_jobs = bool(getattr(type(policy), "adaptive_jobs", True))
         self.adaptive_jobs = adaptive_jobs
         mode = BatchMode.ADAPTIVE if adaptive_jobs else BatchMode.FIXED
         missing = sorted({j.application for j in workload.jobs} - set(applications))

@@ -1,0 +1,164 @@
+"""Run records: the figures of one (policy, workload) run, and summaries over runs.
+
+The JSON written by ``pollux simulate --json`` is ``{"runs": [RunRecord...], "summary":
+{policy: {...}}}`` with the field names of :class:`RunRecord` and :class:`JobRecord`;
+other tools read them, so keep them stable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from pollux.sim.applications import Application
+from pollux.sim.fairness import IsolatedRuns, finish_time_fairness
+from pollux.sim.simulator import SimulationResult
+
+UNFAIR_TOLERANCE = 1e-6
+"""rho must exceed 1 by more than this to count as unfair (float noise)."""
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    """One job's outcome."""
+
+    name: str
+    application: str
+    submission_s: float
+    completion_s: float | None
+    """None when the job did not finish within the run."""
+    jct_s: float | None
+    """Job completion time: completion - submission."""
+    restarts: int
+    """Placement changes after the first start."""
+    gpu_hours: float
+    """GPU-hours held (restart delays included)."""
+    ftf: float | None
+    """Finish-time fairness rho (see :mod:`pollux.sim.fairness`); None if unfinished."""
+
+
+@dataclass(frozen=True)
+class RoundStats:
+    """Wall seconds the policy spent per scheduling round."""
+
+    median: float
+    p99: float
+    max: float
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """The figures of one (policy, workload) run."""
+
+    policy: str
+    workload: str
+    """Workload file stem."""
+    avg_jct_s: float
+    p50_jct_s: float
+    p99_jct_s: float
+    makespan_s: float
+    """Last completion - first submission."""
+    num_jobs: int
+    num_completed: int
+    restarts_per_job: float
+    gpu_utilization: float
+    """GPU-seconds held / (cluster GPUs x makespan)."""
+    wall_s: float
+    """Wall seconds of the whole simulation."""
+    round_s: RoundStats
+    max_ftf: float
+    p99_ftf: float
+    unfair_fraction: float
+    """Share of completed jobs with finish-time fairness rho > 1."""
+    gpu_hours_per_job: float
+    jobs: tuple[JobRecord, ...]
+
+    def to_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+def _percentile(values: Sequence[float] | np.ndarray, q: float) -> float:
+    arr = np.asarray(values, dtype=np.float64)
+    return float(np.percentile(arr, q)) if arr.size else float("nan")
+
+
+def summarize_run(result: SimulationResult, applications: Mapping[str, Application],
+                  isolated: IsolatedRuns | None = None) -> RunRecord:
+    """Turn a raw simulation result into a :class:`RunRecord`."""
+    cfg = result.config
+    if isolated is None:
+        isolated = IsolatedRuns(applications, cfg.gpus_per_node, cfg.restart_delay_s)
+    times = np.array([r.time_s for r in result.rounds], dtype=np.float64)
+    active = np.array([r.num_active for r in result.rounds], dtype=np.float64)
+    rho = finish_time_fairness(result.jobs, times, active, cfg.num_gpus, isolated,
+                               cfg.interval_s)
+    records = []
+    for job in result.jobs:
+        done = job.completion_time_s
+        records.append(JobRecord(
+            name=job.name,
+            application=job.spec.application,
+            submission_s=job.spec.submission_time_s,
+            completion_s=done,
+            jct_s=None if done is None else done - job.spec.submission_time_s,
+            restarts=job.num_restarts or 0,
+            gpu_hours=job.attained_service_s / 3600.0,
+            ftf=rho.get(job.name),
+        ))
+    jcts = [r.jct_s for r in records if r.jct_s is not None]
+    completions = [r.completion_s for r in records if r.completion_s is not None]
+    first = min(r.submission_s for r in records) if records else 0.0
+    makespan = (max(completions) - first) if completions else float("nan")
+    gpu_s = sum(job.attained_service_s for job in result.jobs)
+    policy_s = [r.policy_s for r in result.rounds if r.num_active]
+    ftf = list(rho.values())
+    num_jobs = len(records)
+    return RunRecord(
+        policy=result.policy,
+        workload=result.workload,
+        avg_jct_s=float(np.mean(jcts)) if jcts else float("nan"),
+        p50_jct_s=_percentile(jcts, 50),
+        p99_jct_s=_percentile(jcts, 99),
+        makespan_s=float(makespan),
+        num_jobs=num_jobs,
+        num_completed=len(jcts),
+        restarts_per_job=float(np.mean([r.restarts for r in records])) if records else 0.0,
+        gpu_utilization=(gpu_s / (cfg.num_gpus * makespan)
+                         if completions and makespan > 0 else 0.0),
+        wall_s=result.wall_s,
+        round_s=RoundStats(median=_percentile(policy_s, 50), p99=_percentile(policy_s, 99),
+                           max=float(max(policy_s)) if policy_s else float("nan")),
+        max_ftf=float(max(ftf)) if ftf else float("nan"),
+        p99_ftf=_percentile(ftf, 99),
+        unfair_fraction=float(np.mean(np.asarray(ftf) > 1.0 + UNFAIR_TOLERANCE)) if ftf else float("nan"),
+        gpu_hours_per_job=gpu_s / 3600.0 / num_jobs if num_jobs else 0.0,
+        jobs=tuple(records),
+    )
+
+
+def summarize_policies(runs: Sequence[RunRecord]) -> dict[str, dict[str, float]]:
+    """Policy -> means over its runs (``mean_avg_jct_s`` and companions)."""
+    by_policy: dict[str, list[RunRecord]] = {}
+    for run in runs:
+        by_policy.setdefault(run.policy, []).append(run)
+    summary = {}
+    for policy, items in by_policy.items():
+        summary[policy] = {
+            "mean_avg_jct_s": float(np.mean([r.avg_jct_s for r in items])),
+            "mean_p99_jct_s": float(np.mean([r.p99_jct_s for r in items])),
+            "mean_makespan_s": float(np.mean([r.makespan_s for r in items])),
+            "mean_restarts_per_job": float(np.mean([r.restarts_per_job for r in items])),
+            "mean_gpu_utilization": float(np.mean([r.gpu_utilization for r in items])),
+            "max_ftf": float(np.max([r.max_ftf for r in items])),
+            "mean_unfair_fraction": float(np.mean([r.unfair_fraction for r in items])),
+            "mean_gpu_hours_per_job": float(np.mean([r.gpu_hours_per_job for r in items])),
+            "num_workloads": len(items),
+        }
+    return summary
+
+
+def report(runs: Sequence[RunRecord]) -> dict[str, object]:
+    """The ``--json`` document: ``{"runs": [...], "summary": {...}}``."""
+    return {"runs": [run.to_dict() for run in runs], "summary": summarize_policies(runs)}

@@ -1,0 +1,157 @@
+"""Running many (policy, workload) simulations, in parallel processes when asked.
+
+Each task is self-contained (its workload, cluster, application source and seed), so a
+worker process rebuilds the applications and the policy itself; only the records come
+back. Inputs are validated in the parent before any worker starts.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass
+from pathlib import Path
+
+from pollux.errors import PolluxError
+from pollux.policies.base import Policy
+from pollux.policies.registry import POLICY_CLASSES, make_policy
+from pollux.sim.applications import Application, load_trace_applications
+from pollux.sim.metrics import RunRecord, summarize_run
+from pollux.sim.simulator import ClusterConfig, SimulationResult, run_simulation
+from pollux.sim.workload import Workload
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RunTask:
+    """One simulation to run."""
+
+    policy: str
+    workload: Workload
+    config: ClusterConfig
+    traces_dir: str | None = None
+    """Trace directory in the artifact format; None: the built-in catalog."""
+    seed: int = 0
+    """Passed to the policy (``seed=``) when its constructor takes one."""
+    timeline: bool = False
+    """Also return the allocation timeline (for plots)."""
+
+
+@dataclass(frozen=True)
+class JobTimeline:
+    """GPUs a job held over time, as change points."""
+
+    name: str
+    application: str
+    submission_s: float
+    completion_s: float | None
+    times_s: tuple[float, ...]
+    gpus: tuple[int, ...]
+    """GPUs held from ``times_s[i]`` until the next change point."""
+
+
+@dataclass(frozen=True)
+class Timeline:
+    """Cluster-wide and per-job allocation over a run."""
+
+    num_gpus: int
+    times_s: tuple[float, ...]
+    gpus_allocated: tuple[int, ...]
+    jobs: tuple[JobTimeline, ...]
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    task_index: int
+    record: RunRecord
+    timeline: Timeline | None = None
+
+
+def load_applications(traces_dir: str | Path | None) -> dict[str, Application]:
+    """Applications from a trace directory, or the built-in catalog when None."""
+    if traces_dir is None:
+        from pollux.sim.catalog import load_builtin_applications
+
+        return load_builtin_applications()
+    return load_trace_applications(traces_dir)
+
+
+def build_policy(name: str, seed: int) -> Policy:
+    """Instantiate a registered policy, passing ``seed`` when it accepts one."""
+    target = POLICY_CLASSES.get(name)
+    if target is None:
+        return make_policy(name)  # raises UnknownPluginError listing the choices
+    module_name, class_name = target.split(":")
+    cls = getattr(importlib.import_module(module_name), class_name)
+    params = inspect.signature(cls).parameters.values()
+    if any(p.name == "seed" or p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+        return make_policy(name, seed=seed)
+    return make_policy(name)
+
+
+def timeline_of(result: SimulationResult) -> Timeline:
+    """Change points of every job's GPU count, and the cluster total per round."""
+    points: dict[str, tuple[list[float], list[int]]] = {job.name: ([], []) for job in result.jobs}
+    last: dict[str, int] = {}
+    for rnd in result.rounds:
+        for name in set(last) | set(rnd.gpus):
+            gpus = rnd.gpus.get(name, 0)
+            if last.get(name, 0) != gpus or name not in last:
+                points[name][0].append(rnd.time_s)
+                points[name][1].append(gpus)
+            last[name] = gpus
+        for name in [n for n, g in last.items() if g == 0]:
+            del last[name]
+    jobs = tuple(JobTimeline(job.name, job.spec.application, job.spec.submission_time_s,
+                             job.completion_time_s, tuple(points[job.name][0]),
+                             tuple(points[job.name][1])) for job in result.jobs)
+    return Timeline(
+        num_gpus=result.config.num_gpus,
+        times_s=tuple(r.time_s for r in result.rounds),
+        gpus_allocated=tuple(sum(r.gpus.values()) for r in result.rounds),
+        jobs=jobs,
+    )
+
+
+def execute(task: RunTask, index: int = 0,
+            applications: Mapping[str, Application] | None = None) -> RunOutcome:
+    """Run one task in this process."""
+    try:
+        apps = applications if applications is not None else load_applications(task.traces_dir)
+        policy = build_policy(task.policy, task.seed)
+        result = run_simulation(task.workload, apps, policy, task.config)
+        record = summarize_run(result, apps)
+    except PolluxError as exc:  # re-raised plainly so it survives pickling
+        raise PolluxError(f"{task.policy} on {task.workload.name}: {exc}") from None
+    return RunOutcome(index, record, timeline_of(result) if task.timeline else None)
+
+
+def run_tasks(tasks: Sequence[RunTask], processes: int = 1,
+              on_done: Callable[[RunOutcome], None] | None = None) -> list[RunOutcome]:
+    """Run every task (in ``processes`` worker processes when > 1), results in task order."""
+    for task in tasks:
+        if task.policy not in POLICY_CLASSES:
+            make_policy(task.policy)  # raises with the valid choices
+    outcomes: list[RunOutcome | None] = [None] * len(tasks)
+    if processes <= 1 or len(tasks) <= 1:
+        cache: dict[str | None, dict[str, Application]] = {}
+        for i, task in enumerate(tasks):
+            if task.traces_dir not in cache:
+                cache[task.traces_dir] = load_applications(task.traces_dir)
+            outcome = execute(task, i, cache[task.traces_dir])
+            outcomes[i] = outcome
+            if on_done is not None:
+                on_done(outcome)
+    else:
+        with ProcessPoolExecutor(max_workers=min(processes, len(tasks))) as pool:
+            futures = [pool.submit(execute, task, i) for i, task in enumerate(tasks)]
+            for future in as_completed(futures):
+                outcome = future.result()
+                outcomes[outcome.task_index] = outcome
+                if on_done is not None:
+                    on_done(outcome)
+    return [o for o in outcomes if o is not None]
