@@ -122,6 +122,20 @@ class FakeBackend(Backend):
         launch = self._jobs.get(job_id)
         return [] if launch is None else list(launch.stop_requests)
 
+    def live_replicas_per_node(self) -> dict[str, int]:
+        """Replicas not yet exited on each node, over every job."""
+        counts: dict[str, int] = {}
+        for launch in self._jobs.values():
+            for node, state in zip(launch.request.allocation, launch.states):
+                if state is not ReplicaState.EXITED:
+                    counts[node] = counts.get(node, 0) + 1
+        return counts
+
+    def stopping_jobs(self) -> list[str]:
+        """Jobs asked to stop that still have live replicas."""
+        return sorted(j for j, launch in self._jobs.items() if launch.stop_requests and any(
+            s is not ReplicaState.EXITED for s in launch.states))
+
     def live_jobs(self) -> list[str]:
         return sorted(j for j, launch in self._jobs.items()
                       if any(s is not ReplicaState.EXITED for s in launch.states))

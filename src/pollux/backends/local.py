@@ -1,0 +1,302 @@
+"""Local backend: each replica is a local process in its own process group.
+
+One machine can act as ``num_nodes`` virtual nodes of ``slots_per_node`` slots each, so
+multi-node placement is exercised. A slot is a GPU (``CUDA_VISIBLE_DEVICES`` set to that
+one device) when the machine has GPUs, else a CPU slot (``CUDA_VISIBLE_DEVICES`` empty,
+``OMP_NUM_THREADS`` set to the replica's cpu count unless the job sets it). Each replica
+appends its output to ``<log_dir>/replica-<rank>.log``.
+
+A graceful stop sends SIGTERM to each replica's first process (the agent checkpoints
+and exits 75; wrapper scripts should ``exec`` the trainer); a forced stop, and the exit
+of a replica's first process, SIGKILL the whole process group. Every replica carries
+``POLLUX_LOCAL_BACKEND_ID`` in its environment, so a restarted server finds the
+replicas of a dead predecessor even if it died before recording them.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pollux.backends.base import (
+    Backend,
+    BackendError,
+    LaunchedReplica,
+    LaunchRequest,
+    ReplicaState,
+    ReplicaStatus,
+)
+from pollux.backends.processes import (
+    is_alive,
+    marked_processes,
+    process_start_ticks,
+    signal_group,
+)
+from pollux.errors import ConfigError, JobSpecError
+from pollux.policies.base import NodeInfo
+from pollux.service.job_spec import JobSpec
+
+logger = logging.getLogger(__name__)
+
+MARKER_ENV = "POLLUX_LOCAL_BACKEND_ID"
+"""Set on every replica to the backend's instance id (one per data directory)."""
+THREAD_ENV_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
+KILL_WAIT_S = 10.0
+"""How long recovery waits for SIGKILLed processes to disappear."""
+
+
+def detect_gpus(timeout_s: float = 10.0) -> list[str]:
+    """Visible GPU ids: ``CUDA_VISIBLE_DEVICES`` when set, else ``nvidia-smi``'s list."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return [d.strip() for d in visible.split(",") if d.strip() and d.strip() != "-1"]
+    if shutil.which("nvidia-smi") is None:
+        return []
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=timeout_s, check=True)
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [line.strip() for line in out.stdout.splitlines() if line.strip()]
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def total_memory_bytes() -> float:
+    try:
+        return float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        return 0.0
+
+
+@dataclass
+class _Replica:
+    rank: int
+    node: str
+    slots: tuple[int, ...]
+    process: subprocess.Popen[bytes]
+    exit_code: int | None = None
+
+
+class LocalBackend(Backend):
+    """Replicas as local processes on virtual nodes of GPU or CPU slots."""
+
+    name = "local"
+
+    def __init__(self, instance_id: str, num_nodes: int = 1, slots_per_node: int | None = None,
+                 device: str = "auto", gpu_ids: Sequence[str] | None = None,
+                 master_addr: str = "127.0.0.1") -> None:
+        if device not in ("auto", "gpu", "cpu"):
+            raise ConfigError("device", device, "choose auto, gpu or cpu")
+        if num_nodes < 1:
+            raise ConfigError("nodes", num_nodes, "must be >= 1")
+        gpus = list(detect_gpus() if gpu_ids is None else gpu_ids) if device != "cpu" else []
+        if device == "gpu" and not gpus:
+            raise ConfigError("device", device, "no GPU is visible; use --device cpu")
+        self.instance_id = instance_id
+        self.master_addr = master_addr
+        self.use_gpus = bool(gpus)
+        cpus = os.cpu_count() or 1
+        if slots_per_node is None:
+            slots_per_node = max(1, (len(gpus) if gpus else cpus) // num_nodes)
+        if slots_per_node < 1:
+            raise ConfigError("slots_per_node", slots_per_node, "must be >= 1")
+        if gpus and num_nodes * slots_per_node > len(gpus):
+            raise ConfigError("slots_per_node", slots_per_node,
+                              f"{num_nodes} nodes x {slots_per_node} slots need "
+                              f"{num_nodes * slots_per_node} GPUs; {len(gpus)} are visible")
+        self.node_names = [f"node-{i}" for i in range(num_nodes)]
+        self.slots_per_node = slots_per_node
+        self._devices = {name: [gpus[i * slots_per_node + j] for j in range(slots_per_node)]
+                         if gpus else [] for i, name in enumerate(self.node_names)}
+        self._cpus_per_node = float(max(slots_per_node, cpus // num_nodes))
+        self._memory_per_node = total_memory_bytes() / num_nodes
+        self._used_slots: dict[str, set[int]] = {name: set() for name in self.node_names}
+        self._jobs: dict[str, list[_Replica]] = {}
+
+    def nodes(self) -> list[NodeInfo]:
+        return [NodeInfo(name, {"gpu": float(self.slots_per_node), "cpu": self._cpus_per_node,
+                                "memory": self._memory_per_node})
+                for name in self.node_names]
+
+    def validate(self, spec: JobSpec) -> None:
+        if not Path(spec.working_dir).is_dir():
+            raise JobSpecError("working_dir", spec.working_dir,
+                               "no such directory on the server's machine")
+        program = spec.command[0]
+        path = spec.env.get("PATH", os.environ.get("PATH", ""))
+        if "/" in program:
+            resolved = Path(spec.working_dir, program)
+            if not (resolved.is_file() and os.access(resolved, os.X_OK)):
+                raise JobSpecError("command", program, "no such executable file")
+        elif shutil.which(program, path=path) is None:
+            raise JobSpecError("command", program, "program not found on the server's PATH")
+        gpu = spec.resources.gpu
+        if gpu != int(gpu) or gpu > self.slots_per_node:
+            raise JobSpecError("resources.gpu", gpu, "the local backend gives whole slots, "
+                                                     f"at most {self.slots_per_node} per replica")
+
+    # --- launching --------------------------------------------------------------------
+
+    def _take_slots(self, node: str, count: int) -> tuple[int, ...]:
+        free = [s for s in range(self.slots_per_node) if s not in self._used_slots[node]]
+        if len(free) < count:
+            raise BackendError(f"node {node} has {len(free)} free slots; {count} needed")
+        self._used_slots[node].update(free[:count])
+        return tuple(free[:count])
+
+    def _free_slots(self, replica: _Replica) -> None:
+        self._used_slots[replica.node].difference_update(replica.slots)
+
+    def _replica_env(self, request: LaunchRequest, agent_env: Mapping[str, str],
+                     slots: tuple[int, ...], node: str) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("POLLUX_")}
+        env.update(request.spec.env)
+        env.update(agent_env)
+        env[MARKER_ENV] = self.instance_id
+        if self.use_gpus:
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(self._devices[node][s] for s in slots)
+        else:
+            env["CUDA_VISIBLE_DEVICES"] = ""
+        threads = str(max(1, int(request.spec.resources.cpu)))
+        for name in THREAD_ENV_VARS:
+            if name not in request.spec.env:
+                env[name] = threads
+        return env
+
+    def launch(self, request: LaunchRequest) -> list[LaunchedReplica]:
+        if any(r.exit_code is None for r in self._jobs.get(request.job_id, [])):
+            raise BackendError(f"job {request.job_id} still has live replicas")
+        for node in request.allocation:
+            if node not in self._used_slots:
+                raise BackendError(f"unknown node {node!r}")
+        if not Path(request.spec.working_dir).is_dir():
+            raise BackendError(f"working directory {request.spec.working_dir} does not exist")
+        log_dir = Path(request.log_dir)
+        log_dir.mkdir(parents=True, exist_ok=True)
+        envs = request.environments(self.master_addr, free_port(self.master_addr))
+        slots_per_replica = int(request.spec.resources.gpu)
+        started: list[_Replica] = []
+        try:
+            for env, node in zip(envs, request.allocation):
+                slots = self._take_slots(node, slots_per_replica)
+                started.append(self._start(request, env.to_env(), env.rank, node, slots,
+                                           log_dir / f"replica-{env.rank}.log"))
+        except (OSError, BackendError) as exc:
+            for replica in started:
+                signal_group(replica.process.pid, signal.SIGKILL)
+                replica.process.wait()
+                self._free_slots(replica)
+            raise BackendError(f"cannot start {request.spec.command[0]!r}: {exc}") from exc
+        self._jobs[request.job_id] = started
+        return [LaunchedReplica(r.rank, r.node, {
+            "backend": self.name, "instance": self.instance_id, "pid": r.process.pid,
+            "pgid": r.process.pid, "start_ticks": process_start_ticks(r.process.pid),
+            "slots": list(r.slots)}) for r in started]
+
+    def _start(self, request: LaunchRequest, agent_env: Mapping[str, str], rank: int,
+               node: str, slots: tuple[int, ...], log_path: Path) -> _Replica:
+        env = self._replica_env(request, agent_env, slots, node)
+        header = (f"=== pollux {time.strftime('%Y-%m-%d %H:%M:%S')}: launch "
+                  f"{request.generation}, rank {rank} of {len(request.allocation)} on {node} "
+                  f"(slots {list(slots)}) ===\n")
+        try:
+            with open(log_path, "ab") as log:
+                log.write(header.encode())
+                log.flush()
+                process = subprocess.Popen(
+                    list(request.spec.command), cwd=request.spec.working_dir, env=env,
+                    stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                    start_new_session=True)
+        except OSError:
+            self._used_slots[node].difference_update(slots)
+            raise
+        return _Replica(rank, node, slots, process)
+
+    # --- watching and stopping --------------------------------------------------------
+
+    def poll(self, job_id: str) -> list[ReplicaStatus]:
+        statuses = []
+        for replica in self._jobs.get(job_id, []):
+            if replica.exit_code is None:
+                code = replica.process.poll()
+                if code is not None:
+                    replica.exit_code = code
+                    self._free_slots(replica)
+                    signal_group(replica.process.pid, signal.SIGKILL)  # stragglers
+            state = ReplicaState.RUNNING if replica.exit_code is None else ReplicaState.EXITED
+            statuses.append(ReplicaStatus(replica.rank, state, replica.exit_code))
+        return statuses
+
+    def stop(self, job_id: str, force: bool = False) -> None:
+        for replica in self._jobs.get(job_id, []):
+            if replica.exit_code is not None:
+                continue
+            if force:
+                signal_group(replica.process.pid, signal.SIGKILL)
+            else:
+                try:
+                    replica.process.send_signal(signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+
+    def release(self, job_id: str) -> None:
+        replicas = self._jobs.get(job_id, [])
+        if all(r.exit_code is not None for r in replicas):
+            self._jobs.pop(job_id, None)
+
+    def recover(self, handles: Sequence[Mapping[str, Any]], grace_s: float) -> list[str]:
+        leaders: dict[int, int | None] = {}
+        for handle in handles:
+            pid = handle.get("pid")
+            if handle.get("instance") != self.instance_id or not isinstance(pid, int):
+                continue
+            if is_alive(pid) and process_start_ticks(pid) == handle.get("start_ticks"):
+                leaders[pid] = process_start_ticks(pid)
+        marked = {pid: process_start_ticks(pid)
+                  for pid in marked_processes(MARKER_ENV, self.instance_id)}
+        targets = {**marked, **leaders}
+        if not targets:
+            return []
+        for pid in targets:
+            try:
+                if os.getpgid(pid) == pid:  # a replica's first process: let it checkpoint
+                    os.kill(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + grace_s
+        while time.monotonic() < deadline and any(
+                is_alive(pid) and process_start_ticks(pid) == ticks
+                for pid, ticks in targets.items()):
+            time.sleep(0.1)
+        survivors = {pid: ticks for pid, ticks in targets.items()
+                     if is_alive(pid) and process_start_ticks(pid) == ticks}
+        for pid in survivors:
+            signal_group(pid, signal.SIGKILL)
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + KILL_WAIT_S
+        while time.monotonic() < deadline and any(
+                is_alive(pid) and process_start_ticks(pid) == ticks
+                for pid, ticks in survivors.items()):
+            time.sleep(0.05)
+        return [f"pid {pid}" for pid in sorted(targets)]
+
+    def close(self) -> None:
+        for job_id in list(self._jobs):
+            self.poll(job_id)

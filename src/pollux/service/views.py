@@ -1,0 +1,100 @@
+"""JSON views of jobs and nodes for the API (and so for the CLI)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from pollux.errors import ConfigError
+from pollux.models.hints import JobHints
+from pollux.policies.base import NodeInfo
+from pollux.service.snapshot import held_allocation
+from pollux.service.store import JobEvent, JobRecord, ReplicaRecord
+
+logger = logging.getLogger(__name__)
+
+
+def current_goodput(record: JobRecord, hints: JobHints | None) -> float | None:
+    """Goodput (useful samples/s) of the running configuration, from the job's hints."""
+    if hints is None or not record.state.has_replicas or not record.allocation:
+        return None
+    goodput = hints.goodput_function()
+    if goodput is None or hints.local_bsz is None:
+        return None
+    try:
+        value = goodput.evaluate(len(set(record.allocation)), len(record.allocation),
+                                 hints.local_bsz, hints.accum_steps or 0)
+    except ConfigError:
+        return None
+    return float(value)
+
+
+def parsed_hints(record: JobRecord) -> JobHints | None:
+    if record.hints is None:
+        return None
+    try:
+        return JobHints.from_dict(dict(record.hints))
+    except ConfigError:
+        return None
+
+
+def job_summary(record: JobRecord, now: float) -> dict[str, Any]:
+    """One row of ``pollux ls``."""
+    hints = parsed_hints(record)
+    running = record.allocation if record.state.has_replicas else ()
+    return {
+        "id": record.id,
+        "name": record.spec.name,
+        "state": record.state.value,
+        "reason": record.reason,
+        "replicas": len(running),
+        "nodes": len(set(running)),
+        "allocation": list(running),
+        "target_allocation": (None if record.target_allocation is None
+                              else list(record.target_allocation)),
+        "batch_size": None if hints is None else hints.batch_size,
+        "epoch": None if hints is None else hints.epoch,
+        "goodput": current_goodput(record, hints),
+        "restarts": record.num_restarts,
+        "failures": record.num_failures,
+        "rescales": record.num_rescales,
+        "cancel_requested": record.cancel_requested,
+        "submitted_at": record.submitted_at,
+        "started_at": record.started_at,
+        "finished_at": record.finished_at,
+        "age_s": max(0.0, (record.finished_at or now) - record.submitted_at),
+    }
+
+
+def job_detail(record: JobRecord, now: float, events: Sequence[JobEvent],
+               replicas: Sequence[ReplicaRecord]) -> dict[str, Any]:
+    """Everything ``pollux describe`` shows."""
+    detail = job_summary(record, now)
+    detail.update({
+        "spec": record.spec.to_dict(),
+        "attained_service_s": record.attained_service_s,
+        "launches": record.num_launches,
+        "hints": None if record.hints is None else dict(record.hints),
+        "hints_updated_at": record.hints_updated_at,
+        "events": [{"time": e.time, "kind": e.kind, "message": e.message} for e in events],
+        "replicas_of_launch": [
+            {"rank": r.rank, "node": r.node, "generation": r.generation,
+             "started_at": r.started_at, "exit_code": r.exit_code, "exited_at": r.exited_at}
+            for r in replicas if r.generation == record.num_launches],
+    })
+    return detail
+
+
+def node_views(nodes: Sequence[NodeInfo], records: Sequence[JobRecord]) -> list[dict[str, Any]]:
+    """Nodes with the replicas each job holds (or was promised) on them."""
+    views = []
+    for node in nodes:
+        jobs = {}
+        for record in records:
+            count = held_allocation(record).count(node.name)
+            if count and not record.state.is_final:
+                jobs[record.id] = count
+        views.append({"name": node.name, "resources": dict(node.resources),
+                      "preemptible": node.preemptible, "jobs": jobs})
+    return views

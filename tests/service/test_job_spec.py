@@ -1,0 +1,109 @@
+"""Job specs: YAML/flags parse, round-trip, and every bad field is named."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pollux.errors import JobSpecError
+from pollux.service.job_spec import JobSpec, parse_memory
+
+GOOD: dict[str, Any] = {"name": "digits", "command": "python train.py --epochs 3",
+                        "working_dir": "/tmp"}
+
+YAML = """
+name: digits
+command: [python, train.py, --epochs, "3"]
+working_dir: /work
+env: {SEED: 3, MODE: fast}
+resources: {gpu: 1, cpu: 2, memory: 2GiB}
+min_replicas: 1
+max_replicas: 4
+preemptible: false
+restart_delay_s: 20
+max_failures: 5
+"""
+
+
+def test_yaml_spec_parses_every_field():
+    spec = JobSpec.from_yaml(YAML)
+    assert spec.command == ("python", "train.py", "--epochs", "3")
+    assert spec.env == {"SEED": "3", "MODE": "fast"}
+    assert spec.resources.memory_bytes == 2 * 2**30 and spec.resources.cpu == 2
+    assert (spec.min_replicas, spec.max_replicas, spec.preemptible) == (1, 4, False)
+    assert (spec.restart_delay_s, spec.max_failures) == (20.0, 5)
+    assert JobSpec.from_dict(spec.to_dict()) == spec
+
+
+def test_defaults():
+    spec = JobSpec.from_dict(GOOD)
+    assert spec.command == ("python", "train.py", "--epochs", "3")
+    assert (spec.min_replicas, spec.max_replicas, spec.max_failures) == (1, 1, 3)
+    assert spec.preemptible and spec.resources.gpu == 1
+
+
+@pytest.mark.parametrize(("change", "field"), [
+    ({"name": "bad name!"}, "name"),
+    ({"name": None}, "name"),
+    ({"command": ""}, "command"),
+    ({"command": ["python", 3]}, "command"),
+    ({"command": "python 'unclosed"}, "command"),
+    ({"working_dir": "relative/dir"}, "working_dir"),
+    ({"env": {"POLLUX_RANK": "1"}}, "env.POLLUX_RANK"),
+    ({"env": {"1BAD": "x"}}, "env.1BAD"),
+    ({"env": ["A=1"]}, "env"),
+    ({"resources": {"gpu": -1}}, "resources.gpu"),
+    ({"resources": {"tpu": 1}}, "resources.tpu"),
+    ({"resources": {"memory": "2 parsecs"}}, "resources.memory"),
+    ({"resources": {"gpu": 0, "cpu": 0}}, "resources"),
+    ({"min_replicas": -1}, "min_replicas"),
+    ({"max_replicas": 0}, "max_replicas"),
+    ({"min_replicas": 3, "max_replicas": 2}, "max_replicas"),
+    ({"max_replicas": 2.5}, "max_replicas"),
+    ({"preemptible": "yes"}, "preemptible"),
+    ({"restart_delay_s": float("nan")}, "restart_delay_s"),
+    ({"max_failures": True}, "max_failures"),
+    ({"max_falures": 3}, "max_falures"),
+])
+def test_invalid_fields_are_named(change, field):
+    with pytest.raises(JobSpecError) as info:
+        JobSpec.from_dict({**GOOD, **change})
+    assert info.value.field == field
+    assert field in str(info.value)
+
+
+def test_bad_yaml_and_non_mappings():
+    with pytest.raises(JobSpecError, match="YAML"):
+        JobSpec.from_yaml("name: [unclosed")
+    with pytest.raises(JobSpecError) as info:
+        JobSpec.from_yaml("- a list")
+    assert info.value.field == "spec"
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("512MiB", 512 * 2**20), ("2G", 2e9), ("1.5 GiB", 1.5 * 2**30), (1024, 1024.0)])
+def test_memory_units(text, expected):
+    assert parse_memory(text) == expected
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+    lambda children: st.lists(children, max_size=3) | st.dictionaries(
+        st.text(max_size=8), children, max_size=3), max_leaves=8)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.dictionaries(st.sampled_from(
+    ["name", "command", "working_dir", "env", "resources", "min_replicas", "max_replicas",
+     "preemptible", "restart_delay_s", "max_failures", "other"]), json_values))
+def test_arbitrary_input_is_accepted_or_rejected_with_a_field(data):
+    try:
+        spec = JobSpec.from_dict({**GOOD, **data})
+    except JobSpecError as exc:
+        assert exc.field and exc.field.split(".")[0] in set(data) | {"spec", "resources"}
+    else:
+        assert JobSpec.from_dict(spec.to_dict()) == spec
+        assert 0 <= spec.min_replicas <= spec.max_replicas
