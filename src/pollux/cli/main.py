@@ -17,6 +17,8 @@ from pollux.errors import PolluxError
 
 COMMAND_MODULES: tuple[str, ...] = (
     "pollux.cli.goodput",
+    "pollux.cli.simulate",
+    "pollux.cli.workload",
 )
 
 

@@ -1,0 +1,183 @@
+"""``pollux simulate``: run workloads through scheduling policies on a simulated cluster.
+
+With no WORKLOAD a workload is generated with the paper's job mix (``--jobs``,
+``--hours``, ``--seed``). Applications come from ``--traces DIR`` (the Pollux artifact
+format) or, by default, from the built-in catalog. Runs go to parallel processes; the
+table compares policies side by side; ``--json`` and ``--plot`` save the details.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from pollux.policies.registry import make_policy, policy_names
+from pollux.sim.generator import generate_workload
+from pollux.sim.metrics import RunRecord, report, summarize_policies
+from pollux.sim.runner import RunOutcome, RunTask, load_applications, run_tasks
+from pollux.sim.simulator import ClusterConfig
+from pollux.sim.workload import Workload, read_workload, workload_files
+
+DEFAULT_POLICIES = "tiresias,optimus,pollux"
+DEFAULT_GENERATED_JOBS = 40
+DEFAULT_GENERATED_HOURS = 2.0
+
+
+def _policies(text: str) -> list[str]:
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    for name in names:
+        if name not in policy_names():
+            make_policy(name)  # raises UnknownPluginError with the choices
+    return list(dict.fromkeys(names))
+
+
+def _workloads(args: argparse.Namespace, applications: set[str]) -> list[Workload]:
+    if not args.workloads:
+        return [generate_workload(args.jobs, args.hours, args.seed)]
+    return [read_workload(path, applications) for path in workload_files(args.workloads)]
+
+
+def _seconds(value: float) -> str:
+    return "-" if not math.isfinite(value) else f"{value:,.1f} s"
+
+
+def _policy_table(records: list[RunRecord]) -> Table:
+    """Metrics as rows, policies side by side as columns (means over workloads)."""
+    summary = summarize_policies(records)
+    policies = list(summary)
+    runs = {p: [r for r in records if r.policy == p] for p in policies}
+
+    def mean(policy: str, field: str) -> float:
+        values = [r.round_s.median if field == "round_median_s" else getattr(r, field)
+                  for r in runs[policy]]
+        return sum(values) / len(values)
+
+    rows: list[tuple[str, Any]] = [
+        ("workloads", lambda p: str(len(runs[p]))),
+        ("jobs done", lambda p: f"{sum(r.num_completed for r in runs[p])}"
+                                f"/{sum(r.num_jobs for r in runs[p])}"),
+        ("avg JCT (mean)", lambda p: _seconds(summary[p]["mean_avg_jct_s"])),
+        ("p50 JCT", lambda p: _seconds(mean(p, "p50_jct_s"))),
+        ("p99 JCT", lambda p: _seconds(mean(p, "p99_jct_s"))),
+        ("makespan", lambda p: _seconds(mean(p, "makespan_s"))),
+        ("GPU utilization", lambda p: f"{mean(p, 'gpu_utilization'):.1%}"),
+        ("restarts per job", lambda p: f"{mean(p, 'restarts_per_job'):.2f}"),
+        ("GPU-hours per job", lambda p: f"{mean(p, 'gpu_hours_per_job'):.2f}"),
+        ("max FTF", lambda p: f"{summary[p]['max_ftf']:.2f}"),
+        ("unfair jobs (FTF>1)", lambda p: f"{mean(p, 'unfair_fraction'):.1%}"),
+        ("policy round p50", lambda p: f"{1e3 * mean(p, 'round_median_s'):.2f} ms"),
+        ("policy round max", lambda p: f"{1e3 * max(r.round_s.max for r in runs[p]):.1f} ms"),
+        ("wall time", lambda p: f"{sum(r.wall_s for r in runs[p]):.1f} s"),
+    ]
+    table = Table(title="policies side by side (means over workloads)")
+    table.add_column("metric")
+    for policy in policies:
+        table.add_column(policy, justify="right")
+    for label, cell in rows:
+        table.add_row(label, *(cell(p) for p in policies))
+    return table
+
+
+def _workload_table(records: list[RunRecord]) -> Table:
+    policies = list(dict.fromkeys(r.policy for r in records))
+    table = Table(title="average JCT per workload (s)")
+    table.add_column("workload")
+    for policy in policies:
+        table.add_column(policy, justify="right")
+    by_key = {(r.workload, r.policy): r for r in records}
+    for workload in dict.fromkeys(r.workload for r in records):
+        cells = []
+        for policy in policies:
+            record = by_key.get((workload, policy))
+            done = record is not None and record.num_completed == record.num_jobs
+            cells.append("-" if record is None else
+                         f"{record.avg_jct_s:.1f}" + ("" if done else
+                                                      f" ({record.num_completed}/"
+                                                      f"{record.num_jobs} done)"))
+        table.add_row(workload, *cells)
+    return table
+
+
+def run(args: argparse.Namespace) -> int:
+    console = Console()
+    policies = _policies(args.policy)
+    config = ClusterConfig(num_nodes=args.nodes, gpus_per_node=args.gpus_per_node,
+                           interval_s=args.interval, restart_delay_s=args.restart_delay,
+                           interference=args.interference)
+    applications = set(load_applications(args.traces))
+    workloads = _workloads(args, applications)
+    tasks = [RunTask(policy, workload, config, args.traces, args.seed,
+                     timeline=args.plot is not None)
+             for workload in workloads for policy in policies]
+    processes = args.processes or min(len(tasks), os.cpu_count() or 1)
+    source = args.traces or "built-in catalog"
+    console.print(f"{len(workloads)} workload(s) x {len(policies)} policies on "
+                  f"{args.nodes} x {args.gpus_per_node} GPUs, applications from {source}, "
+                  f"{processes} process(es)", highlight=False)
+    with Progress(TextColumn("[progress.description]{task.description}"), BarColumn(),
+                  MofNCompleteColumn(), TimeElapsedColumn(), console=console,
+                  transient=True) as progress:
+        bar = progress.add_task("simulating", total=len(tasks))
+
+        def done(outcome: RunOutcome) -> None:
+            rec = outcome.record
+            progress.update(bar, advance=1,
+                            description=f"{rec.policy} on {rec.workload}: "
+                                        f"{rec.avg_jct_s:.0f} s avg JCT")
+
+        outcomes = run_tasks(tasks, processes, done)
+    records = [o.record for o in outcomes]
+    console.print(_policy_table(records))
+    if len(workloads) > 1:
+        console.print(_workload_table(records))
+    if args.json:
+        Path(args.json).write_text(json.dumps(report(records), indent=1) + "\n")
+        console.print(f"wrote {args.json}", highlight=False)
+    if args.plot:
+        from pollux.sim.plots import save_plots
+
+        paths = save_plots(records, [o.timeline for o in outcomes], args.plot)
+        console.print(f"wrote {len(paths)} plots to {args.plot}", highlight=False)
+    return 0
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "simulate", help="simulate workloads under scheduling policies",
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("workloads", nargs="*", metavar="WORKLOAD",
+                        help="workload CSV files or folders of CSVs (default: generate one)")
+    parser.add_argument("--policy", default=DEFAULT_POLICIES,
+                        help=f"comma-separated policies (default {DEFAULT_POLICIES}; "
+                             f"choices: {', '.join(policy_names())})")
+    parser.add_argument("--traces", metavar="DIR",
+                        help="application traces in the Pollux artifact format "
+                             "(default: the built-in catalog)")
+    parser.add_argument("--nodes", type=int, default=16, help="nodes (default 16)")
+    parser.add_argument("--gpus-per-node", type=int, default=4, help="GPUs per node (default 4)")
+    parser.add_argument("--interval", type=float, default=60.0,
+                        help="seconds between scheduling rounds (default 60)")
+    parser.add_argument("--restart-delay", type=float, default=30.0,
+                        help="seconds a job idles after each placement change (default 30)")
+    parser.add_argument("--interference", type=float, default=0.0,
+                        help="slowdown of distributed jobs sharing a node (default 0)")
+    parser.add_argument("--seed", type=int, default=0,
+                        help="seed of the policies and of the generated workload (default 0)")
+    parser.add_argument("--jobs", type=int, default=DEFAULT_GENERATED_JOBS,
+                        help=f"jobs of the generated workload (default {DEFAULT_GENERATED_JOBS})")
+    parser.add_argument("--hours", type=float, default=DEFAULT_GENERATED_HOURS,
+                        help="hours of arrivals of the generated workload "
+                             f"(default {DEFAULT_GENERATED_HOURS:g})")
+    parser.add_argument("--processes", type=int, default=0,
+                        help="worker processes (default: one per run, up to the CPU count)")
+    parser.add_argument("--json", metavar="OUT", help="write every run's figures as JSON")
+    parser.add_argument("--plot", metavar="DIR", help="save PNG figures in DIR")
+    parser.set_defaults(func=run)

@@ -1,0 +1,73 @@
+"""Generating workloads with the job mix of the Pollux study.
+
+The figures below summarize the paper's 8 evaluation workloads (1,280 jobs sampled from
+Microsoft's Philly trace): which applications jobs run, the hand-tuned configurations
+(GPUs, total batch size) users picked for each, and how arrivals spread over the hours of
+the 8-hour window. A generated workload draws each job independently from them.
+"""
+
+from __future__ import annotations
+
+from types import MappingProxyType
+
+import numpy as np
+
+from pollux.errors import ConfigError
+from pollux.sim.job import JobSpec
+from pollux.sim.workload import Workload
+
+APPLICATION_COUNTS = MappingProxyType({
+    "ncf": 503, "cifar10": 495, "deepspeech2": 111, "bert": 86, "yolov3": 59, "imagenet": 26,
+})
+"""Jobs per application over the 8 workloads of the study (application shares)."""
+
+TUNED_CONFIG_COUNTS = MappingProxyType({
+    "bert": ((6, 384, 23), (8, 384, 18), (12, 384, 20), (16, 384, 25)),
+    "cifar10": ((6, 2048, 134), (8, 2048, 119), (12, 4096, 133), (16, 4096, 109)),
+    "deepspeech2": ((6, 320, 34), (8, 320, 34), (12, 640, 43)),
+    "imagenet": ((24, 3200, 9), (32, 6400, 9), (48, 6400, 8)),
+    "ncf": ((1, 32768, 503),),
+    "yolov3": ((4, 64, 59),),
+})
+"""Per application: (num_replicas, batch_size, jobs) of each tuned configuration seen."""
+
+HOURLY_ARRIVAL_COUNTS = (144, 142, 92, 146, 197, 287, 148, 124)
+"""Jobs submitted in each hour of the 8-hour window (the day's pattern, repeated for
+longer workloads)."""
+
+
+def generate_workload(num_jobs: int = 160, hours: float = 8.0, seed: int = 0,
+                      name: str | None = None) -> Workload:
+    """A workload of ``num_jobs`` jobs arriving over ``hours`` hours, reproducible by seed.
+
+    Each job picks its application by the study's shares, a tuned configuration by how
+    often it was used for that application, an hour by the arrival pattern, and a second
+    uniformly within that hour. Jobs are named ``<application>-<index>`` in arrival order.
+    """
+    if not (isinstance(num_jobs, int) and num_jobs >= 1):
+        raise ConfigError("num_jobs", num_jobs, "use a whole number >= 1")
+    if not (np.isfinite(hours) and hours > 0):
+        raise ConfigError("hours", hours, "use a number of hours > 0")
+    rng = np.random.default_rng(seed)
+    apps = sorted(APPLICATION_COUNTS)
+    app_p = np.array([APPLICATION_COUNTS[a] for a in apps], dtype=np.float64)
+    chosen = rng.choice(len(apps), size=num_jobs, p=app_p / app_p.sum())
+    span_s = hours * 3600.0
+    num_slots = int(np.ceil(hours))
+    weights = np.array([HOURLY_ARRIVAL_COUNTS[h % len(HOURLY_ARRIVAL_COUNTS)]
+                        for h in range(num_slots)], dtype=np.float64)
+    weights[-1] *= hours - (num_slots - 1)  # a partial last hour gets its share
+    slots = rng.choice(num_slots, size=num_jobs, p=weights / weights.sum())
+    slot_ends = np.minimum((slots + 1) * 3600.0, span_s)
+    times = np.floor(slots * 3600.0 + rng.random(num_jobs) * (slot_ends - slots * 3600.0))
+    rows = []
+    for app_index, time_s in zip(chosen, times):
+        app = apps[int(app_index)]
+        configs = TUNED_CONFIG_COUNTS[app]
+        counts = np.array([c[2] for c in configs], dtype=np.float64)
+        replicas, batch, _ = configs[int(rng.choice(len(configs), p=counts / counts.sum()))]
+        rows.append((float(time_s), app, replicas, batch))
+    rows.sort(key=lambda r: r[0])
+    jobs = tuple(JobSpec(f"{app}-{i}", time_s, app, replicas, batch)
+                 for i, (time_s, app, replicas, batch) in enumerate(rows))
+    return Workload(name=name or f"generated-{num_jobs}jobs-{hours:g}h-seed{seed}", jobs=jobs)

@@ -1,0 +1,111 @@
+"""PNG figures of simulation runs: JCT CDFs, GPUs allocated over time, per-job timelines."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+from matplotlib.collections import LineCollection  # noqa: E402
+
+from pollux.sim.metrics import RunRecord  # noqa: E402
+from pollux.sim.runner import Timeline  # noqa: E402
+
+
+def plot_jct_cdf(records: Sequence[RunRecord], path: Path) -> Path:
+    """CDF of job completion times per policy (all workloads pooled)."""
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    policies = list(dict.fromkeys(r.policy for r in records))
+    for policy in policies:
+        jcts = np.sort([j.jct_s for r in records if r.policy == policy for j in r.jobs
+                        if j.jct_s is not None])
+        if jcts.size:
+            ax.step(jcts / 3600.0, np.arange(1, jcts.size + 1) / jcts.size, where="post",
+                    label=f"{policy} (mean {np.mean(jcts) / 3600:.2f} h)")
+    ax.set_xscale("log")
+    ax.set_xlabel("job completion time (hours, log scale)")
+    ax.set_ylabel("fraction of jobs")
+    ax.set_title("JCT distribution per policy")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def plot_gpus_over_time(workload: str, timelines: Sequence[tuple[str, Timeline]],
+                        path: Path) -> Path:
+    """GPUs allocated over time, one line per policy, for one workload."""
+    fig, ax = plt.subplots(figsize=(8, 4))
+    num_gpus = 0
+    for policy, timeline in timelines:
+        num_gpus = max(num_gpus, timeline.num_gpus)
+        ax.step(np.asarray(timeline.times_s) / 3600.0, timeline.gpus_allocated, where="post",
+                label=policy, linewidth=1.0)
+    if num_gpus:
+        ax.axhline(num_gpus, color="gray", linestyle="--", linewidth=0.8, label="cluster")
+    ax.set_xlabel("time (hours)")
+    ax.set_ylabel("GPUs allocated")
+    ax.set_title(f"GPUs allocated over time: {workload}")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def plot_job_timeline(policy: str, workload: str, timeline: Timeline, path: Path) -> Path:
+    """One row per job (submission order): grey while waiting, colored by GPUs held."""
+    jobs = timeline.jobs
+    end = timeline.times_s[-1] if timeline.times_s else 0.0
+    waiting, segments, colors = [], [], []
+    for row, job in enumerate(jobs):
+        done = job.completion_s if job.completion_s is not None else end
+        waiting.append([(job.submission_s / 3600, row), (done / 3600, row)])
+        times = list(job.times_s) + [done]
+        for i, gpus in enumerate(job.gpus):
+            if gpus > 0 and times[i + 1] > times[i]:
+                segments.append([(times[i] / 3600, row), (min(times[i + 1], done) / 3600, row)])
+                colors.append(gpus)
+    height = min(max(4.0, len(jobs) * 0.04), 30.0)
+    fig, ax = plt.subplots(figsize=(9, height))
+    width = max(0.5, min(4.0, 400.0 / max(len(jobs), 1)))
+    ax.add_collection(LineCollection(waiting, colors="0.85", linewidths=width))
+    if segments:
+        lines = LineCollection(segments, cmap="viridis", linewidths=width)
+        lines.set_array(np.asarray(colors, dtype=np.float64))
+        ax.add_collection(lines)
+        fig.colorbar(lines, ax=ax, label="GPUs allocated")
+    ax.set_xlim(0, max(end / 3600, 1e-3))
+    ax.set_ylim(len(jobs), -1)
+    ax.set_xlabel("time (hours)")
+    ax.set_ylabel("job (submission order)")
+    ax.set_title(f"per-job GPUs over time: {policy} on {workload} (grey: waiting)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def save_plots(records: Sequence[RunRecord], timelines: Sequence[Timeline | None],
+               directory: str | Path) -> list[Path]:
+    """Every figure for a set of runs (``timelines[i]`` belongs to ``records[i]``)."""
+    out = Path(directory)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = [plot_jct_cdf(records, out / "jct_cdf.png")]
+    by_workload: dict[str, list[tuple[str, Timeline]]] = {}
+    for record, timeline in zip(records, timelines):
+        if timeline is None:
+            continue
+        by_workload.setdefault(record.workload, []).append((record.policy, timeline))
+        paths.append(plot_job_timeline(record.policy, record.workload, timeline,
+                                       out / f"timeline-{record.policy}-{record.workload}.png"))
+    for workload, items in by_workload.items():
+        paths.append(plot_gpus_over_time(workload, items, out / f"gpus-{workload}.png"))
+    return paths
