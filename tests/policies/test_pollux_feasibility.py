@@ -1,0 +1,54 @@
+"""Every allocation either Pollux optimizer returns is feasible, on random snapshots."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+from pollux.policies.base import Allocation, JobInfo, NodeInfo
+from pollux.policies.pollux import PolluxGAPolicy, PolluxPolicy, build_problem, repair
+from pollux.policies.pollux import violations as state_violations
+from tests.policies.pollux_builders import snapshots, violations
+
+Snapshot = tuple[list[JobInfo], list[NodeInfo], dict[str, Allocation]]
+SETTINGS = settings(max_examples=40, deadline=None,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+
+def _policy(kind: str, interference: bool) -> PolluxPolicy | PolluxGAPolicy:
+    if kind == "ga":
+        return PolluxGAPolicy(seed=1, population_size=16, num_generations=6,
+                              interference_avoidance=interference)
+    return PolluxPolicy(interference_avoidance=interference)
+
+
+@pytest.mark.parametrize("interference", [True, False])
+@pytest.mark.parametrize("kind", ["marginal", "ga"])
+@SETTINGS
+@given(snapshot=snapshots())
+def test_allocations_are_feasible(kind: str, interference: bool, snapshot: Snapshot) -> None:
+    jobs, cluster, previous = snapshot
+    policy = _policy(kind, interference)
+    decision = policy.optimize(jobs, cluster, previous)
+    assert violations(jobs, cluster, previous, decision.allocations, interference) == []
+    # A second round from the first decision stays feasible too (GA population carried).
+    again = policy.optimize(jobs, cluster, decision.allocations)
+    assert violations(jobs, cluster, decision.allocations, again.allocations,
+                      interference) == []
+    assert np.isfinite(decision.info["objective"])
+
+
+@SETTINGS
+@given(snapshot=snapshots())
+def test_repair_maps_any_state_onto_a_feasible_one(snapshot: Snapshot) -> None:
+    jobs, cluster, previous = snapshot
+    problem = build_problem(jobs, cluster, previous)
+    rng = np.random.default_rng(0)
+    states = rng.integers(0, 6, size=(8, *problem.shape))
+    repaired = repair(problem, states, rng, interference_avoidance=True)
+    for state in repaired:
+        assert state_violations(problem, state, interference_avoidance=True) == []
+    # Feasible states are fixed points of repair when they respect job order priorities.
+    base = repair(problem, problem.base_state[None], rng)[0]
+    assert np.array_equal(repair(problem, base[None], rng)[0], base)

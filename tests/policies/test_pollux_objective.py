@@ -1,0 +1,132 @@
+"""The Pollux objective: power mean, fair-share speedups, restart penalty."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pollux.errors import ConfigError
+from pollux.policies.pollux import (
+    FairShareRounding,
+    ObjectiveConfig,
+    PolluxObjective,
+    build_problem,
+    power_mean,
+    restart_factor,
+)
+from pollux.policies.pollux.objective import mean_of, utility
+from tests.policies.pollux_builders import job, nodes
+
+speedups = st.lists(st.floats(0.0, 50.0, allow_nan=False), min_size=1, max_size=12)
+exponents = st.sampled_from([-2.0, -1.0, -0.5, 0.0, 0.5, 1.0, 2.0])
+"""(Much lower p makes eps^p swamp the rest in floating point, e.g. 1e-3^-4 = 1e12.)"""
+
+
+@settings(max_examples=200, deadline=None)
+@given(values=speedups, p=exponents, data=st.data())
+def test_power_mean_increases_with_every_speedup(values: list[float], p: float,
+                                                 data: st.DataObject) -> None:
+    s = np.array(values)
+    j = data.draw(st.integers(0, len(s) - 1))
+    bump = data.draw(st.floats(1e-3, 10.0))
+    higher = s.copy()
+    higher[j] += bump
+    eps = 1e-3
+    assert power_mean(higher + eps, p) > power_mean(s + eps, p)
+    # The sum of utilities (what the optimizers maximize) orders states the same way.
+    assert utility(higher + eps, p).sum() > utility(s + eps, p).sum()
+    assert np.isclose(mean_of(utility(s + eps, p).mean(), p), power_mean(s + eps, p))
+
+
+def test_a_job_without_gpus_counts_through_epsilon() -> None:
+    # p = -1: mean of reciprocals; a zero speedup adds 1/eps instead of zeroing the mean.
+    value = power_mean(np.array([1.0, 0.0]) + 1e-3, -1.0)
+    assert value == pytest.approx(2 / (1 / 1.001 + 1 / 1e-3))
+    assert 0 < value < power_mean(np.array([1.0, 0.5]) + 1e-3, -1.0)
+
+
+def test_restart_factor_math() -> None:
+    assert restart_factor(100.0, 1, 30.0) == pytest.approx(70 / 130)
+    assert restart_factor(3600.0, 0, 30.0) == pytest.approx(3600 / 3630)
+    assert restart_factor(50.0, 3, 30.0) == 0.0  # restarted more than its age allows
+    assert restart_factor(0.0, 0, 0.0) == 1.0  # nothing to lose
+    assert np.allclose(restart_factor([100.0, 200.0], [1, 2], [30.0, 10.0]),
+                       [70 / 130, 180 / 210])
+
+
+def _objective(jobs: list, cluster: list, previous: dict, **config: object) -> PolluxObjective:
+    return PolluxObjective(build_problem(jobs, cluster, previous), ObjectiveConfig(**config))
+
+
+def test_restart_penalty_applies_only_to_changed_jobs() -> None:
+    jobs = [job("a", seed=None, age_s=100.0, num_restarts=1),
+            job("b", seed=None, age_s=100.0, num_restarts=1)]
+    cluster = nodes(2, 4)
+    previous = {"a": ("node-00",) * 2, "b": ("node-01",) * 2}
+    obj = _objective(jobs, cluster, previous)
+    kept = obj.problem.base_state.copy()
+    moved = kept.copy()
+    moved[1, 1] = 3  # b grows: restart
+    s_kept = obj.state_speedups(kept[None])[0]
+    s_moved = obj.state_speedups(moved[None])[0]
+    assert s_moved[0] == pytest.approx(s_kept[0])
+    # Optimistic job (no speedup function): speedup = replicas / fair share (4 replicas).
+    assert s_kept[1] == pytest.approx(2 / 4)
+    assert s_moved[1] == pytest.approx(3 / 4 * 70 / 130)
+
+
+def test_first_start_penalty_is_configurable() -> None:
+    jobs = [job("new", seed=None, age_s=30.0, num_restarts=0)]
+    cluster = nodes(1, 4)
+    state = np.array([[[2]]])
+    penalized = _objective(jobs, cluster, {}).state_speedups(state)[0, 0]
+    free = _objective(jobs, cluster, {}, penalize_first_start=False).state_speedups(state)[0, 0]
+    assert free == pytest.approx(2 / 4)
+    assert penalized == pytest.approx(2 / 4 * 30 / 60)
+
+
+@pytest.mark.parametrize("rounding, expected", [
+    (FairShareRounding.INTERPOLATE, 64 / 24), (FairShareRounding.CEIL, 3.0)])
+def test_fair_share_divides_the_cluster_by_dominant_resource(
+        rounding: FairShareRounding, expected: float) -> None:
+    # 24 jobs on 64 GPUs: 2.67 GPUs each; the optimistic speedup is linear in replicas.
+    jobs = [job(f"j{i:02d}", seed=None) for i in range(24)]
+    obj = _objective(jobs, nodes(16, 4), {}, fair_share=rounding)
+    assert obj.fair_replicas == pytest.approx(np.full(24, 64 / 24))
+    assert obj.fair_speedup == pytest.approx(np.full(24, expected))
+
+
+def test_dominant_resource_sets_the_fair_share() -> None:
+    # CPU-heavy jobs: 32 CPUs per replica of 256 is 1/8 of the cluster, more than 1/64 GPUs.
+    jobs = [job("cpu-heavy", seed=None, resources={"gpu": 1, "cpu": 32}),
+            job("light", seed=None, resources={"gpu": 1, "cpu": 1})]
+    obj = _objective(jobs, nodes(16, 4, cpus=16), {})
+    assert obj.fair_replicas == pytest.approx([4.0, 32.0])
+
+
+def test_speedup_normalizes_by_the_fair_share_of_the_speedup_function() -> None:
+    jobs = [job(f"j{i}", seed=i) for i in range(4)]
+    obj = _objective(jobs, nodes(4, 4), {})
+    fn = jobs[0].speedup_fn
+    assert fn is not None
+    j = [p.name for p in obj.problem.jobs].index("j0")
+    assert obj.fair_speedup[j] == pytest.approx(float(fn(1, 4)))
+    assert obj.speedup(j, 2, 8) == pytest.approx(float(fn(2, 8)) / float(fn(1, 4)))
+
+
+def test_preemptible_nodes_cost_a_little() -> None:
+    jobs = [job("a", seed=None)]
+    cluster = nodes(2, 4, preemptible=1)
+    obj = _objective(jobs, cluster, {})
+    regular = np.array([[[4, 0]]])
+    spot = np.array([[[0, 4]]])
+    assert obj.evaluate(regular)[0] > obj.evaluate(spot)[0]
+
+
+def test_bad_configuration_names_the_field() -> None:
+    with pytest.raises(ConfigError, match="epsilon"):
+        ObjectiveConfig(epsilon=0.0)
+    with pytest.raises(ConfigError, match="p="):
+        ObjectiveConfig(p=float("nan"))

@@ -1,0 +1,161 @@
+"""Behaviour of the Pollux policies (``pollux`` and ``pollux-ga``) on small snapshots."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from pollux.errors import ConfigError
+from pollux.policies import make_policy
+from pollux.policies.pollux import (
+    ObjectiveConfig,
+    PolluxGAPolicy,
+    PolluxObjective,
+    PolluxPolicy,
+    build_problem,
+)
+from pollux.policies.pollux import violations as state_violations
+from tests.policies.pollux_builders import job, nodes, speedup_function, violations
+
+POLICIES = {
+    "pollux": lambda: PolluxPolicy(),
+    "pollux-ga": lambda: PolluxGAPolicy(seed=3, population_size=50, num_generations=60),
+}
+
+
+def test_registry_builds_both() -> None:
+    assert isinstance(make_policy("pollux"), PolluxPolicy)
+    assert isinstance(make_policy("pollux-ga", seed=1), PolluxGAPolicy)
+
+
+@pytest.mark.parametrize("name", sorted(POLICIES))
+@pytest.mark.parametrize("max_replicas, expected", [(64, 16), (6, 6)])
+def test_a_lone_job_gets_all_it_can_use(name: str, max_replicas: int, expected: int) -> None:
+    cluster = nodes(4, 4)
+    lone = job("lone", seed=None, max_replicas=max_replicas)
+    decision = POLICIES[name]().optimize([lone], cluster, {})
+    assert len(decision.allocations["lone"]) == expected
+    # On as few nodes as possible.
+    assert len(set(decision.allocations["lone"])) == -(-expected // 4)
+
+
+@pytest.mark.parametrize("name", sorted(POLICIES))
+def test_a_lone_job_stops_where_its_speedup_peaks(name: str) -> None:
+    # Speedup grows up to 8 replicas, then falls: more GPUs would only slow it down.
+    def peaked(num_nodes: object, num_replicas: object) -> np.ndarray:
+        k = np.asarray(num_replicas, dtype=np.float64)
+        return np.minimum(k, 16.0 - k)
+
+    lone = job("lone", seed=None, speedup_fn=peaked)
+    decision = POLICIES[name]().optimize([lone], nodes(4, 4), {})
+    assert len(decision.allocations["lone"]) == 8
+
+
+@pytest.mark.parametrize("name", sorted(POLICIES))
+def test_every_job_is_decided_and_waiting_jobs_get_gpus(name: str) -> None:
+    jobs = [job(f"j{i}", seed=i) for i in range(6)]
+    cluster = nodes(4, 4)
+    decision = POLICIES[name]().optimize(jobs, cluster, {})
+    assert set(decision.allocations) == {j.name for j in jobs}
+    assert all(len(a) >= 1 for a in decision.allocations.values())
+    assert violations(jobs, cluster, {}, decision.allocations) == []
+    assert decision.info["objective"] > 0
+
+
+def test_default_keeps_a_good_allocation_unchanged() -> None:
+    jobs = [job(f"j{i}", seed=i) for i in range(5)]
+    cluster = nodes(4, 4)
+    policy = PolluxPolicy()
+    first = policy.optimize(jobs, cluster, {})
+    second = policy.optimize(jobs, cluster, first.allocations)
+    assert second.allocations == first.allocations
+    assert second.info["num_changed"] == 0
+
+
+@pytest.mark.parametrize("name", sorted(POLICIES))
+def test_non_preemptible_running_job_keeps_its_allocation(name: str) -> None:
+    cluster = nodes(2, 4)
+    stuck = job("stuck", seed=1, preemptible=False)
+    others = [job(f"j{i}", seed=i + 2) for i in range(3)]
+    previous = {"stuck": ("node-00", "node-01", "node-01")}
+    decision = POLICIES[name]().optimize([stuck, *others], cluster, previous)
+    assert sorted(decision.allocations["stuck"]) == sorted(previous["stuck"])
+    assert violations([stuck, *others], cluster, previous, decision.allocations) == []
+
+
+def test_preemptible_nodes_are_used_last() -> None:
+    cluster = nodes(4, 4, preemptible=2)
+    jobs = [job("a", seed=None, max_replicas=4), job("b", seed=None, max_replicas=4)]
+    decision = PolluxPolicy().optimize(jobs, cluster, {})
+    used = {n for alloc in decision.allocations.values() for n in alloc}
+    assert used == {"node-00", "node-01"}
+
+
+def test_interference_avoidance_is_switchable() -> None:
+    # Two jobs of 6 replicas on 3 nodes of 4: with the rule they cannot both spread.
+    cluster = nodes(3, 4)
+    jobs = [job(n, seed=None, max_replicas=6) for n in ("a", "b")]
+    strict = PolluxPolicy().optimize(jobs, cluster, {})
+    loose = PolluxPolicy(interference_avoidance=False).optimize(jobs, cluster, {})
+    assert violations(jobs, cluster, {}, strict.allocations, True) == []
+    assert sorted(len(a) for a in loose.allocations.values()) == [6, 6]
+    assert sum(len(a) for a in strict.allocations.values()) < 12
+
+
+def test_ga_is_reproducible_for_a_seed() -> None:
+    jobs = [job(f"j{i}", seed=i) for i in range(8)]
+    cluster = nodes(4, 4)
+
+    def run(seed: int) -> list[dict[str, tuple[str, ...]]]:
+        policy = PolluxGAPolicy(seed=seed, population_size=20, num_generations=10)
+        decisions, previous = [], {}
+        for _ in range(3):
+            previous = policy.optimize(jobs, cluster, previous).allocations
+            decisions.append(previous)
+        return decisions
+
+    assert run(7) == run(7)
+
+
+def _brute_force_best(jobs: list, cluster: list) -> float:
+    """Best objective over every feasible state of a tiny problem."""
+    problem = build_problem(jobs, cluster, {})
+    objective = PolluxObjective(problem, ObjectiveConfig())
+    ranges = [range(int(c) + 1) for c in problem.max_per_node.ravel()]
+    states = np.array(list(itertools.product(*ranges))).reshape(-1, *problem.shape)
+    feasible = [s for s in states if not state_violations(problem, s)]
+    return float(objective.evaluate(np.array(feasible)).max())
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_default_optimizer_is_near_optimal_on_tiny_problems(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    cluster = nodes(2, 2)
+    jobs = [job(f"j{i}", seed=int(rng.integers(1000)), age_s=float(rng.uniform(60, 3600)),
+                max_replicas=int(rng.integers(1, 5))) for i in range(3)]
+    best = _brute_force_best(jobs, cluster)
+    found = PolluxPolicy().optimize(jobs, cluster, {}).info["objective"]
+    assert found >= 0.97 * best
+
+
+def test_checker_catches_broken_allocations() -> None:
+    cluster = nodes(2, 2)
+    jobs = [job("a", seed=None, max_replicas=2), job("b", seed=None, min_replicas=2)]
+    assert violations(jobs, cluster, {}, {"a": ("node-00",) * 3, "b": ("node-01",)})
+
+
+def test_bad_options_name_the_field() -> None:
+    with pytest.raises(ConfigError, match="fair_share"):
+        PolluxPolicy(fair_share="median")
+    with pytest.raises(ConfigError, match="population_size"):
+        PolluxGAPolicy(population_size=1)
+    with pytest.raises(ConfigError, match="JobInfo"):
+        PolluxPolicy().optimize([job("a", seed=None), job("a", seed=None)], nodes(1), {})
+
+
+def test_speedup_function_of_builders_is_plausible() -> None:
+    fn = speedup_function(0)
+    values = fn(np.array([1, 1, 2]), np.array([1, 4, 8]))
+    assert values[0] == pytest.approx(1.0) and values[1] > 1.0
