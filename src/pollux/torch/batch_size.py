@@ -1,0 +1,108 @@
+"""Choosing the atomic batch size and accumulation steps (numpy only, no process group).
+
+Rank 0 calls :func:`choose_batch_config` at agreement points and broadcasts the answer.
+A new configuration is adopted only when its predicted goodput beats the current one's
+by more than ``min_gain`` (e.g. 5%), so noise in the fit cannot make the job flap.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from pollux.errors import ConfigError
+from pollux.models import GoodputFunction, GradientStats, ThroughputParams
+from pollux.models.goodput import check_batch_bounds
+
+
+@dataclass(frozen=True)
+class BatchLimits:
+    """What the job accepts: set by ``AdaptiveDataLoader.autoscale_batch_size``."""
+
+    init_batch_size: int
+    """Initial total batch size ``M0`` (the loader's ``batch_size``)."""
+    max_batch_size: int
+    """Largest total batch; equal to ``init_batch_size`` when not autoscaling."""
+    local_bsz_bounds: tuple[int, int]
+    """Smallest and largest atomic (per-replica, per-micro-step) batch."""
+    accumulation: bool = True
+    """Whether gradient accumulation may be used."""
+
+    def __post_init__(self) -> None:
+        if self.init_batch_size < 1:
+            raise ConfigError("batch_size", self.init_batch_size, "must be >= 1")
+        lo, hi = check_batch_bounds(self.init_batch_size, self.max_batch_size,
+                                    self.local_bsz_bounds)
+        object.__setattr__(self, "local_bsz_bounds", (lo, hi))
+
+    @property
+    def adaptive(self) -> bool:
+        return self.max_batch_size > self.init_batch_size
+
+
+@dataclass(frozen=True)
+class BatchConfig:
+    """Per-replica atomic batch and accumulation steps: total = K * local_bsz * (s + 1)."""
+
+    local_bsz: int
+    accum_steps: int = 0
+
+    def __post_init__(self) -> None:
+        if self.local_bsz < 1:
+            raise ConfigError("local_bsz", self.local_bsz, "must be >= 1")
+        if self.accum_steps < 0:
+            raise ConfigError("accum_steps", self.accum_steps, "must be >= 0")
+
+    def total(self, num_replicas: int) -> int:
+        return num_replicas * self.local_bsz * (self.accum_steps + 1)
+
+
+def initial_batch_config(limits: BatchLimits, num_replicas: int) -> BatchConfig:
+    """The configuration closest to ``M0`` on ``num_replicas`` replicas.
+
+    With one replica, an adaptive job that may accumulate uses two micro-batches so the
+    gradient noise can be measured (it needs two gradients per step).
+    """
+    lo, hi = limits.local_bsz_bounds
+    micro = 1
+    if limits.accumulation:
+        micro = max(1, math.ceil(limits.init_batch_size / (num_replicas * hi)))
+        if num_replicas == 1 and limits.adaptive and limits.init_batch_size >= 2 * lo:
+            micro = max(micro, 2)
+    local = math.ceil(limits.init_batch_size / (num_replicas * micro))
+    return BatchConfig(local_bsz=min(max(local, lo), hi), accum_steps=micro - 1)
+
+
+def choose_batch_config(
+    limits: BatchLimits,
+    params: ThroughputParams | None,
+    grad_stats: GradientStats | None,
+    num_nodes: int,
+    num_replicas: int,
+    current: BatchConfig | None,
+    min_gain: float = 0.05,
+) -> BatchConfig:
+    """The goodput-optimal configuration, if it beats ``current`` by ``min_gain``.
+
+    Without a throughput fit or gradient statistics there is nothing to predict with:
+    the current (or initial) configuration stays.
+    """
+    fallback = current if current is not None else initial_batch_config(limits, num_replicas)
+    if not limits.adaptive or params is None or grad_stats is None:
+        return fallback
+    goodput = GoodputFunction(params, grad_stats, limits.init_batch_size)
+    best, local_bsz, accum = goodput.optimize(
+        num_nodes=num_nodes, num_replicas=num_replicas,
+        max_batch_size=limits.max_batch_size, local_bsz_bounds=limits.local_bsz_bounds,
+        accumulation=limits.accumulation)
+    best_goodput = float(best)
+    if not best_goodput > 0:
+        return fallback
+    candidate = BatchConfig(local_bsz=int(local_bsz), accum_steps=int(accum))
+    if current is None:
+        return candidate
+    now = float(goodput.evaluate(num_nodes, num_replicas, current.local_bsz,
+                                 current.accum_steps))
+    if candidate != current and best_goodput > (1.0 + min_gain) * now:
+        return candidate
+    return current

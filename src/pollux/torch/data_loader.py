@@ -1,0 +1,310 @@
+"""AdaptiveDataLoader: hands each replica its micro-batches and runs the job's rhythm.
+
+Iterating the loader drives everything that must happen at optimizer-step boundaries
+on every rank at once: agreement points (:mod:`pollux.torch.control`), where a stop
+request leads to a checkpoint and exit, a periodic checkpoint is taken, or a new batch
+configuration is adopted; the cursor of the elastic sampler moves past each step once the
+user asks for the next batch (so a checkpoint never loses or repeats a step's samples,
+even one taken in the middle of an accumulation). It also marks micro-step times for the
+profile and reports hints.
+
+The ``batch_size`` given is the initial *total* batch size ``M0``, split over replicas.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Iterator, Sized
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch.utils.data
+
+from pollux.errors import ConfigError
+from pollux.models import GoodputFunction, GradientStats, JobHints
+from pollux.torch.batch_size import BatchConfig, BatchLimits, choose_batch_config
+from pollux.torch.control import Agreement, agree
+from pollux.torch.elastic_sampler import ElasticSampler, IndexArray, StepPlan, plan_step
+from pollux.torch.gradient_noise import GradientNoiseEstimator
+from pollux.torch.profiler import MicroStepTiming
+
+if TYPE_CHECKING:
+    from pollux.torch.data_parallel import AdaptiveDataParallel
+    from pollux.torch.job import JobContext
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class BatchInfo:
+    """The micro-batch the loader just handed out on this rank."""
+
+    epoch: int
+    step_start: int
+    """Cursor of the optimizer step this micro-batch belongs to."""
+    micro_step: int
+    num_micro_steps: int
+    indices: IndexArray
+    """Data-set indices of this micro-batch, in order."""
+    num_padding: int
+    """How many of the last ``indices`` repeat samples only to even out the last step."""
+    num_replicas: int
+    local_bsz: int
+    accum_steps: int
+
+
+class AdaptiveDataLoader:
+    """Data loader over an elastic, seeded, checkpointed sample order.
+
+    Extra keyword arguments go to :class:`torch.utils.data.DataLoader` (``num_workers``,
+    ``collate_fn``, ``pin_memory``, ...); ``sampler``/``batch_sampler`` are the agent's.
+    """
+
+    def __init__(self, dataset: Any, batch_size: int, shuffle: bool = True, *,
+                 job: JobContext, seed: int = 0, name: str | None = None,
+                 **loader_kwargs: Any) -> None:
+        if not isinstance(dataset, Sized):
+            raise ConfigError("dataset", type(dataset).__name__, "give a map-style data set "
+                              "with __len__ and __getitem__")
+        for key in ("sampler", "batch_sampler", "batch_size", "shuffle", "drop_last"):
+            if key in loader_kwargs:
+                raise ConfigError(key, loader_kwargs[key], "the agent decides this; remove it")
+        self.job = job
+        self.dataset = dataset
+        self.init_batch_size = int(batch_size)
+        self.limits = BatchLimits(self.init_batch_size, self.init_batch_size,
+                                  (1, self.init_batch_size), accumulation=False)
+        self.sampler = ElasticSampler(len(dataset), shuffle=shuffle, seed=seed)
+        self.name = job.new_loader_name(name)
+        self.batch_config: BatchConfig | None = None
+        self._config_replicas = 0
+        self._loader_kwargs = loader_kwargs
+        self.batch_info: BatchInfo | None = None
+        """The micro-batch most recently handed out (for logging and accounting)."""
+        self.epoch_padding = 0
+        """Padding samples handed out so far this epoch (at most replicas - 1)."""
+        self._next_sync_steps = 1
+        self._last_sync_time = time.monotonic()
+        self._steps_at_last_sync = 0
+        job.checkpoint.register(f"pollux/loader/{self.name}", self)
+
+    # -- configuration -------------------------------------------------------------------
+
+    def autoscale_batch_size(self, max_batch_size: int,
+                             local_bsz_bounds: tuple[int, int] | None = None,
+                             gradient_accumulation: bool = True) -> None:
+        """Let the agent pick the batch size between ``batch_size`` and ``max_batch_size``."""
+        bounds = local_bsz_bounds if local_bsz_bounds is not None else (1, max_batch_size)
+        self.limits = BatchLimits(self.init_batch_size, int(max_batch_size),
+                                  (int(bounds[0]), int(bounds[1])),
+                                  accumulation=bool(gradient_accumulation))
+
+    @property
+    def current_batch_size(self) -> int | None:
+        """Total batch size of the current configuration (None before iterating)."""
+        if self.batch_config is None:
+            return None
+        return self.batch_config.total(self.job.num_replicas)
+
+    def __len__(self) -> int:
+        """Micro-batches per epoch on this rank with the current configuration."""
+        config = self.batch_config or BatchConfig(
+            math.ceil(self.init_batch_size / self.job.num_replicas))
+        return math.ceil(self.sampler.num_samples / (self.job.num_replicas * config.local_bsz))
+
+    # -- checkpoint ---------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        config = self.batch_config
+        return {"sampler": self.sampler.state_dict(),
+                "batch_config": None if config is None else [config.local_bsz,
+                                                             config.accum_steps],
+                "config_replicas": self._config_replicas,
+                "epoch_padding": self.epoch_padding}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.sampler.load_state_dict(state["sampler"])
+        config = state.get("batch_config")
+        self.batch_config = None if config is None else BatchConfig(int(config[0]),
+                                                                    int(config[1]))
+        self._config_replicas = int(state.get("config_replicas", 0))
+        self.epoch_padding = int(state.get("epoch_padding", 0))
+
+    # -- agreement ---------------------------------------------------------------------
+
+    def _model(self) -> AdaptiveDataParallel:
+        if self.job.model is None:
+            raise ConfigError("AdaptiveDataParallel", None, "wrap the model with "
+                              "AdaptiveDataParallel(..., job=job) before iterating the loader")
+        return self.job.model
+
+    def _propose(self, model: AdaptiveDataParallel) -> Agreement:
+        """Rank 0's decisions at an agreement point."""
+        job = self.job
+        job_config = job.config
+        profiler = job.profiler
+        profiler.collect()
+        profiler.maybe_refit()
+        raw = model.noise.raw().tolist()  # the one host read of the device statistics
+        stats = None
+        if raw[3] >= job_config.min_noise_updates:
+            stats = GradientNoiseEstimator.stats_from_raw(raw, self.init_batch_size)
+        current = self.batch_config if self._config_replicas == job.num_replicas else None
+        chosen = choose_batch_config(self.limits, profiler.params, stats, job.num_nodes,
+                                     job.num_replicas, current, job_config.min_goodput_gain)
+        steps = model.optimizer_steps - self._steps_at_last_sync
+        elapsed = time.monotonic() - self._last_sync_time
+        if steps > 0 and elapsed > 0:
+            wanted = job_config.control_interval_s * steps / elapsed
+            next_steps = int(min(max(round(wanted), 1), job_config.max_control_interval_steps))
+        else:
+            next_steps = 1
+        checkpoint = job.checkpoint
+        save = checkpoint.enabled and (time.monotonic() - checkpoint.last_save_time
+                                       >= job_config.checkpoint_interval_s)
+        return Agreement(stop=False, save_checkpoint=save, batch_config=chosen,
+                         next_sync_steps=next_steps, grad_stats=stats)
+
+    def _synchronize(self, model: AdaptiveDataParallel) -> bool:
+        """Run an agreement point; returns True when the batch configuration changed."""
+        job = self.job
+        proposal = self._propose(model) if job.rank == 0 else None
+        agreement = agree(job.control_group, rank=job.rank,
+                          stop_requested=job.stop_requested.is_set(), proposal=proposal)
+        model.set_grad_stats(agreement.grad_stats)
+        self._next_sync_steps = agreement.next_sync_steps
+        self._last_sync_time = time.monotonic()
+        self._steps_at_last_sync = model.optimizer_steps
+        if agreement.stop:
+            job.checkpoint.save()
+            job.exit_for_rescale()
+        if agreement.save_checkpoint:
+            job.checkpoint.save(background=True)
+        changed = (agreement.batch_config != self.batch_config
+                   or self._config_replicas != job.num_replicas)
+        if changed:
+            logger.info("batch configuration: %d replicas x %d x %d micro-steps = %d",
+                        job.num_replicas, agreement.batch_config.local_bsz,
+                        agreement.batch_config.accum_steps + 1,
+                        agreement.batch_config.total(job.num_replicas))
+        self.batch_config = agreement.batch_config
+        self._config_replicas = job.num_replicas
+        if job.rank == 0:
+            self._report(model)
+        return changed
+
+    def _report(self, model: AdaptiveDataParallel) -> None:
+        job, config = self.job, self.batch_config
+        assert config is not None
+        stats = model.grad_stats
+        hints = JobHints(
+            init_batch_size=self.limits.init_batch_size,
+            max_batch_size=self.limits.max_batch_size,
+            local_bsz_bounds=self.limits.local_bsz_bounds,
+            accumulation=self.limits.accumulation,
+            throughput_params=job.profiler.params,
+            grad_stats=stats,
+            max_profiled_replicas=job.profiler.max_profiled_replicas,
+            batch_size=config.total(job.num_replicas),
+            local_bsz=config.local_bsz,
+            accum_steps=config.accum_steps,
+            epoch=self.sampler.epoch,
+            progress=model.progress,
+        )
+        if job.hints is not None:
+            job.hints.update(hints)
+        if job.metrics.enabled:
+            self._write_metrics(model, stats)
+
+    def _write_metrics(self, model: AdaptiveDataParallel, stats: GradientStats | None) -> None:
+        job, config = self.job, self.batch_config
+        assert config is not None
+        params = job.profiler.params
+        throughput = goodput = efficiency = None
+        if params is not None:
+            fn = GoodputFunction(params, stats or GradientStats(1.0, 0.0), self.init_batch_size)
+            args = (job.num_nodes, job.num_replicas, config.local_bsz, config.accum_steps)
+            throughput = float(fn.throughput(*args))
+            goodput = float(fn.evaluate(*args))
+            efficiency = float(fn.efficiency(config.total(job.num_replicas)))
+        job.metrics.write(model.optimizer_steps, {
+            "goodput": goodput, "throughput": throughput, "efficiency": efficiency,
+            "batch_size": float(config.total(job.num_replicas)),
+            "local_bsz": float(config.local_bsz), "accum_steps": float(config.accum_steps),
+            "noise_scale": model.noise_scale(), "lr_factor": model.lr_factor,
+            "progress": model.progress,
+        })
+
+    # -- iteration ---------------------------------------------------------------------
+
+    def _plan_rest_of_epoch(self, config: BatchConfig) -> list[StepPlan]:
+        plans = []
+        position = self.sampler.position
+        order = self.sampler.order
+        while position < self.sampler.num_samples:
+            plan = plan_step(order, position, self.job.num_replicas, config.local_bsz,
+                             config.accum_steps)
+            plans.append(plan)
+            position = plan.end
+        return plans
+
+    def _torch_loader(self, plans: list[StepPlan]) -> torch.utils.data.DataLoader[Any]:
+        rank = self.job.rank
+        batches = [batch.tolist() for plan in plans for batch in plan.batches[rank]]
+        return torch.utils.data.DataLoader(self.dataset, batch_sampler=batches,
+                                           **self._loader_kwargs)
+
+    def __iter__(self) -> Iterator[Any]:
+        job = self.job
+        model = self._model()
+        if self.sampler.epoch != job.epoch:
+            self.epoch_padding = 0
+        self.sampler.set_epoch(job.epoch)
+        profiling = job.rank == 0
+        clock = job.profiler.clock
+        self._synchronize(model)
+        while self.sampler.remaining > 0:
+            config = self.batch_config
+            assert config is not None
+            plans = self._plan_rest_of_epoch(config)
+            batches = iter(self._torch_loader(plans))
+            steps_since_sync = 0
+            reconfigured = False
+            for step_number, plan in enumerate(plans):
+                if steps_since_sync >= self._next_sync_steps:
+                    steps_since_sync = 0
+                    if self._synchronize(model):
+                        reconfigured = True
+                        break
+                key = (job.num_nodes, job.num_replicas, config.local_bsz)
+                profile_step = (profiling and plan.regular
+                                and step_number >= job.config.profile_warmup_steps)
+                micro_batches = plan.batches[job.rank]
+                for micro, indices in enumerate(micro_batches):
+                    last = micro == len(micro_batches) - 1
+                    start = clock.mark() if profile_step else None
+                    data = next(batches)
+                    padding = plan.num_padding_in(job.rank, micro)
+                    self.batch_info = BatchInfo(
+                        epoch=self.sampler.epoch, step_start=plan.start, micro_step=micro,
+                        num_micro_steps=len(micro_batches), indices=indices,
+                        num_padding=padding, num_replicas=job.num_replicas,
+                        local_bsz=config.local_bsz, accum_steps=config.accum_steps)
+                    model.begin_micro_step(
+                        micro, len(micro_batches), local_bsz=config.local_bsz,
+                        step_batch_size=plan.total_batch_size,
+                        init_batch_size=self.init_batch_size, regular=plan.regular,
+                        mark_compute_end=profile_step and last)
+                    yield data
+                    if start is not None:
+                        job.profiler.record(MicroStepTiming(
+                            key=key, optimizer_step=last, start=start, end=clock.mark(),
+                            compute_end=model.compute_end_mark if last else None))
+                self.sampler.commit(plan)
+                self.epoch_padding += plan.num_padding
+                steps_since_sync += 1
+            del batches
+            if not reconfigured:
+                break

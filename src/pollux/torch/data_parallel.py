@@ -1,0 +1,361 @@
+"""AdaptiveDataParallel: DistributedDataParallel that measures its gradient noise,
+scales its learning rate with the batch size and counts statistical progress.
+
+How it hooks in (the user's training loop stays ordinary):
+
+* a DDP communication hook averages each gradient bucket over replicas *and*
+  accumulation micro-steps, and on the way reads each replica's own squared gradient
+  norm (riding on the last bucket's all-reduce: no extra collective) and the averaged
+  one, for :class:`~pollux.torch.gradient_noise.GradientNoiseEstimator`;
+* the optimizer's ``step`` and ``zero_grad`` (and a given ``GradScaler``'s ``step``,
+  ``update`` and ``unscale_``) become no-ops during accumulation micro-steps, so a loop
+  that steps after every batch accumulates correctly;
+* at each real optimizer step the learning rate is multiplied by the scaling rule's
+  factor for that step (and restored afterwards: schedulers see the base rate), and
+  ``progress`` grows by the step's gain. The optimizer's state is never reset, so Adam's
+  moments survive batch-size changes.
+
+Everything above stays on the device; host-side values (gain, statistics) come from
+the agreement points (:mod:`pollux.torch.control`).
+"""
+
+from __future__ import annotations
+
+import logging
+import types
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+
+from pollux.models import GradientStats, gain
+from pollux.torch.gradient_noise import GradientNoiseEstimator
+from pollux.torch.scaling_rules import ScalingRule, default_scaling_rule
+
+if TYPE_CHECKING:
+    from pollux.torch.job import JobContext
+
+logger = logging.getLogger(__name__)
+
+_EXACT_DTYPES = (torch.float32, torch.float64)
+
+
+class _TrainerState:
+    """Checkpointed counters of the optimizer loop."""
+
+    def __init__(self) -> None:
+        self.optimizer_steps = 0
+        self.progress = 0.0
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"optimizer_steps": self.optimizer_steps, "progress": self.progress}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.optimizer_steps = int(state["optimizer_steps"])
+        self.progress = float(state["progress"])
+
+
+def _comm_hook(state, bucket):  # type: ignore[no-untyped-def]
+    # No annotations on purpose: DDP compares them with the real classes, and
+    # ``from __future__ import annotations`` would turn them into strings.
+    return state._on_bucket(bucket)
+
+
+def _squared_norm(tensor: torch.Tensor) -> torch.Tensor:
+    dtype = None if tensor.dtype in _EXACT_DTYPES else torch.float32
+    return torch.linalg.vector_norm(tensor, dtype=dtype).double().square()
+
+
+class AdaptiveDataParallel(DistributedDataParallel):
+    """DDP with gradient-noise measurement, learning-rate scaling and progress.
+
+    ``scaling_rule`` defaults to AdaScale for SGD and square-root scaling for Adam-like
+    optimizers. Pass your ``GradScaler`` as ``grad_scaler`` when training with mixed
+    precision. The model is moved to ``job.device``; model, optimizer, scheduler and
+    scaler are checkpointed by the job and restored here on restart.
+    """
+
+    def __init__(self, module: torch.nn.Module, optimizer: torch.optim.Optimizer,
+                 lr_scheduler: Any = None, scaling_rule: ScalingRule | None = None, *,
+                 job: JobContext, grad_scaler: Any = None, **ddp_kwargs: Any) -> None:
+        module = module.to(job.device)
+        checkpoint = job.checkpoint
+        checkpoint.register("pollux/model", module)
+        checkpoint.register("pollux/optimizer", optimizer)
+        if lr_scheduler is not None:
+            checkpoint.register("pollux/lr_scheduler", lr_scheduler)
+        if grad_scaler is not None:
+            checkpoint.register("pollux/grad_scaler", grad_scaler)
+        if job.device.type == "cuda":
+            ddp_kwargs.setdefault("device_ids", [job.device.index])
+        super().__init__(module, **ddp_kwargs)
+        self.job = job
+        self.optimizer = optimizer
+        self.lr_scheduler = lr_scheduler
+        self.grad_scaler = grad_scaler
+        self.scaling_rule = scaling_rule if scaling_rule is not None \
+            else default_scaling_rule(optimizer)
+        self.noise = GradientNoiseEstimator(smoothing=job.config.noise_smoothing,
+                                            device=job.device)
+        self._trainer = _TrainerState()
+        checkpoint.register("pollux/gradient_noise", self.noise)
+        checkpoint.register("pollux/trainer", self._trainer)
+        self._world = dist.get_world_size(self.process_group)
+        # Micro-step state, set by the data loader (defaults: no accumulation, no stats).
+        self._micro_index = 0
+        self._num_micro = 1
+        self._local_bsz: int | None = None
+        self._step_batch: int | None = None
+        self._init_batch_size: int | None = None
+        self._collect_stats = False
+        self._grads_pending = False
+        self._local_parts: list[torch.Tensor] = []
+        self._global_parts: list[torch.Tensor] = []
+        self._local_sqr_sum: torch.Tensor | None = None
+        self._first_micro_sqr: torch.Tensor | None = None
+        self._mark_compute_end = False
+        self.compute_end_mark: Any = None
+        self.grad_stats: GradientStats | None = None
+        """Host copy of the gradient statistics at the initial batch (from agreements)."""
+        self.gain = 1.0
+        """Statistical gain of the last optimizer step."""
+        self.lr_factor = 1.0
+        """Learning-rate multiplier of the last optimizer step."""
+        self.register_comm_hook(self, _comm_hook)
+        self._patch_optimizer()
+        if grad_scaler is not None:
+            self._patch_grad_scaler()
+        job.attach_model(self)
+
+    # -- public state ---------------------------------------------------------------------
+
+    @property
+    def progress(self) -> float:
+        """Statistical progress: sum of gains (optimizer steps at the initial batch)."""
+        return self._trainer.progress
+
+    @property
+    def optimizer_steps(self) -> int:
+        """Optimizer steps taken (accumulation micro-steps and skipped steps excluded)."""
+        return self._trainer.optimizer_steps
+
+    @property
+    def accumulating(self) -> bool:
+        """True during an accumulation micro-step (no synchronization, no optimizer step)."""
+        return self._micro_index < self._num_micro - 1
+
+    def noise_scale(self) -> float | None:
+        """Gradient noise scale (samples) from the last agreement, or None."""
+        if self.grad_stats is None or self._init_batch_size is None:
+            return None
+        return self.grad_stats.noise_scale(self._init_batch_size)
+
+    # -- driven by the data loader ---------------------------------------------------------
+
+    def begin_micro_step(self, index: int, num_micro_steps: int, *, local_bsz: int,
+                         step_batch_size: int, init_batch_size: int, regular: bool,
+                         mark_compute_end: bool = False) -> None:
+        """Announce micro-step ``index`` of ``num_micro_steps`` of the next optimizer step."""
+        self._micro_index = index
+        self._num_micro = num_micro_steps
+        self._local_bsz = local_bsz
+        self._step_batch = step_batch_size
+        self._init_batch_size = init_batch_size
+        self._mark_compute_end = mark_compute_end
+        self.require_backward_grad_sync = index == num_micro_steps - 1
+        if index == 0:
+            self._grads_pending = False
+            self._local_parts = []
+            self._global_parts = []
+            self._local_sqr_sum = None
+            self._first_micro_sqr = None
+            self.compute_end_mark = None
+            self._collect_stats = regular and (self._world > 1 or num_micro_steps > 1)
+        elif index == 1 and self._world == 1 and self._collect_stats:
+            self._first_micro_sqr = self._accumulated_grad_sqr()
+
+    def _accumulated_grad_sqr(self) -> torch.Tensor:
+        grads = [p.grad for p in self.module.parameters() if p.grad is not None]
+        if not grads:
+            return torch.zeros((), dtype=torch.float64, device=self.job.device)
+        norms = torch._foreach_norm(grads)
+        return torch.stack([n.double() for n in norms]).square().sum()
+
+    # -- communication hook ---------------------------------------------------------------
+
+    def _on_bucket(self, bucket: dist.GradBucket) -> torch.futures.Future[Any]:
+        buffer = bucket.buffer()
+        buffer.div_(self._world * self._num_micro)
+        collect = self._collect_stats
+        last = bucket.is_last()
+        if last and self._mark_compute_end:
+            self.compute_end_mark = self.job.profiler.clock.mark()
+        if collect and self._world > 1:
+            self._local_parts.append(_squared_norm(buffer))
+            if last:
+                return self._reduce_with_local_norms(buffer)
+        group = self.process_group
+        future = dist.all_reduce(buffer, group=group, async_op=True).get_future()
+
+        def finish(fut: torch.futures.Future[Any]) -> torch.Tensor:
+            averaged = fut.value()[0]
+            if collect:
+                self._global_parts.append(_squared_norm(averaged))
+            return averaged
+
+        return future.then(finish)
+
+    def _reduce_with_local_norms(self, buffer: torch.Tensor) -> torch.futures.Future[Any]:
+        """All-reduce the last bucket with the replicas' squared norms riding along."""
+        local_total = torch.stack(self._local_parts).sum()
+        size = buffer.numel()
+        group = self.process_group
+        if buffer.dtype in _EXACT_DTYPES:
+            extended = torch.cat([buffer, local_total.to(buffer.dtype).reshape(1)])
+            future = dist.all_reduce(extended, group=group, async_op=True).get_future()
+
+            def finish(fut: torch.futures.Future[Any]) -> torch.Tensor:
+                out = fut.value()[0]
+                self._local_sqr_sum = out[size].double()
+                averaged = out[:size]
+                self._global_parts.append(_squared_norm(averaged))
+                return averaged
+
+            return future.then(finish)
+        norms = local_total.float().reshape(1)
+        norms_work = dist.all_reduce(norms, group=group, async_op=True)
+        future = dist.all_reduce(buffer, group=group, async_op=True).get_future()
+
+        def finish_mixed(fut: torch.futures.Future[Any]) -> torch.Tensor:
+            norms_work.wait()
+            self._local_sqr_sum = norms[0].double()
+            averaged = fut.value()[0]
+            self._global_parts.append(_squared_norm(averaged))
+            return averaged
+
+        return future.then(finish_mixed)
+
+    # -- gradient statistics ----------------------------------------------------------------
+
+    def _loss_scale_sqr(self) -> torch.Tensor | float:
+        scaler = self.grad_scaler
+        if scaler is None or not scaler.is_enabled():
+            return 1.0
+        scale = getattr(scaler, "_scale", None)
+        if isinstance(scale, torch.Tensor):
+            return scale.double().square()
+        return float(scaler.get_scale()) ** 2
+
+    def _fold_gradient_stats(self) -> None:
+        if not self._collect_stats or not self._global_parts or self._local_bsz is None:
+            return
+        scale_sqr = self._loss_scale_sqr()
+        big = torch.stack(self._global_parts).sum() / scale_sqr
+        b, micro, world = self._local_bsz, self._num_micro, self._world
+        if world > 1:
+            if self._local_sqr_sum is None:
+                return
+            small = self._local_sqr_sum * world / scale_sqr
+            small_bsz, big_bsz = b * micro, world * b * micro
+        else:
+            if self._first_micro_sqr is None:
+                return
+            small = self._first_micro_sqr / scale_sqr
+            small_bsz, big_bsz = b, b * micro
+        m0 = self._init_batch_size or big_bsz
+        self.noise.update(small, small_bsz, big, big_bsz, scale=big_bsz / m0)
+        self._global_parts = []
+
+    def set_grad_stats(self, stats: GradientStats | None) -> None:
+        """Use these statistics (agreed across ranks) for gains and learning rates."""
+        self.grad_stats = stats
+
+    def step_gain(self, batch_size: int | None) -> tuple[float, float]:
+        """(scale, gain) of an optimizer step at total ``batch_size``."""
+        if batch_size is None or self._init_batch_size is None:
+            return 1.0, 1.0
+        scale = batch_size / self._init_batch_size
+        if self.grad_stats is None:
+            return scale, 1.0
+        return scale, float(gain(self.grad_stats, self._init_batch_size, batch_size))
+
+    # -- optimizer and scaler patches ----------------------------------------------------------
+
+    def _optimizer_step(self, original: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        if self.accumulating:
+            return None
+        self._fold_gradient_stats()
+        scale, step_gain = self.step_gain(self._step_batch)
+        factor = self.scaling_rule.lr_factor(scale, step_gain, self._trainer.progress)
+        groups = self.optimizer.param_groups
+        base = [group["lr"] for group in groups]
+        for group, lr in zip(groups, base):
+            group["lr"] = lr * factor
+        try:
+            result = original(*args, **kwargs)
+        finally:
+            for group, lr in zip(groups, base):
+                group["lr"] = lr
+        self._grads_pending = False
+        self._trainer.optimizer_steps += 1
+        self._trainer.progress += step_gain
+        self.gain = step_gain
+        self.lr_factor = factor
+        return result
+
+    def _patch_optimizer(self) -> None:
+        adp = self
+        original_step = self.optimizer.step
+        original_zero_grad = self.optimizer.zero_grad
+
+        def step(opt: Any, *args: Any, **kwargs: Any) -> Any:
+            return adp._optimizer_step(original_step, *args, **kwargs)
+
+        def zero_grad(opt: Any, *args: Any, **kwargs: Any) -> Any:
+            if adp._grads_pending:  # keep accumulated gradients
+                return None
+            return original_zero_grad(*args, **kwargs)
+
+        if getattr(original_step, "_wrapped_by_lr_sched", False):
+            step._wrapped_by_lr_sched = True  # type: ignore[attr-defined]
+        self.optimizer.step = types.MethodType(step, self.optimizer)  # type: ignore[method-assign]
+        self.optimizer.zero_grad = types.MethodType(  # type: ignore[method-assign]
+            zero_grad, self.optimizer)
+
+    def _patch_grad_scaler(self) -> None:
+        adp = self
+        scaler = self.grad_scaler
+        original_step, original_update = scaler.step, scaler.update
+        original_unscale = scaler.unscale_
+
+        def step(self_: Any, optimizer: Any, *args: Any, **kwargs: Any) -> Any:
+            if adp.accumulating:
+                return None
+            try:
+                return original_step(optimizer, *args, **kwargs)
+            finally:
+                adp._grads_pending = False  # even when the step was skipped (overflow)
+
+        def update(self_: Any, *args: Any, **kwargs: Any) -> Any:
+            return None if adp.accumulating else original_update(*args, **kwargs)
+
+        def unscale_(self_: Any, optimizer: Any) -> Any:
+            return None if adp.accumulating else original_unscale(optimizer)
+
+        scaler.step = types.MethodType(step, scaler)
+        scaler.update = types.MethodType(update, scaler)
+        scaler.unscale_ = types.MethodType(unscale_, scaler)
+
+    # -- module overrides ---------------------------------------------------------------------
+
+    def forward(self, *inputs: Any, **kwargs: Any) -> Any:
+        if self.training and torch.is_grad_enabled():
+            self._grads_pending = True
+        return super().forward(*inputs, **kwargs)
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        if self._grads_pending:  # keep accumulated gradients
+            return
+        super().zero_grad(set_to_none)

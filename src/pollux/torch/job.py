@@ -1,0 +1,229 @@
+"""The agent's per-process context: what the model wrapper, the loader and the epoch
+iterator share (launch environment, checkpoints, profile, hints, stop requests).
+
+Created by :func:`pollux.torch.init_process_group` and passed explicitly (``job=``);
+there is no module-level state.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import signal
+import threading
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, NoReturn
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from pollux.errors import ConfigError
+from pollux.jobenv import RESCALE_EXIT_CODE
+from pollux.torch.checkpoint import CheckpointManager
+from pollux.torch.distributed import LaunchEnvironment
+from pollux.torch.hints_reporter import HintsReporter
+from pollux.torch.metrics import MetricsWriter
+from pollux.torch.profiler import StepProfiler
+
+if TYPE_CHECKING:
+    from pollux.torch.data_parallel import AdaptiveDataParallel
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    """Tuning knobs of the agent (defaults suit most jobs)."""
+
+    control_interval_s: float = 1.0
+    """Target time between agreement points (stop requests, batch-size changes)."""
+    max_control_interval_steps: int = 100
+    """Never more optimizer steps than this between agreement points."""
+    checkpoint_interval_s: float = 180.0
+    """Periodic checkpoint every this many seconds (a crash loses at most this much)."""
+    checkpoints_kept: int = 2
+    """Complete checkpoints kept on disk."""
+    hints_interval_s: float = 30.0
+    """How often the hints are sent to the scheduler."""
+    hints_timeout_s: float = 5.0
+    """Timeout of one hints POST."""
+    min_goodput_gain: float = 0.05
+    """Change the batch configuration only if predicted goodput improves by this much."""
+    noise_smoothing: float = 0.999
+    """Per-step decay of the gradient-statistics averages (at the initial batch)."""
+    min_noise_updates: int = 10
+    """Gradient-statistics updates needed before they drive the batch size."""
+    profile_warmup_steps: int = 2
+    """Optimizer steps not profiled after each (re)configuration (warm-up outliers)."""
+    refit_interval_s: float = 5.0
+    """Minimum time between two background refits of the throughput model."""
+    process_group_timeout_s: float = 600.0
+    """Timeout of collectives (a dead peer fails the job after at most this long)."""
+    tensorboard_dir: str | None = None
+    """Write TensorBoard scalars here (rank 0, when tensorboard is installed)."""
+
+    def __post_init__(self) -> None:
+        for name in ("control_interval_s", "checkpoint_interval_s", "hints_interval_s",
+                     "hints_timeout_s", "process_group_timeout_s"):
+            if not getattr(self, name) > 0:
+                raise ConfigError(name, getattr(self, name), "must be > 0")
+        if self.max_control_interval_steps < 1:
+            raise ConfigError("max_control_interval_steps", self.max_control_interval_steps,
+                              "must be >= 1")
+        if not self.min_goodput_gain >= 0:
+            raise ConfigError("min_goodput_gain", self.min_goodput_gain, "must be >= 0")
+
+
+class RngStates:
+    """Every rank's RNG states (torch, CUDA, numpy, random), gathered into one checkpoint.
+
+    After a restart with more replicas, a rank with no saved state gets a fresh seed
+    derived from its rank and the restart count.
+    """
+
+    def __init__(self, rank: int, num_replicas: int, group: Any, num_restarts: int) -> None:
+        self.rank = rank
+        self.num_replicas = num_replicas
+        self.group = group
+        self.num_restarts = num_restarts
+
+    def _local(self) -> dict[str, Any]:
+        state: dict[str, Any] = {
+            "torch": torch.get_rng_state(),
+            "numpy": np.random.get_state(),
+            "random": random.getstate(),
+        }
+        if torch.cuda.is_available():
+            state["cuda"] = torch.cuda.get_rng_state()
+        return state
+
+    def state_dict(self) -> list[dict[str, Any]]:
+        local = self._local()
+        if self.num_replicas == 1:
+            return [local]
+        gathered: list[Any] = [None] * self.num_replicas
+        dist.all_gather_object(gathered, local, group=self.group)
+        return gathered
+
+    def load_state_dict(self, states: list[dict[str, Any]]) -> None:
+        if self.rank < len(states):
+            state = states[self.rank]
+            torch.set_rng_state(state["torch"])
+            np.random.set_state(state["numpy"])
+            random.setstate(state["random"])
+            if "cuda" in state and torch.cuda.is_available():
+                torch.cuda.set_rng_state(state["cuda"])
+            return
+        seed = (self.num_restarts + 1) * 100_003 + self.rank
+        torch.manual_seed(seed)
+        np.random.seed(seed % 2**32)
+        random.seed(seed)
+
+
+class _JobState:
+    """The checkpointed epoch counter."""
+
+    def __init__(self) -> None:
+        self.epoch = 0
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"epoch": self.epoch}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.epoch = int(state["epoch"])
+
+
+class JobContext:
+    """What one training process knows about its job; see :func:`init_process_group`."""
+
+    def __init__(self, launch: LaunchEnvironment, *, device: torch.device, backend: str,
+                 control_group: Any, config: AgentConfig,
+                 install_signal_handler: bool = True) -> None:
+        self.launch = launch
+        self.device = device
+        self.backend = backend
+        self.control_group = control_group
+        self.config = config
+        self.rank = launch.rank
+        self.num_replicas = launch.num_replicas
+        self.num_nodes = launch.num_nodes
+        self.stop_requested = threading.Event()
+        self.model: AdaptiveDataParallel | None = None
+        self._loader_names: list[str] = []
+        self.checkpoint = CheckpointManager(launch.checkpoint_dir, rank=self.rank,
+                                            group=control_group,
+                                            keep=config.checkpoints_kept)
+        self.profiler = StepProfiler(device, refit_interval_s=config.refit_interval_s)
+        self.metrics = MetricsWriter(config.tensorboard_dir if self.rank == 0 else None)
+        self.hints: HintsReporter | None = None
+        if self.rank == 0 and launch.hints_target:
+            self.hints = HintsReporter(launch.hints_target, token=launch.hints_token,
+                                       interval_s=config.hints_interval_s,
+                                       timeout_s=config.hints_timeout_s)
+        self._state = _JobState()
+        self.checkpoint.register("pollux/job", self._state)
+        self.checkpoint.register("pollux/rng", RngStates(self.rank, self.num_replicas,
+                                                         control_group, launch.num_restarts))
+        self.checkpoint.register("pollux/profile", self.profiler)
+        self._previous_handler: Any = None
+        if install_signal_handler:
+            self._install_signal_handler()
+
+    # -- epochs ---------------------------------------------------------------------------
+
+    @property
+    def epoch(self) -> int:
+        """The current epoch (restored from the checkpoint on restart)."""
+        return self._state.epoch
+
+    def finish_epoch(self) -> None:
+        """Advance the epoch counter (called by :func:`remaining_epochs_until`)."""
+        self._state.epoch += 1
+
+    # -- wiring ---------------------------------------------------------------------------
+
+    def attach_model(self, model: AdaptiveDataParallel) -> None:
+        if self.model is not None:
+            raise ConfigError("AdaptiveDataParallel", type(model).__name__,
+                              "wrap only one model per job context")
+        self.model = model
+
+    def new_loader_name(self, name: str | None) -> str:
+        chosen = name if name is not None else f"loader{len(self._loader_names)}"
+        if chosen in self._loader_names:
+            raise ConfigError("AdaptiveDataLoader name", chosen, "give each loader a unique name")
+        self._loader_names.append(chosen)
+        return chosen
+
+    # -- stopping -------------------------------------------------------------------------
+
+    def _install_signal_handler(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            logger.warning("not in the main thread: SIGTERM will not trigger a checkpoint")
+            return
+
+        def on_sigterm(signum: int, frame: Any) -> None:
+            self.stop_requested.set()
+
+        self._previous_handler = signal.signal(signal.SIGTERM, on_sigterm)
+
+    def request_stop(self) -> None:
+        """Ask the job to checkpoint and exit at the next agreement point (as SIGTERM does)."""
+        self.stop_requested.set()
+
+    def exit_for_rescale(self) -> NoReturn:
+        """Leave after the stop checkpoint: exit with ``RESCALE_EXIT_CODE``."""
+        logger.info("checkpointed on request; exiting with code %d", RESCALE_EXIT_CODE)
+        self.close()
+        raise SystemExit(RESCALE_EXIT_CODE)
+
+    def close(self) -> None:
+        """Flush background work (checkpoint writes, hints, metrics)."""
+        self.checkpoint.wait()
+        if self.hints is not None:
+            self.hints.close()
+        self.metrics.close()
+        if self._previous_handler is not None:
+            signal.signal(signal.SIGTERM, self._previous_handler)
+            self._previous_handler = None

@@ -1,0 +1,204 @@
+"""Step-time profile per (nodes, replicas, atomic batch) and the background refit.
+
+The data loader marks the time at each micro-batch it hands out; the interval to the
+next mark is that micro-step's time, data loading included. Accumulation micro-steps
+give the compute time ``T_c``; the micro-step that synchronizes gives the optimizer step
+time ``T_o``, and its compute part (up to the end of the backward pass, marked by the
+gradient hook) a second reading of ``T_c`` when there is no accumulation.
+
+On CUDA the marks are CUDA events read lazily (``query()`` before ``elapsed_time``), so
+profiling adds no host synchronization; on CPU they are ``perf_counter`` readings.
+The throughput model is refitted in a daemon thread, never inside a training step.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from pollux.models import ThroughputObservations, ThroughputParams, fit_throughput_params
+
+logger = logging.getLogger(__name__)
+
+ProfileKey = tuple[int, int, int]
+"""(num_nodes, num_replicas, local_bsz)."""
+Mark = Any
+"""A ``perf_counter`` float on CPU, a recorded ``torch.cuda.Event`` on CUDA."""
+
+
+class StepClock:
+    """Time marks that never block: host time on CPU, CUDA events on a GPU."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.cuda = device.type == "cuda"
+
+    def mark(self) -> Mark:
+        if self.cuda:
+            event = torch.cuda.Event(enable_timing=True)
+            event.record()
+            return event
+        return time.perf_counter()
+
+    def elapsed_s(self, start: Mark, end: Mark) -> float | None:
+        """Seconds from ``start`` to ``end``; None while a CUDA event is pending."""
+        if self.cuda:
+            if not end.query():
+                return None
+            return float(start.elapsed_time(end)) / 1000.0
+        return float(end - start)
+
+
+@dataclass(frozen=True)
+class MicroStepTiming:
+    """Marks of one micro-step, resolved later."""
+
+    key: ProfileKey
+    optimizer_step: bool
+    start: Mark
+    end: Mark
+    compute_end: Mark | None = None
+
+
+class _Totals:
+    """Running sums for one profile key: [n_accum, s_accum, n_opt, s_opt, n_cmp, s_cmp]."""
+
+    __slots__ = ("values",)
+
+    def __init__(self, values: list[float] | None = None) -> None:
+        self.values = list(values) if values is not None else [0.0] * 6
+
+    def add(self, slot: int, seconds: float) -> None:
+        self.values[2 * slot] += 1.0
+        self.values[2 * slot + 1] += seconds
+
+    def mean(self, slot: int) -> float | None:
+        count = self.values[2 * slot]
+        return self.values[2 * slot + 1] / count if count > 0 else None
+
+
+ACCUM, OPTIM, COMPUTE = 0, 1, 2
+
+
+class StepProfiler:
+    """Accumulates micro-step times and keeps a recent throughput fit."""
+
+    def __init__(self, device: torch.device, *, refit_interval_s: float = 5.0) -> None:
+        self.clock = StepClock(device)
+        self.refit_interval_s = refit_interval_s
+        self._totals: dict[ProfileKey, _Totals] = {}
+        self._pending: list[MicroStepTiming] = []
+        self._lock = threading.Lock()
+        self._fit_thread: threading.Thread | None = None
+        self._params: ThroughputParams | None = None
+        self._observed_since_fit = 0
+        self._last_fit_time = -float("inf")
+        self.max_profiled_replicas = 0
+
+    def record(self, timing: MicroStepTiming) -> None:
+        """Queue a micro-step's marks (resolved by :meth:`collect`)."""
+        self._pending.append(timing)
+
+    def collect(self) -> int:
+        """Fold every resolved pending timing into the totals; returns how many."""
+        done = 0
+        still: list[MicroStepTiming] = []
+        for timing in self._pending:
+            total = self.clock.elapsed_s(timing.start, timing.end)
+            if total is None:
+                still.append(timing)
+                continue
+            compute = (None if timing.compute_end is None
+                       else self.clock.elapsed_s(timing.start, timing.compute_end))
+            if not (np.isfinite(total) and total > 0):
+                continue
+            totals = self._totals.setdefault(timing.key, _Totals())
+            if timing.optimizer_step:
+                totals.add(OPTIM, total)
+                if compute is not None and 0 < compute <= total:
+                    totals.add(COMPUTE, compute)
+            else:
+                totals.add(ACCUM, total)
+            self.max_profiled_replicas = max(self.max_profiled_replicas, timing.key[1])
+            done += 1
+        self._pending = still
+        self._observed_since_fit += done
+        return done
+
+    def observations(self) -> ThroughputObservations | None:
+        """Mean compute and step time per key (keys with an optimizer step only)."""
+        rows = []
+        for (nodes, replicas, bsz), totals in sorted(self._totals.items()):
+            step = totals.mean(OPTIM)
+            compute = totals.mean(ACCUM)
+            if compute is None:
+                compute = totals.mean(COMPUTE)
+            if step is None or compute is None:
+                continue
+            rows.append((nodes, replicas, bsz, min(compute, step), step))
+        if not rows:
+            return None
+        return ThroughputObservations.from_records(rows)
+
+    @property
+    def params(self) -> ThroughputParams | None:
+        """The most recent fit (None before the first one finished)."""
+        with self._lock:
+            return self._params
+
+    def maybe_refit(self, *, force: bool = False) -> bool:
+        """Start a background refit if there is new data and none is running."""
+        if self._fit_thread is not None and self._fit_thread.is_alive():
+            return False
+        now = time.monotonic()
+        if not force and (self._observed_since_fit == 0
+                          or now - self._last_fit_time < self.refit_interval_s):
+            return False
+        observations = self.observations()
+        if observations is None:
+            return False
+        self._observed_since_fit = 0
+        self._last_fit_time = now
+        self._fit_thread = threading.Thread(target=self._fit, args=(observations,),
+                                            name="pollux-refit", daemon=True)
+        self._fit_thread.start()
+        return True
+
+    def wait_for_fit(self, timeout_s: float | None = None) -> None:
+        if self._fit_thread is not None:
+            self._fit_thread.join(timeout_s)
+
+    def _fit(self, observations: ThroughputObservations) -> None:
+        try:
+            params = fit_throughput_params(observations)
+        except Exception:  # a fit failure must never stop training
+            logger.exception("throughput refit failed")
+            return
+        with self._lock:
+            self._params = params
+        logger.debug("throughput refit on %d configurations: %s", len(observations), params)
+
+    def state_dict(self) -> dict[str, Any]:
+        params = self.params
+        return {
+            "totals": {",".join(map(str, key)): totals.values
+                       for key, totals in self._totals.items()},
+            "max_profiled_replicas": self.max_profiled_replicas,
+            "params": None if params is None else params.to_dict(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._totals = {}
+        for key, values in state.get("totals", {}).items():
+            nodes, replicas, bsz = (int(v) for v in key.split(","))
+            self._totals[(nodes, replicas, bsz)] = _Totals(values)
+        self.max_profiled_replicas = int(state.get("max_profiled_replicas", 0))
+        params = state.get("params")
+        with self._lock:
+            self._params = None if params is None else ThroughputParams.from_dict(params)
+        self._observed_since_fit = 0
