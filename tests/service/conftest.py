@@ -36,3 +36,24 @@ def make_allocator(store: JobStore, fake_backend: FakeBackend, tmp_path: Path
         return Allocator(store, fake_backend, policy or EqualSharePolicy(),
                          AllocatorConfig(data_dir=tmp_path, **settings), clock=lambda: 0.0)
     return build
+
+
+@pytest.fixture
+def make_service(tmp_path: Path, fake_backend: FakeBackend) -> Callable[..., Any]:
+    """A SchedulerService on the fake backend (no HTTP server, no loop thread)."""
+    from pollux.service.server import ServerConfig, build_service
+
+    services = []
+
+    def build(**config: Any) -> Any:
+        settings: dict[str, Any] = {"policy": "service_test_policies:EqualSharePolicy",
+                                    "interval_s": 10.0}
+        settings.update(config)
+        service = build_service(ServerConfig(data_dir=tmp_path / "data", **settings),
+                                "http://127.0.0.1:1/api/jobs/{job_id}/hints", fake_backend)
+        services.append(service)
+        return service
+
+    yield build
+    for service in services:
+        service.store.close()

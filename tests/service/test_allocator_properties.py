@@ -44,7 +44,7 @@ def check_invariants(store: JobStore, backend: FakeBackend) -> None:
 @given(st.lists(event, max_size=40))
 def test_random_event_sequences_keep_the_invariants(events):
     with tempfile.TemporaryDirectory() as tmp:
-        store = JobStore(Path(tmp) / "db")
+        store = JobStore(Path(tmp) / "db", synchronous="OFF")
         backend = FakeBackend(make_nodes(2, SLOTS), exit_on_stop=False)
         allocator = Allocator(store, backend, EqualSharePolicy(),
                               AllocatorConfig(Path(tmp), interval_s=5.0, stop_grace_s=8.0))

@@ -87,9 +87,9 @@ class JobSpec:
         """Validate a JSON/YAML mapping; the first bad field raises JobSpecError."""
         if not isinstance(data, Mapping):
             raise JobSpecError("spec", type(data).__name__, "send a mapping (JSON object)")
-        unknown = sorted(str(k) for k in data if k not in SPEC_FIELDS)
+        unknown = sorted((k for k in data if k not in SPEC_FIELDS), key=str)
         if unknown:
-            raise JobSpecError(unknown[0], data[unknown[0]],
+            raise JobSpecError(_field_name(unknown[0]), data[unknown[0]],
                                f"unknown field; valid fields: {', '.join(SPEC_FIELDS)}")
         for required in ("name", "command", "working_dir"):
             if data.get(required) is None:
@@ -125,6 +125,11 @@ SPEC_FIELDS: tuple[str, ...] = (
     "name", "command", "working_dir", "env", "resources", "min_replicas", "max_replicas",
     "preemptible", "restart_delay_s", "max_failures")
 RESOURCE_FIELDS: tuple[str, ...] = ("gpu", "cpu", "memory")
+
+
+def _field_name(key: Any) -> str:
+    """A key as a field name; odd keys (empty, not strings) quoted so they show."""
+    return key if isinstance(key, str) and key.strip() == key and key else repr(key)
 
 
 def _name(value: Any) -> str:
@@ -168,7 +173,7 @@ def _env(value: Any) -> dict[str, str]:
     env: dict[str, str] = {}
     for key, item in value.items():
         if not isinstance(key, str) or not ENV_NAME_PATTERN.match(key):
-            raise JobSpecError(f"env.{key}", item, "variable names are letters, digits, "
+            raise JobSpecError(f"env.{_field_name(key)}", item, "variable names are letters, digits, "
                                                    "'_', not starting with a digit")
         if key.startswith(RESERVED_ENV_PREFIX):
             raise JobSpecError(f"env.{key}", item, "POLLUX_* variables are set by the "
@@ -206,9 +211,9 @@ def _resources(value: Any) -> ReplicaResources:
         return ReplicaResources()
     if not isinstance(value, Mapping):
         raise JobSpecError("resources", value, "give a mapping with gpu, cpu, memory")
-    unknown = sorted(str(k) for k in value if k not in RESOURCE_FIELDS)
+    unknown = sorted((k for k in value if k not in RESOURCE_FIELDS), key=str)
     if unknown:
-        raise JobSpecError(f"resources.{unknown[0]}", value[unknown[0]],
+        raise JobSpecError(f"resources.{_field_name(unknown[0])}", value[unknown[0]],
                            f"unknown resource; valid: {', '.join(RESOURCE_FIELDS)}")
     gpu = _number(value, "gpu", 1.0, lowest=0.0, prefix="resources.")
     cpu = _number(value, "cpu", 1.0, lowest=0.0, prefix="resources.")

@@ -41,9 +41,9 @@ ACTIVE_STATES: frozenset[JobState] = frozenset(
 ALLOWED_TRANSITIONS: dict[JobState, frozenset[JobState]] = {
     JobState.PENDING: frozenset({JobState.STARTING, JobState.FAILED, JobState.CANCELLED}),
     JobState.STARTING: frozenset({JobState.RUNNING, JobState.RESCALING, JobState.PENDING,
-                                  JobState.SUCCEEDED, JobState.FAILED}),
+                                  JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED}),
     JobState.RUNNING: frozenset({JobState.RESCALING, JobState.PENDING, JobState.SUCCEEDED,
-                                 JobState.FAILED}),
+                                 JobState.FAILED, JobState.CANCELLED}),
     JobState.RESCALING: frozenset({JobState.STARTING, JobState.PENDING, JobState.SUCCEEDED,
                                    JobState.FAILED, JobState.CANCELLED}),
     JobState.SUCCEEDED: frozenset(),

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pollux.errors import PolluxError
+from pollux.errors import ConfigError, PolluxError
 from pollux.service.job_spec import JobSpec
 from pollux.service.states import JobState, can_transition
 
@@ -178,14 +178,18 @@ def _encode(column: str, value: Any) -> Any:
 class JobStore:
     """SQLite job store; safe to share between the API threads and the allocation loop."""
 
-    def __init__(self, path: Path | str) -> None:
+    def __init__(self, path: Path | str, synchronous: str = "FULL") -> None:
+        """``synchronous``: SQLite's durability level; FULL survives power loss, OFF
+        (tests only) survives a process crash but not an OS crash."""
+        if synchronous not in ("FULL", "NORMAL", "OFF"):
+            raise ConfigError("synchronous", synchronous, "choose FULL, NORMAL or OFF")
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.RLock()
         self._conn = sqlite3.connect(str(self.path), isolation_level=None,
                                      check_same_thread=False, timeout=10.0)
         self._conn.execute("PRAGMA journal_mode=WAL")
-        self._conn.execute("PRAGMA synchronous=FULL")
+        self._conn.execute(f"PRAGMA synchronous={synchronous}")
         self._conn.execute("PRAGMA foreign_keys=ON")
         with self._tx() as cur:
             for statement in SCHEMA.split(";"):

@@ -1,0 +1,30 @@
+"""Backends by name. Each entry names the module and class; modules load on first use."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from pollux.backends.base import Backend
+from pollux.errors import UnknownPluginError
+
+BACKEND_CLASSES: dict[str, str] = {
+    "local": "pollux.backends.local:LocalBackend",
+    "fake": "pollux.backends.fake:FakeBackend",
+}
+"""Registered backend names -> ``module:Class``. Read-only by convention."""
+
+
+def backend_names() -> list[str]:
+    return sorted(BACKEND_CLASSES)
+
+
+def make_backend(name: str, **options: Any) -> Backend:
+    """Instantiate a registered backend; unknown names list the valid choices."""
+    target = BACKEND_CLASSES.get(name)
+    if target is None:
+        raise UnknownPluginError("backend", name, BACKEND_CLASSES)
+    module_name, class_name = target.split(":")
+    cls = getattr(importlib.import_module(module_name), class_name)
+    backend: Backend = cls(**options)
+    return backend

@@ -1,0 +1,278 @@
+"""Wiring of the scheduler service: configuration, the service facade the API calls,
+startup reconciliation, and running the HTTP server with the allocation loop."""
+
+from __future__ import annotations
+
+import fcntl
+import importlib
+import ipaddress
+import json
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pollux.backends.base import Backend
+from pollux.backends.registry import make_backend
+from pollux.errors import ConfigError, PolluxError
+from pollux.models.hints import JobHints
+from pollux.policies.base import Policy
+from pollux.policies.registry import make_policy
+from pollux.service.allocator import Allocator, AllocatorConfig, job_dir
+from pollux.service.job_spec import JobSpec
+from pollux.service.store import JobRecord, JobStore, UnknownJobError
+from pollux.service.views import job_detail, job_summary, node_views
+
+logger = logging.getLogger(__name__)
+
+SERVER_FILE = "server.json"
+"""Written in the data directory while a server runs: its URL, pid, token file."""
+DEFAULT_PORT = 8470
+MAX_LOG_CHUNK_BYTES = 1 << 20
+
+
+def default_data_dir() -> Path:
+    return Path(os.environ.get("POLLUX_DATA_DIR", Path.home() / ".pollux"))
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    data_dir: Path
+    host: str = "127.0.0.1"
+    port: int = DEFAULT_PORT
+    """0 picks a free port (written to server.json)."""
+    token: str | None = None
+    """Required on every request when set; mandatory when binding beyond loopback."""
+    token_file: str | None = None
+    """Where the token came from (recorded in server.json so the CLI can read it)."""
+    policy: str = "pollux"
+    """A registered policy name, or ``module:Class``."""
+    interval_s: float = 30.0
+    backend: str = "local"
+    num_nodes: int = 1
+    slots_per_node: int | None = None
+    device: str = "auto"
+    stop_grace_s: float = 60.0
+    poll_interval_s: float = 0.5
+
+    def __post_init__(self) -> None:
+        if not is_loopback(self.host) and not self.token:
+            raise ConfigError("host", self.host, "binding beyond 127.0.0.1 needs a token: "
+                                                 "pass --token or --token-file")
+        if self.interval_s <= 0:
+            raise ConfigError("interval", self.interval_s, "must be > 0 seconds")
+        if not 0 <= self.port < 65536:
+            raise ConfigError("port", self.port, "must be in 0..65535")
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def load_policy(name: str) -> Policy:
+    """A registered policy by name, or any Policy class as ``module:Class``."""
+    if ":" in name:
+        module_name, _, class_name = name.partition(":")
+        try:
+            cls = getattr(importlib.import_module(module_name), class_name)
+        except (ImportError, AttributeError) as exc:
+            raise ConfigError("policy", name, f"cannot load it ({exc})") from exc
+        policy: Policy = cls()
+        return policy
+    return make_policy(name)
+
+
+class SchedulerService:
+    """What the API calls: submissions, queries, cancellations, hints and logs. State
+    changes of jobs are left to the allocation loop."""
+
+    def __init__(self, store: JobStore, backend: Backend, allocator: Allocator,
+                 data_dir: Path, policy_name: str,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.store = store
+        self.backend = backend
+        self.allocator = allocator
+        self.data_dir = data_dir
+        self.policy_name = policy_name
+        self.clock = clock
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # --- API operations ---------------------------------------------------------------
+
+    def submit(self, data: Any) -> dict[str, Any]:
+        spec = JobSpec.from_dict(data)
+        self.backend.validate(spec)
+        record = self.store.add_job(spec, self.clock())
+        self.allocator.request_round()
+        return job_summary(record, self.clock())
+
+    def list_jobs(self) -> list[dict[str, Any]]:
+        now = self.clock()
+        return [job_summary(r, now) for r in self.store.list_jobs()]
+
+    def describe(self, ref: str) -> dict[str, Any]:
+        record = self.store.find_job(ref)
+        return job_detail(record, self.clock(), self.store.events(record.id),
+                          self.store.replicas(record.id))
+
+    def cancel(self, ref: str) -> dict[str, Any]:
+        record = self.store.request_cancel(self.store.find_job(ref).id, self.clock())
+        self.allocator.wake()
+        return job_summary(record, self.clock())
+
+    def job_for_hints(self, job_id: str) -> JobRecord:
+        return self.store.get_job(job_id)
+
+    def post_hints(self, job_id: str, data: Any) -> None:
+        hints = JobHints.from_dict(data)
+        self.store.set_hints(job_id, hints.to_dict(), self.clock())
+
+    def nodes(self) -> list[dict[str, Any]]:
+        return node_views(self.backend.nodes(), self.store.list_jobs())
+
+    def health(self) -> dict[str, Any]:
+        return {"status": "ok", "policy": self.policy_name, "backend": self.backend.name,
+                "interval_s": self.allocator.config.interval_s,
+                "rounds": self.allocator.num_rounds, "time": self.clock()}
+
+    def read_log(self, ref: str, replica: int, offset: int, limit: int) -> dict[str, Any]:
+        record = self.store.find_job(ref)
+        path = job_dir(self.data_dir, record.id) / "logs" / f"replica-{replica}.log"
+        if not path.is_file():
+            raise UnknownJobError(f"{record.id} replica {replica}", "no log (yet) for")
+        limit = max(1, min(limit, MAX_LOG_CHUNK_BYTES))
+        with open(path, "rb") as handle:
+            size = handle.seek(0, os.SEEK_END)
+            # offset < 0 reads the tail: the last -offset bytes
+            start = max(0, size + offset) if offset < 0 else min(offset, size)
+            handle.seek(start)
+            data = handle.read(limit)
+        return {"job": record.id, "replica": replica, "offset": start,
+                "next_offset": start + len(data), "size": size,
+                "text": data.decode("utf-8", errors="replace"),
+                "final": record.state.is_final}
+
+    # --- lifecycle --------------------------------------------------------------------
+
+    def start(self) -> None:
+        self.allocator.recover(self.clock())
+        self._thread = threading.Thread(target=self.allocator.run, args=(self._stop,),
+                                        name="pollux-allocator", daemon=True)
+        self._thread.start()
+
+    def shutdown(self, grace_s: float) -> None:
+        self._stop.set()
+        self.allocator.wake()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+        self.allocator.shutdown(grace_s)
+        self.backend.close()
+
+
+class ServerShutdown(BaseException):  # noqa: N818 - a signal, not an error
+    """Raised by the SIGTERM/SIGINT handler to unwind into a graceful shutdown."""
+
+
+@contextmanager
+def data_dir_lock(data_dir: Path) -> Iterator[None]:
+    """Hold an exclusive lock on the data directory (one server per directory)."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    handle = open(data_dir / "server.lock", "w")  # noqa: SIM115 - held for the lifetime
+    try:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError as exc:
+            raise ConfigError("data_dir", str(data_dir),
+                              "another pollux server uses it; stop it or pick another "
+                              "--data-dir") from exc
+        yield
+    finally:
+        handle.close()
+
+
+def build_service(config: ServerConfig, hints_url: str | None,
+                  backend: Backend | None = None) -> SchedulerService:
+    """Store, backend, policy and allocation loop for ``config`` (no HTTP)."""
+    store = JobStore(config.data_dir / "pollux.db")
+    instance_id = store.meta_setdefault("instance_id", os.urandom(8).hex())
+    if backend is None:
+        options: dict[str, Any] = {}
+        if config.backend == "local":
+            options = {"instance_id": instance_id, "num_nodes": config.num_nodes,
+                       "slots_per_node": config.slots_per_node, "device": config.device}
+        backend = make_backend(config.backend, **options)
+    allocator = Allocator(store, backend, load_policy(config.policy), AllocatorConfig(
+        data_dir=config.data_dir, interval_s=config.interval_s,
+        poll_interval_s=config.poll_interval_s, stop_grace_s=config.stop_grace_s,
+        hints_url=hints_url))
+    return SchedulerService(store, backend, allocator, config.data_dir, config.policy)
+
+
+def write_server_file(config: ServerConfig, url: str) -> None:
+    path = config.data_dir / SERVER_FILE
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"url": url, "pid": os.getpid(), "token_file": config.token_file,
+                               "has_token": bool(config.token)}))
+    os.replace(tmp, path)
+
+
+def run_server(config: ServerConfig, ready: Callable[[str], None] | None = None) -> None:
+    """Serve until SIGINT/SIGTERM, then checkpoint-and-stop every job and return."""
+    import uvicorn
+
+    from pollux.service.api import create_app
+
+    with data_dir_lock(config.data_dir):
+        sock = socket.socket(socket.AF_INET6 if ":" in config.host else socket.AF_INET)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((config.host, config.port))
+        except OSError as exc:
+            raise ConfigError("port", config.port, f"cannot bind {config.host}: {exc}") from exc
+        port = sock.getsockname()[1]
+        local_host = "127.0.0.1" if config.host in ("0.0.0.0", "::", "localhost") else config.host
+        url = f"http://{local_host}:{port}"
+        service = build_service(config, f"{url}/api/jobs/{{job_id}}/hints")
+        app = create_app(service, config.token)
+        server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
+
+        def request_shutdown(signum: int, frame: object) -> None:
+            raise ServerShutdown(signum)
+
+        previous = {sig: signal.signal(sig, request_shutdown)
+                    for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            service.start()
+            write_server_file(config, url)
+            logger.info("pollux server on %s (policy %s, data %s)", url, config.policy,
+                        config.data_dir)
+            if ready is not None:
+                ready(url)
+            server.run(sockets=[sock])
+        except ServerShutdown:
+            pass
+        finally:
+            (config.data_dir / SERVER_FILE).unlink(missing_ok=True)
+            for sig in previous:
+                signal.signal(sig, signal.SIG_IGN)
+            try:
+                service.shutdown(config.stop_grace_s)
+            except PolluxError:
+                logger.exception("shutdown did not complete")
+            finally:
+                service.store.close()
+                for sig, handler in previous.items():
+                    signal.signal(sig, handler)
