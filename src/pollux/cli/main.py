@@ -19,6 +19,8 @@ COMMAND_MODULES: tuple[str, ...] = (
     "pollux.cli.goodput",
     "pollux.cli.simulate",
     "pollux.cli.workload",
+    "pollux.cli.server",
+    "pollux.cli.jobs",
 )
 
 

@@ -94,6 +94,7 @@ class Allocator:
         self._killed: set[str] = set()
         self._marked_exits: set[tuple[str, int, int]] = set()
         self._wake = threading.Event()
+        self._shutting_down = False
 
     # --- driving ----------------------------------------------------------------------
 
@@ -271,7 +272,8 @@ class Allocator:
             return
         target = record.target_allocation
         self.store.transition(record.id, JobState.PENDING, now,
-                              "replicas checkpointed and stopped",
+                              ("server shutting down: " if self._shutting_down else "")
+                              + "replicas checkpointed and stopped",
                               target_allocation=record.allocation if target is None else target)
 
     def _failed_launch(self, record: JobRecord, reason: str, now: float) -> None:
@@ -348,6 +350,7 @@ class Allocator:
         """Ask every live replica to checkpoint and stop, wait up to ``grace_s``, kill the
         rest, and requeue their jobs so a restarted server resumes them."""
         now = self.clock()
+        self._shutting_down = True
         live = self.store.list_jobs([JobState.STARTING, JobState.RUNNING, JobState.RESCALING])
         for record in live:
             self.backend.stop(record.id)

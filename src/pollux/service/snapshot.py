@@ -85,10 +85,12 @@ def held_allocation(record: JobRecord) -> Allocation:
 
 
 def max_replicas_for(record: JobRecord, hints: JobHints | None) -> int:
-    """The spec's bound, tightened to twice the profiled replicas once hints exist."""
+    """The spec's bound, tightened once hints exist to twice the replicas profiled so far
+    (but never below what the job holds: an agent's profile may lag its allocation)."""
     bound = record.spec.max_replicas
     if hints is not None:
-        explored = EXPLORATION_FACTOR * max(hints.max_profiled_replicas, 1)
+        explored = max(EXPLORATION_FACTOR * hints.max_profiled_replicas,
+                       len(held_allocation(record)), 1)
         bound = min(bound, explored)
     return max(bound, record.spec.min_replicas)
 

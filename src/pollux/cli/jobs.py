@@ -1,0 +1,289 @@
+"""Job commands: ``pollux submit``, ``ls``, ``describe``, ``logs``, ``cancel``, ``top``.
+
+They talk to a running ``pollux server`` (found with ``--server URL``, ``$POLLUX_SERVER``
+or the server file in ``--data-dir``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.table import Table
+
+from pollux.errors import JobSpecError
+from pollux.service.client import PolluxClient, locate_server
+from pollux.service.job_spec import JobSpec
+from pollux.service.server import default_data_dir
+
+FINAL_STATES = ("Succeeded", "Failed", "Cancelled")
+STATE_STYLES = {"Pending": "yellow", "Starting": "cyan", "Running": "green",
+                "Rescaling": "magenta", "Succeeded": "bold green", "Failed": "bold red",
+                "Cancelled": "dim"}
+
+
+def connect(args: argparse.Namespace) -> PolluxClient:
+    return PolluxClient(locate_server(args.server, args.data_dir, args.token, args.token_file))
+
+
+def format_age(seconds: float) -> str:
+    seconds = int(seconds)
+    if seconds < 120:
+        return f"{seconds}s"
+    if seconds < 7200:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+
+
+def jobs_table(rows: list[dict[str, Any]], title: str | None = None) -> Table:
+    table = Table(title=title)
+    for column in ("job", "state", "replicas", "nodes", "batch size", "goodput", "restarts",
+                   "age"):
+        table.add_column(column, justify="left" if column in ("job", "state") else "right")
+    for row in rows:
+        state = row["state"]
+        if row.get("cancel_requested") and state not in FINAL_STATES:
+            state += " (cancelling)"
+        goodput = row.get("goodput")
+        table.add_row(
+            row["id"], f"[{STATE_STYLES.get(row['state'], '')}]{state}[/]",
+            str(row["replicas"]), str(row["nodes"]),
+            "-" if row.get("batch_size") is None else str(row["batch_size"]),
+            "-" if goodput is None else f"{goodput:.1f}", str(row["restarts"]),
+            format_age(row["age_s"]))
+    return table
+
+
+def nodes_table(nodes: list[dict[str, Any]]) -> Table:
+    table = Table(title="nodes")
+    table.add_column("node")
+    table.add_column("slots", justify="right")
+    table.add_column("jobs (replicas)")
+    for node in nodes:
+        jobs = ", ".join(f"{job} x{count}" for job, count in sorted(node["jobs"].items()))
+        used = sum(node["jobs"].values())
+        table.add_row(node["name"], f"{used}/{node['resources'].get('gpu', 0):g}", jobs or "-")
+    return table
+
+
+# --- submit ---------------------------------------------------------------------------
+
+def spec_from_args(args: argparse.Namespace) -> dict[str, Any]:
+    """The job spec from a YAML file and/or flags (flags win), checked locally."""
+    words = list(args.spec_or_command)
+    data: dict[str, Any] = {}
+    if len(words) == 1 and words[0].endswith((".yaml", ".yml")) and Path(words[0]).is_file():
+        path = Path(words[0]).resolve()
+        data = _yaml_mapping(path)
+        if "working_dir" in data and isinstance(data["working_dir"], str):
+            data["working_dir"] = str((path.parent / data["working_dir"]).resolve())
+    elif words:
+        data["command"] = words
+    overrides = {"name": args.name, "min_replicas": args.min_replicas,
+                 "max_replicas": args.max_replicas, "restart_delay_s": args.restart_delay,
+                 "max_failures": args.max_failures, "preemptible": args.preemptible}
+    data.update({k: v for k, v in overrides.items() if v is not None})
+    if args.workdir is not None:
+        data["working_dir"] = str(Path(args.workdir).resolve())
+    data.setdefault("working_dir", os.getcwd())
+    if args.name is None and "name" not in data and "command" in data:
+        stem = Path(str(data["command"][-1] if isinstance(data["command"], list)
+                        else data["command"]).split()[-1]).stem
+        data["name"] = "".join(c if c.isalnum() or c in "-_." else "-" for c in stem) or "job"
+    resources = dict(data.get("resources") or {})
+    for key, value in (("gpu", args.gpu), ("cpu", args.cpu), ("memory", args.memory)):
+        if value is not None:
+            resources[key] = value
+    if resources:
+        data["resources"] = resources
+    env = dict(data.get("env") or {})
+    for item in args.env:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise JobSpecError("env", item, "write --env NAME=VALUE")
+        env[key] = value
+    if env:
+        data["env"] = env
+    return JobSpec.from_dict(data).to_dict()
+
+
+def _yaml_mapping(path: Path) -> dict[str, Any]:
+    import yaml
+
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise JobSpecError(str(path), None, f"not valid YAML ({exc})") from exc
+    if not isinstance(data, dict):
+        raise JobSpecError("spec", type(data).__name__, f"{path} must hold a mapping")
+    return data
+
+
+def submit(args: argparse.Namespace) -> int:
+    spec = spec_from_args(args)
+    with connect(args) as client:
+        job = client.submit(spec)
+    if args.json:
+        print(json.dumps(job))
+    else:
+        print(f"submitted {job['id']}")
+    return 0
+
+
+# --- ls, describe, cancel ---------------------------------------------------------------
+
+def list_jobs(args: argparse.Namespace) -> int:
+    with connect(args) as client:
+        rows = client.jobs()
+    if args.active:
+        rows = [r for r in rows if r["state"] not in FINAL_STATES]
+    if args.json:
+        print(json.dumps(rows, indent=2))
+    else:
+        Console().print(jobs_table(rows))
+    return 0
+
+
+def describe(args: argparse.Namespace) -> int:
+    with connect(args) as client:
+        job = client.job(args.job)
+    if args.json:
+        print(json.dumps(job, indent=2))
+        return 0
+    console = Console()
+    console.print(jobs_table([job], title=f"job {job['id']}"))
+    spec = job["spec"]
+    console.print(f"command:     {' '.join(spec['command'])}\nworking dir: "
+                  f"{spec['working_dir']}\nreplicas:    {spec['min_replicas']}.."
+                  f"{spec['max_replicas']} (preemptible: {spec['preemptible']})\n"
+                  f"allocation:  {', '.join(job['allocation']) or '-'}\n"
+                  f"failures:    {job['failures']} of max {spec['max_failures']}; "
+                  f"rescales: {job['rescales']}; launches: {job['launches']}")
+    if job.get("reason"):
+        console.print(f"reason:      {job['reason']}")
+    events = Table(title="events")
+    events.add_column("time")
+    events.add_column("event")
+    events.add_column("message")
+    for event in job["events"]:
+        events.add_row(time.strftime("%H:%M:%S", time.localtime(event["time"])),
+                       event["kind"], event["message"])
+    console.print(events)
+    return 0
+
+
+def cancel(args: argparse.Namespace) -> int:
+    with connect(args) as client:
+        job = client.cancel(args.job)
+    print(f"{job['id']}: {job['state']}"
+          + (" (cancelling)" if job["cancel_requested"] and job["state"] not in FINAL_STATES
+             else ""))
+    return 0
+
+
+# --- logs, top ----------------------------------------------------------------------------
+
+def logs(args: argparse.Namespace) -> int:
+    offset = 0 if args.tail is None else -args.tail
+    with connect(args) as client:
+        while True:
+            chunk = client.logs(args.job, args.replica, offset)
+            sys.stdout.write(chunk["text"])
+            sys.stdout.flush()
+            offset = chunk["next_offset"]
+            if chunk["next_offset"] < chunk["size"]:
+                continue
+            if not args.follow or chunk["final"]:
+                return 0
+            time.sleep(args.poll_interval)
+
+
+def top(args: argparse.Namespace) -> int:
+    console = Console()
+    with connect(args) as client, Live(console=console, auto_refresh=False) as live:
+        count = 0
+        try:
+            while args.iterations is None or count < args.iterations:
+                rows, nodes, health = client.jobs(), client.nodes(), client.health()
+                title = (f"pollux top - {client.address.url} - policy {health['policy']} - "
+                         f"{health['rounds']} rounds - {time.strftime('%H:%M:%S')}")
+                live.update(Group(jobs_table(rows, title), nodes_table(nodes)), refresh=True)
+                count += 1
+                if args.iterations is None or count < args.iterations:
+                    time.sleep(args.refresh)
+        except KeyboardInterrupt:
+            pass
+    return 0
+
+
+# --- registration -------------------------------------------------------------------------
+
+def add_connection_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--server", default=None, help="server URL (default: $POLLUX_SERVER "
+                                                       "or the server file in --data-dir)")
+    parser.add_argument("--data-dir", default=str(default_data_dir()),
+                        help="where a local server keeps its server file")
+    parser.add_argument("--token", default=None, help="bearer token (or $POLLUX_TOKEN)")
+    parser.add_argument("--token-file", default=None, help="file holding the bearer token")
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser("submit", help="submit a job (YAML file or flags -- command)",
+                              description="Submit a job: 'pollux submit job.yaml' or "
+                                          "'pollux submit --name N --max-replicas 4 -- "
+                                          "python train.py'. Flags override the file.")
+    p.add_argument("spec_or_command", nargs="*", help="a job YAML file, or the command")
+    p.add_argument("--name", default=None)
+    p.add_argument("--min-replicas", type=int, default=None)
+    p.add_argument("--max-replicas", type=int, default=None)
+    p.add_argument("--gpu", type=float, default=None, help="GPUs (slots) per replica")
+    p.add_argument("--cpu", type=float, default=None, help="CPUs per replica")
+    p.add_argument("--memory", default=None, help="memory per replica, e.g. 4GiB")
+    p.add_argument("--env", action="append", default=[], help="NAME=VALUE (repeatable)")
+    p.add_argument("--workdir", default=None, help="working directory (default: here)")
+    p.add_argument("--preemptible", action=argparse.BooleanOptionalAction, default=None)
+    p.add_argument("--restart-delay", type=float, default=None,
+                   help="seconds a restart costs the job (policy input)")
+    p.add_argument("--max-failures", type=int, default=None)
+    p.add_argument("--json", action="store_true", help="print the job as JSON")
+    add_connection_arguments(p)
+    p.set_defaults(func=submit)
+
+    p = subparsers.add_parser("ls", help="list jobs")
+    p.add_argument("--active", action="store_true", help="hide finished jobs")
+    p.add_argument("--json", action="store_true", help="print the rows as JSON")
+    add_connection_arguments(p)
+    p.set_defaults(func=list_jobs)
+
+    p = subparsers.add_parser("describe", help="show a job in detail, with its events")
+    p.add_argument("job", help="job id (or a unique name)")
+    p.add_argument("--json", action="store_true")
+    add_connection_arguments(p)
+    p.set_defaults(func=describe)
+
+    p = subparsers.add_parser("logs", help="print a replica's log")
+    p.add_argument("job")
+    p.add_argument("--replica", type=int, default=0, help="rank (default 0)")
+    p.add_argument("-f", "--follow", action="store_true", help="keep printing until it ends")
+    p.add_argument("--tail", type=int, default=None, help="start this many bytes from the end")
+    p.add_argument("--poll-interval", type=float, default=1.0, help=argparse.SUPPRESS)
+    add_connection_arguments(p)
+    p.set_defaults(func=logs)
+
+    p = subparsers.add_parser("cancel", help="cancel a job (it checkpoints and stops)")
+    p.add_argument("job")
+    add_connection_arguments(p)
+    p.set_defaults(func=cancel)
+
+    p = subparsers.add_parser("top", help="live view of jobs and nodes")
+    p.add_argument("--refresh", type=float, default=1.0, help="seconds between refreshes")
+    p.add_argument("--iterations", type=int, default=None, help="stop after N refreshes")
+    add_connection_arguments(p)
+    p.set_defaults(func=top)

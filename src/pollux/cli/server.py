@@ -1,0 +1,79 @@
+"""``pollux server``: run the scheduler service (job store, REST API, allocation loop).
+
+Binds 127.0.0.1 by default; binding elsewhere needs a token (``--token`` or, better,
+``--token-file``), which every request must then carry. Ctrl-C (or SIGTERM) asks every
+running job to checkpoint and stop; a restart on the same ``--data-dir`` resumes them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from pollux.backends.registry import backend_names
+from pollux.service.client import read_token_file
+from pollux.service.server import DEFAULT_PORT, ServerConfig, default_data_dir, run_server
+
+
+def config_from_args(args: argparse.Namespace) -> ServerConfig:
+    token = args.token
+    if args.token_file is not None:
+        token = read_token_file(args.token_file)
+    return ServerConfig(
+        data_dir=Path(args.data_dir).expanduser().resolve(), host=args.host, port=args.port,
+        token=token, token_file=(None if args.token_file is None
+                                 else str(Path(args.token_file).resolve())),
+        policy=args.policy, interval_s=args.interval, backend=args.backend,
+        num_nodes=args.nodes, slots_per_node=args.slots_per_node, device=args.device,
+        stop_grace_s=args.stop_grace)
+
+
+def run(args: argparse.Namespace) -> int:
+    config = config_from_args(args)
+
+    def ready(url: str) -> None:
+        print(f"pollux server on {url} (policy {config.policy}, backend {config.backend}, "
+              f"data {config.data_dir})", flush=True)
+
+    run_server(config, ready)
+    print("pollux server stopped", file=sys.stderr, flush=True)
+    return 0
+
+
+def add_server_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--data-dir", default=str(default_data_dir()),
+                        help="job store, checkpoints and logs (default: %(default)s)")
+    parser.add_argument("--host", default="127.0.0.1",
+                        help="address to bind; beyond loopback a token is required")
+    parser.add_argument("--port", type=int, default=DEFAULT_PORT,
+                        help="port to bind; 0 picks a free one (default: %(default)s)")
+    tokens = parser.add_mutually_exclusive_group()
+    tokens.add_argument("--token", default=None, help="require this bearer token")
+    tokens.add_argument("--token-file", default=None,
+                        help="require the bearer token stored in this file")
+    parser.add_argument("--policy", default="pollux",
+                        help="registered policy name or module:Class (default: %(default)s)")
+    parser.add_argument("--interval", type=float, default=30.0,
+                        help="seconds between scheduling rounds (default: %(default)s)")
+    parser.add_argument("--backend", default="local", choices=backend_names(),
+                        help="where replicas run (default: %(default)s)")
+    parser.add_argument("--nodes", type=int, default=1,
+                        help="local backend: virtual nodes (default: %(default)s)")
+    parser.add_argument("--slots-per-node", type=int, default=None,
+                        help="local backend: GPU or CPU slots per virtual node "
+                             "(default: all GPUs, else all CPUs, split over the nodes)")
+    parser.add_argument("--device", default="auto", choices=("auto", "gpu", "cpu"),
+                        help="local backend: slots are GPUs or CPU slots (default: auto)")
+    parser.add_argument("--stop-grace", type=float, default=60.0,
+                        help="seconds replicas get to checkpoint after SIGTERM "
+                             "(default: %(default)s)")
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser("server", help="run the scheduler service",
+                                   description=__doc__,
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_server_arguments(parser)
+    parser.set_defaults(func=run)

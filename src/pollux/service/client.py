@@ -1,0 +1,144 @@
+"""HTTP client of the scheduler service, used by the CLI (and the tests).
+
+The server is found from ``--server URL``, else ``$POLLUX_SERVER``, else the
+``server.json`` a running server writes in its data directory; the token from
+``--token``, ``--token-file``, ``$POLLUX_TOKEN``, or the token file the server recorded.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+
+from pollux.errors import PolluxError
+from pollux.service.server import SERVER_FILE, default_data_dir
+
+DEFAULT_TIMEOUT_S = 15.0
+
+
+class ServiceError(PolluxError):
+    """The server refused a request (status, the field it names, its message)."""
+
+    def __init__(self, status: int, message: str, field: str | None = None) -> None:
+        self.status = status
+        self.field = field
+        super().__init__(f"server said {status}: {message}")
+
+
+class ServerUnreachableError(PolluxError):
+    """No server could be found or reached."""
+
+
+@dataclass(frozen=True)
+class ServerAddress:
+    url: str
+    token: str | None = None
+
+
+def read_token_file(path: str | os.PathLike[str]) -> str:
+    try:
+        token = Path(path).read_text().strip()
+    except OSError as exc:
+        raise ServerUnreachableError(f"cannot read token file {path}: {exc}") from exc
+    if not token:
+        raise ServerUnreachableError(f"token file {path} is empty")
+    return token
+
+
+def locate_server(server: str | None = None, data_dir: str | os.PathLike[str] | None = None,
+                  token: str | None = None, token_file: str | None = None) -> ServerAddress:
+    """Where the server is and which token to send (see the module docstring)."""
+    directory = Path(data_dir) if data_dir is not None else default_data_dir()
+    record: dict[str, Any] = {}
+    server_file = directory / SERVER_FILE
+    if server_file.is_file():
+        try:
+            record = json.loads(server_file.read_text())
+        except (OSError, json.JSONDecodeError):
+            record = {}
+    url = server or os.environ.get("POLLUX_SERVER") or record.get("url")
+    if not url:
+        raise ServerUnreachableError(
+            f"no server found: none is running on {directory} (no {SERVER_FILE}); start one "
+            "with 'pollux server' or pass --server URL")
+    if token is None and token_file is not None:
+        token = read_token_file(token_file)
+    if token is None:
+        token = os.environ.get("POLLUX_TOKEN")
+    if token is None and record.get("token_file") and url == record.get("url"):
+        token = read_token_file(record["token_file"])
+    return ServerAddress(url.rstrip("/"), token)
+
+
+class PolluxClient:
+    """Thin wrapper over the REST API; errors become ServiceError with the field."""
+
+    def __init__(self, address: ServerAddress, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+        headers = {"Authorization": f"Bearer {address.token}"} if address.token else {}
+        self.address = address
+        self._http = httpx.Client(base_url=address.url, headers=headers, timeout=timeout_s)
+
+    def __enter__(self) -> PolluxClient:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._http.close()
+
+    def _call(self, method: str, path: str, **kwargs: Any) -> Any:
+        try:
+            response = self._http.request(method, path, **kwargs)
+        except httpx.HTTPError as exc:
+            raise ServerUnreachableError(f"cannot reach the server at {self.address.url}: "
+                                         f"{exc}") from exc
+        if response.status_code >= 400:
+            try:
+                body = response.json()
+                message, field = str(body.get("detail")), body.get("field")
+            except (ValueError, AttributeError):
+                message, field = response.text, None
+            raise ServiceError(response.status_code, message, field)
+        if response.status_code == 204 or not response.content:
+            return None
+        return response.json()
+
+    def health(self) -> dict[str, Any]:
+        result: dict[str, Any] = self._call("GET", "/api/health")
+        return result
+
+    def submit(self, spec: dict[str, Any]) -> dict[str, Any]:
+        result: dict[str, Any] = self._call("POST", "/api/jobs", json=spec)
+        return result
+
+    def jobs(self) -> list[dict[str, Any]]:
+        result: list[dict[str, Any]] = self._call("GET", "/api/jobs")
+        return result
+
+    def job(self, ref: str) -> dict[str, Any]:
+        result: dict[str, Any] = self._call("GET", f"/api/jobs/{quote(ref, safe='')}")
+        return result
+
+    def cancel(self, ref: str) -> dict[str, Any]:
+        result: dict[str, Any] = self._call("POST", f"/api/jobs/{quote(ref, safe='')}/cancel")
+        return result
+
+    def nodes(self) -> list[dict[str, Any]]:
+        result: list[dict[str, Any]] = self._call("GET", "/api/nodes")
+        return result
+
+    def logs(self, ref: str, replica: int = 0, offset: int = 0,
+             limit: int = 65536) -> dict[str, Any]:
+        result: dict[str, Any] = self._call(
+            "GET", f"/api/jobs/{quote(ref, safe='')}/logs",
+            params={"replica": replica, "offset": offset, "limit": limit})
+        return result
