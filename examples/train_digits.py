@@ -20,6 +20,7 @@ The last line printed on stdout by rank 0 is a JSON summary (time to target, acc
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import logging
 import os
@@ -31,7 +32,6 @@ from typing import Any
 import numpy as np
 import torch
 import torch.distributed as dist
-from sklearn.datasets import load_digits
 
 import pollux.torch as pt
 from pollux.jobenv import RESCALE_EXIT_CODE
@@ -53,11 +53,28 @@ class IndexedDigits(torch.utils.data.Dataset[tuple[torch.Tensor, torch.Tensor, i
         return self.images[index], self.labels[index], index
 
 
+def load_digits() -> tuple[np.ndarray, np.ndarray]:
+    """scikit-learn's digits (1797 8x8 images), read from the file it ships.
+
+    Reading the file directly skips importing scikit-learn (a second per process).
+    """
+    spec = importlib.util.find_spec("sklearn")
+    if spec is not None and spec.origin is not None:
+        path = Path(spec.origin).parent / "datasets" / "data" / "digits.csv.gz"
+        if path.exists():
+            table = np.loadtxt(path, delimiter=",")
+            return table[:, :-1], table[:, -1].astype(np.int64)
+    from sklearn.datasets import load_digits as sklearn_digits
+
+    digits = sklearn_digits()
+    return digits.data, digits.target
+
+
 def split_digits(seed: int = 0) -> tuple[IndexedDigits, IndexedDigits]:
-    digits = load_digits()
-    order = np.random.default_rng(seed).permutation(len(digits.target))
-    images = digits.data[order] / 16.0
-    labels = digits.target[order]
+    data, target = load_digits()
+    order = np.random.default_rng(seed).permutation(len(target))
+    images = data[order] / 16.0
+    labels = target[order]
     return (IndexedDigits(images[NUM_VALIDATION:], labels[NUM_VALIDATION:]),
             IndexedDigits(images[:NUM_VALIDATION], labels[:NUM_VALIDATION]))
 
@@ -145,6 +162,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--checkpoint-dir", default=None,
                         help="default: POLLUX_CHECKPOINT_DIR, else no checkpoints")
     parser.add_argument("--checkpoint-interval-s", type=float, default=180.0)
+    parser.add_argument("--control-interval-s", type=float, default=1.0,
+                        help="target time between the replicas' agreement points")
     parser.add_argument("--tensorboard-dir", default=None)
     parser.add_argument("--step-delay-s", type=float, default=0.0,
                         help="sleep this long per batch (to make runs interruptible in tests)")
@@ -159,6 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.manual_seed(args.seed)
     torch.set_num_threads(1)
     config = pt.AgentConfig(checkpoint_interval_s=args.checkpoint_interval_s,
+                            control_interval_s=args.control_interval_s,
                             tensorboard_dir=args.tensorboard_dir)
     job = pt.init_process_group(checkpoint_dir=args.checkpoint_dir, config=config)
     train, validation = split_digits(args.seed)
