@@ -1,0 +1,178 @@
+"""AdaptiveDataParallel in one process: accumulation, learning-rate rules, AMP, Adam."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator
+
+import pytest
+import torch
+import torch.distributed as dist
+
+import pollux.torch as pt
+from pollux.torch.scaling_rules import ScalingRule
+
+
+@pytest.fixture(scope="module", autouse=True)
+def process_group() -> Iterator[None]:
+    created = not dist.is_initialized()
+    if created:
+        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    yield
+    if created:
+        dist.destroy_process_group()
+
+
+def new_job(**config: float) -> pt.JobContext:
+    return pt.init_process_group("gloo", config=pt.AgentConfig(**config),  # type: ignore[arg-type]
+                                 install_signal_handler=False, environ={})
+
+
+def dataset(num_samples: int = 32, seed: int = 0) -> torch.utils.data.TensorDataset:
+    generator = torch.Generator().manual_seed(seed)
+    x = torch.randn(num_samples, 4, generator=generator)
+    y = torch.randn(num_samples, 3, generator=generator)
+    return torch.utils.data.TensorDataset(x, y)
+
+
+def net(seed: int = 0) -> torch.nn.Module:
+    torch.manual_seed(seed)
+    return torch.nn.Linear(4, 3)
+
+
+def test_accumulated_micro_batches_equal_one_big_batch() -> None:
+    job = new_job()
+    data = dataset()
+    reference = net()
+    model_net = copy.deepcopy(reference)
+    optimizer = torch.optim.SGD(model_net.parameters(), lr=0.1)
+    model = pt.AdaptiveDataParallel(model_net, optimizer, job=job)
+    loader = pt.AdaptiveDataLoader(data, batch_size=32, job=job, shuffle=False)
+    loader.autoscale_batch_size(64, (8, 8))
+    seen = []
+    for x, y in loader:  # pattern: zero_grad first, step after every batch
+        optimizer.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        before = [p.detach().clone() for p in model_net.parameters()]
+        optimizer.step()
+        seen.append(loader.batch_info)
+        if model.accumulating:
+            assert all(torch.equal(a, b) for a, b in zip(before, model_net.parameters()))
+    assert [info.micro_step for info in seen] == [0, 1, 2, 3]  # type: ignore[union-attr]
+    assert model.optimizer_steps == 1 and model.progress == pytest.approx(1.0)
+
+    ref_opt = torch.optim.SGD(reference.parameters(), lr=0.1)
+    x, y = data.tensors
+    torch.nn.functional.mse_loss(reference(x), y).backward()
+    ref_opt.step()
+    for got, want in zip(model_net.parameters(), reference.parameters()):
+        torch.testing.assert_close(got, want)
+
+
+def test_zero_grad_after_step_keeps_accumulating() -> None:
+    job = new_job()
+    model_net = net()
+    optimizer = torch.optim.SGD(model_net.parameters(), lr=0.0)
+    model = pt.AdaptiveDataParallel(model_net, optimizer, job=job)
+    loader = pt.AdaptiveDataLoader(dataset(), batch_size=32, job=job, shuffle=False)
+    loader.autoscale_batch_size(64, (16, 16))
+    grads = []
+    for x, y in loader:  # pattern: step and zero_grad after every batch
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        grads.append(model_net.weight.grad.detach().clone())  # type: ignore[union-attr]
+        optimizer.step()
+        optimizer.zero_grad()
+        model.zero_grad()
+    assert len(grads) == 2
+    assert not torch.equal(grads[0], grads[1])  # the second one accumulated on the first
+    assert model_net.weight.grad is None  # cleared once the real step was taken
+    assert model.noise.num_updates == 1  # one replica, two micro-batches: one estimate
+
+
+class Triple(ScalingRule):
+    def lr_factor(self, scale: float, gain: float, progress: float) -> float:
+        return 3.0
+
+
+def test_learning_rate_is_scaled_only_during_the_step_and_schedulers_still_work() -> None:
+    job = new_job()
+    model_net = net()
+    optimizer = torch.optim.SGD(model_net.parameters(), lr=0.5)
+    model = pt.AdaptiveDataParallel(model_net, optimizer, scaling_rule=Triple(), job=job)
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5)
+    during = []
+    optimizer.register_step_pre_hook(lambda opt, args, kwargs: during.append(
+        opt.param_groups[0]["lr"]))
+    loader = pt.AdaptiveDataLoader(dataset(), batch_size=16, job=job)
+    for x, y in loader:
+        optimizer.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        optimizer.step()
+        scheduler.step()
+    assert during == [pytest.approx(1.5), pytest.approx(0.75)]
+    assert optimizer.param_groups[0]["lr"] == pytest.approx(0.125)
+    assert model.lr_factor == 3.0
+
+
+def test_adam_gets_sqrt_scaling_and_keeps_its_moments_across_batch_changes() -> None:
+    job = new_job()
+    model_net = net()
+    optimizer = torch.optim.Adam(model_net.parameters(), lr=1e-3)
+    model = pt.AdaptiveDataParallel(model_net, optimizer, job=job)
+    assert isinstance(model.scaling_rule, pt.SqrtScale)
+    assert isinstance(pt.default_scaling_rule(torch.optim.SGD(net().parameters(), lr=1)),
+                      pt.AdaScale)
+    x, y = dataset().tensors
+    moments = None
+    for local_bsz in (8, 16, 32):  # the batch size changes between steps
+        model.begin_micro_step(0, 1, local_bsz=local_bsz, step_batch_size=local_bsz,
+                               init_batch_size=8, regular=True)
+        optimizer.zero_grad()
+        torch.nn.functional.mse_loss(model(x[:local_bsz]), y[:local_bsz]).backward()
+        optimizer.step()
+        state = optimizer.state[model_net.weight]
+        if moments is not None:
+            assert state["exp_avg"] is moments  # same tensor, updated in place
+        moments = state["exp_avg"]
+        assert model.lr_factor == pytest.approx((local_bsz / 8) ** 0.5)
+    assert int(optimizer.state[model_net.weight]["step"]) == 3
+
+
+def run_scaled(scaler: torch.amp.GradScaler | None, poison_step: int | None = None
+               ) -> tuple[pt.AdaptiveDataParallel, list[float]]:
+    job = new_job()
+    model_net = net()
+    optimizer = torch.optim.SGD(model_net.parameters(), lr=0.0)
+    model = pt.AdaptiveDataParallel(model_net, optimizer, job=job, grad_scaler=scaler)
+    loader = pt.AdaptiveDataLoader(dataset(64), batch_size=32, job=job, shuffle=False)
+    loader.autoscale_batch_size(64, (16, 16))
+    progress = []
+    for i, (x, y) in enumerate(loader):
+        optimizer.zero_grad()
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        if poison_step is not None and i // 2 == poison_step:
+            loss = loss * float("inf")
+        (scaler.scale(loss) if scaler is not None else loss).backward()
+        if scaler is not None:
+            scaler.step(optimizer)
+            scaler.update()
+        else:
+            optimizer.step()
+        progress.append(model.progress)
+    return model, progress
+
+
+def test_grad_scaler_statistics_match_unscaled_ones() -> None:
+    plain, _ = run_scaled(None)
+    scaled, _ = run_scaled(torch.amp.GradScaler("cpu", init_scale=1024.0))
+    assert plain.noise.num_updates == scaled.noise.num_updates == 2
+    torch.testing.assert_close(scaled.noise.raw(), plain.noise.raw(), rtol=1e-4, atol=0)
+
+
+def test_overflowing_step_is_skipped_by_the_statistics_and_the_progress() -> None:
+    scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)
+    model, progress = run_scaled(scaler, poison_step=0)
+    assert model.optimizer_steps == 1  # the poisoned step was skipped, the next one ran
+    assert model.noise.num_updates == 1
+    assert progress == [0.0, 0.0, 0.0, 1.0]
+    assert scaler.get_scale() == 512.0  # one overflow: the scale backed off once
