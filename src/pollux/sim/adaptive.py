@@ -28,6 +28,30 @@ MAX_EXPLORATION_REPLICAS = 64
 
 ConfigKey = tuple[int, int, int]
 """(num_nodes, num_replicas, atomic batch size)."""
+FitRows = tuple[tuple[float, float, float, float, float], ...]
+"""Observations as (num_nodes, num_replicas, atomic batch, compute s, step s) rows."""
+
+
+class FitCache:
+    """Memoized throughput fits: jobs of one application that ran the same configurations
+    measured the same true times, so their fits are identical (the fit is deterministic)."""
+
+    def __init__(self, fit: Callable[[FitRows], ThroughputParams] | None = None) -> None:
+        self._fit = fit_throughput_params if fit is None else fit
+        self._cache: dict[tuple[str, FitRows], ThroughputParams] = {}
+        self.num_fits = 0
+        self.num_hits = 0
+
+    def fit(self, application: str, rows: FitRows) -> ThroughputParams:
+        key = (application, tuple(sorted(rows)))
+        found = self._cache.get(key)
+        if found is None:
+            found = self._fit(key[1])
+            self._cache[key] = found
+            self.num_fits += 1
+        else:
+            self.num_hits += 1
+        return found
 
 
 def optimistic_speedup(num_nodes: ArrayLike, num_replicas: ArrayLike) -> FloatArray:
@@ -39,11 +63,9 @@ def optimistic_speedup(num_nodes: ArrayLike, num_replicas: ArrayLike) -> FloatAr
 class JobProfile:
     """Configurations run so far, the fitted step-time model and the latest gradient stats."""
 
-    def __init__(self, spec: ApplicationSpec,
-                 fit: Callable[[list[tuple[float, ...]]], ThroughputParams] | None = None
-                 ) -> None:
+    def __init__(self, spec: ApplicationSpec, fits: FitCache | None = None) -> None:
         self.spec = spec
-        self._fit = fit_throughput_params if fit is None else fit
+        self._fits = FitCache() if fits is None else fits
         self.observations: dict[ConfigKey, tuple[float, float]] = {}
         """Config -> (step seconds, sync seconds) as first measured."""
         self.params: ThroughputParams | None = None
@@ -66,9 +88,9 @@ class JobProfile:
         if key in self.observations:
             return
         self.observations[key] = (float(step_time_s), float(sync_time_s))
-        rows = [(n, k, b, max(step - sync, 1e-9), step)
-                for (n, k, b), (step, sync) in self.observations.items()]
-        self.params = self._fit(rows)
+        rows = tuple((float(n), float(k), float(b), max(step - sync, 1e-9), step)
+                     for (n, k, b), (step, sync) in self.observations.items())
+        self.params = self._fits.fit(self.spec.name, rows)
         self.num_fits += 1
 
     def goodput_function(self) -> GoodputFunction | None:

@@ -14,7 +14,7 @@ from enum import Enum
 
 import numpy as np
 
-from pollux.sim.adaptive import JobProfile
+from pollux.sim.adaptive import FitCache, JobProfile
 from pollux.sim.applications import Application
 from pollux.sim.placement import Placement
 
@@ -58,7 +58,8 @@ class JobSpec:
 class SimJob:
     """Mutable state of one job during a simulation."""
 
-    def __init__(self, spec: JobSpec, app: Application, mode: BatchMode) -> None:
+    def __init__(self, spec: JobSpec, app: Application, mode: BatchMode,
+                 fits: FitCache | None = None) -> None:
         self.spec = spec
         self.app = app
         self.mode = mode
@@ -68,7 +69,7 @@ class SimJob:
             self.target_batch_size = pinned_bsz
         elif mode is BatchMode.FIXED:
             self.target_batch_size = int(spec.batch_size)
-        self.profile = JobProfile(app.spec) if mode is BatchMode.ADAPTIVE else None
+        self.profile = JobProfile(app.spec, fits) if mode is BatchMode.ADAPTIVE else None
         self.allocation: tuple[str, ...] = ()
         self.placement: Placement = ()
         self.atomic_bsz = 0

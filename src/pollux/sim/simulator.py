@@ -21,9 +21,11 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 from pollux.errors import ConfigError, PolluxError
 from pollux.policies.base import GPU, JobInfo, NodeInfo, Policy, TunedConfig
+from pollux.sim.adaptive import FitCache
 from pollux.sim.applications import Application
 from pollux.sim.job import BatchMode, SimJob
 from pollux.sim.oracle import RemainingTimeOracle, StepTimeTable, remaining_iterations
@@ -121,7 +123,9 @@ class Simulator:
         if missing:
             raise ConfigError("application", missing[0],
                               f"no model for it; known: {', '.join(sorted(applications))}")
-        self.jobs = tuple(SimJob(spec, applications[spec.application], mode)
+        self.fits = FitCache()
+        """Throughput fits shared by the run's adaptive jobs (memoized, deterministic)."""
+        self.jobs = tuple(SimJob(spec, applications[spec.application], mode, self.fits)
                           for spec in workload.jobs)
         self.nodes = self.config.node_infos()
         self._capacity = {node.name: node.num_gpus for node in self.nodes}
@@ -200,6 +204,15 @@ class Simulator:
 
     # -- the loop ------------------------------------------------------------------------
     def run(self) -> SimulationResult:
+        """Simulate until every job completes (or nothing can run any more).
+
+        BLAS is held to one thread meanwhile: the simulation is sequential, and a
+        multi-threaded BLAS inside the many small throughput fits only spins on busy cores.
+        """
+        with threadpool_limits(limits=1, user_api="blas"):
+            return self._run()
+
+    def _run(self) -> SimulationResult:
         start = time.perf_counter()
         cfg = self.config
         arrivals = sorted(range(len(self.jobs)),
