@@ -30,10 +30,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 import torch.distributed as dist
 
 import pollux.torch as pt
+import torch
 from pollux.jobenv import RESCALE_EXIT_CODE
 
 NUM_VALIDATION = 360

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 
+import torch
 from pollux.errors import ConfigError
 from pollux.torch.gradient_noise import GradientNoiseEstimator, two_batch_estimates
 from tests.torch.launcher import WORKERS, Replicas
@@ -80,13 +80,13 @@ def test_noise_scale_of_linear_regression_within_15_percent(
         tmp_path: Path, num_replicas: int, accum_steps: int) -> None:
     """Real DDP replicas (gloo) or one replica accumulating two micro-batches."""
     job = Replicas([str(WORKERS / "noise_regression.py"), "--accum-steps", str(accum_steps),
-                    "--steps", "300"], num_replicas,
+                    "--steps", "200"], num_replicas,
                    checkpoint_dir=tmp_path / "ckpt", log_dir=tmp_path / "logs")
     assert job.wait(timeout_s=120) == [0] * num_replicas, job.output()
     result = job.last_json()
     truth = float(result["true_noise_scale"])  # type: ignore[arg-type]
     estimate = float(result["est_noise_scale"])  # type: ignore[arg-type]
-    assert result["updates"] == 300 and result["accum_steps"] == accum_steps
+    assert result["updates"] == 200 and result["accum_steps"] == accum_steps
     assert math.isfinite(estimate)
     assert abs(estimate - truth) / truth < 0.15, result
     assert abs(float(result["est_trace"]) - float(result["true_trace"])) \

@@ -7,9 +7,8 @@ import hashlib
 import json
 from typing import Any
 
-import torch
-
 import pollux.torch as pt
+import torch
 
 
 def blob_for(count: int, num_floats: int) -> torch.Tensor:

@@ -1,0 +1,228 @@
+"""Small parts of the agent: launch environment, scaling rules, batch decisions,
+agreement encoding, hints delivery, layering."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pollux.errors import ConfigError, UnknownPluginError
+from pollux.jobenv import JobEnvironment
+from pollux.models import GradientStats, JobHints, ThroughputParams
+from pollux.torch.batch_size import (
+    BatchConfig,
+    BatchLimits,
+    choose_batch_config,
+    initial_batch_config,
+)
+from pollux.torch.control import Agreement, _decode, _encode
+from pollux.torch.distributed import LaunchSource, read_launch_environment
+from pollux.torch.hints_reporter import HintsReporter, send_hints
+from pollux.torch.scaling_rules import (
+    AdaScale,
+    LinearScale,
+    SqrtScale,
+    WarmupScale,
+    scaling_rule_by_name,
+)
+
+# -- launch environment ------------------------------------------------------------------
+
+
+def test_pollux_variables_win() -> None:
+    env = JobEnvironment(job_id="j1", rank=2, num_replicas=4, local_rank=0, node_rank=1,
+                         num_nodes=2, master_addr="10.0.0.1", master_port=2900,
+                         checkpoint_dir="/ck", hints_target="http://s/h", hints_token="t",
+                         num_restarts=3).to_env()
+    launch = read_launch_environment({**env, "RANK": "0", "WORLD_SIZE": "1"})
+    assert launch.source is LaunchSource.POLLUX
+    assert (launch.rank, launch.num_replicas, launch.num_nodes, launch.node_rank) == (2, 4, 2, 1)
+    assert (launch.master_addr, launch.master_port) == ("10.0.0.1", 2900)
+    assert (launch.checkpoint_dir, launch.hints_target, launch.hints_token,
+            launch.num_restarts) == ("/ck", "http://s/h", "t", 3)
+
+
+def test_torchrun_variables() -> None:
+    launch = read_launch_environment({
+        "RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2",
+        "GROUP_RANK": "1", "MASTER_ADDR": "h", "MASTER_PORT": "1234",
+        "POLLUX_CHECKPOINT_DIR": "/ck"})
+    assert launch.source is LaunchSource.TORCHRUN
+    assert (launch.rank, launch.num_replicas, launch.local_rank) == (3, 4, 1)
+    assert (launch.num_nodes, launch.node_rank, launch.master_port) == (2, 1, 1234)
+    assert launch.checkpoint_dir == "/ck"
+
+
+def test_nothing_means_a_single_process() -> None:
+    launch = read_launch_environment({})
+    assert launch.source is LaunchSource.SINGLE
+    assert (launch.rank, launch.num_replicas, launch.checkpoint_dir) == (0, 1, None)
+
+
+@pytest.mark.parametrize("env, field", [
+    ({"RANK": "x", "WORLD_SIZE": "2", "MASTER_PORT": "1"}, "RANK"),
+    ({"RANK": "2", "WORLD_SIZE": "2", "MASTER_PORT": "1"}, "rank"),
+    ({"RANK": "0", "WORLD_SIZE": "2"}, "MASTER_PORT"),
+])
+def test_bad_launch_variables_name_the_field(env: dict[str, str], field: str) -> None:
+    with pytest.raises(ConfigError, match=field):
+        read_launch_environment(env)
+
+
+# -- scaling rules -----------------------------------------------------------------------
+
+
+def test_scaling_rules() -> None:
+    assert AdaScale().lr_factor(4.0, 2.5, 0.0) == 2.5
+    assert SqrtScale().lr_factor(4.0, 2.5, 0.0) == 2.0
+    assert LinearScale().lr_factor(4.0, 2.5, 0.0) == 4.0
+    warm = WarmupScale(warmup_steps=10, base=LinearScale())
+    assert warm.lr_factor(2.0, 1.0, 0.0) == pytest.approx(2.0 * 1.0 / 20)
+    assert warm.lr_factor(2.0, 1.0, 9.0) == pytest.approx(1.0)
+    assert warm.lr_factor(2.0, 1.0, 100.0) == 2.0
+    assert isinstance(scaling_rule_by_name("sqrt"), SqrtScale)
+    with pytest.raises(UnknownPluginError, match="adascale, linear, sqrt"):
+        scaling_rule_by_name("cubic")
+    with pytest.raises(ConfigError, match="warmup_steps"):
+        WarmupScale(warmup_steps=0)
+
+
+# -- batch decisions ---------------------------------------------------------------------
+
+PARAMS = ThroughputParams(alpha_c=0.05, beta_c=0.0005, alpha_n=0.1, beta_n=0.0,
+                          alpha_r=0.02, beta_r=0.0, gamma=1.0)
+
+
+def test_initial_configuration() -> None:
+    limits = BatchLimits(64, 1024, (8, 32), accumulation=True)
+    assert initial_batch_config(limits, 2) == BatchConfig(32, 0)
+    assert initial_batch_config(limits, 1) == BatchConfig(32, 1)
+    assert initial_batch_config(BatchLimits(64, 64, (1, 64), accumulation=False), 1) \
+        == BatchConfig(64, 0)
+    assert initial_batch_config(BatchLimits(64, 512, (4, 16)), 2) == BatchConfig(16, 1)
+
+
+def test_choose_switches_only_for_a_large_enough_gain() -> None:
+    limits = BatchLimits(32, 1024, (8, 256), accumulation=True)
+    noisy = GradientStats(sqr=1.0, var=100.0)  # large noise scale: big batches pay off
+    current = BatchConfig(16, 0)
+    best = choose_batch_config(limits, PARAMS, noisy, 1, 2, current)
+    assert best.total(2) > 32
+    assert choose_batch_config(limits, PARAMS, noisy, 1, 2, best) == best
+    assert choose_batch_config(limits, PARAMS, noisy, 1, 2, current, min_gain=1e6) == current
+    assert choose_batch_config(limits, None, noisy, 1, 2, current) == current
+    assert choose_batch_config(limits, PARAMS, None, 1, 2, None) == \
+        initial_batch_config(limits, 2)
+
+
+def test_batch_limits_are_checked() -> None:
+    with pytest.raises(ConfigError, match="max_batch_size"):
+        BatchLimits(64, 32, (1, 64))
+    with pytest.raises(ConfigError, match="local_bsz_bounds"):
+        BatchLimits(64, 128, (0, 64))
+    with pytest.raises(ConfigError, match="local_bsz"):
+        BatchConfig(0)
+
+
+# -- agreement encoding ------------------------------------------------------------------
+
+
+def test_agreement_round_trip_and_stop_flags_add_up() -> None:
+    proposal = Agreement(stop=False, save_checkpoint=True, batch_config=BatchConfig(48, 2),
+                         next_sync_steps=17, grad_stats=GradientStats(0.5, 3.25))
+    assert _decode(_encode(False, proposal)) == proposal
+    summed = _encode(False, proposal) + _encode(True, None) + _encode(False, None)
+    decoded = _decode(summed)
+    assert decoded.stop and decoded.batch_config == BatchConfig(48, 2)
+    no_stats = Agreement(False, False, BatchConfig(8), 1, None)
+    assert _decode(_encode(False, no_stats)).grad_stats is None
+
+
+# -- hints -------------------------------------------------------------------------------
+
+HINTS = JobHints(init_batch_size=32, max_batch_size=512, local_bsz_bounds=(8, 64),
+                 throughput_params=PARAMS, grad_stats=GradientStats(1.0, 2.0), batch_size=64)
+
+
+class _Collector(BaseHTTPRequestHandler):
+    received: list[tuple[str | None, dict[str, Any]]] = []
+
+    def do_POST(self) -> None:  # noqa: N802
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        type(self).received.append((self.headers.get("Authorization"), json.loads(body)))
+        self.send_response(200)
+        self.end_headers()
+        self.wfile.write(b"{}")
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture()
+def http_server() -> Iterator[tuple[str, type[_Collector]]]:
+    handler = type("Collector", (_Collector,), {"received": []})
+    server = HTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/jobs/j/hints", handler
+    server.shutdown()
+    server.server_close()
+
+
+def test_hints_are_posted_with_the_token(http_server: tuple[str, type[_Collector]]) -> None:
+    url, handler = http_server
+    reporter = HintsReporter(url, token="secret", interval_s=60)
+    reporter.update(HINTS, urgent=True)
+    deadline = time.monotonic() + 10
+    while not handler.received and time.monotonic() < deadline:
+        time.sleep(0.01)
+    reporter.close()
+    auth, body = handler.received[0]
+    assert auth == "Bearer secret"
+    assert JobHints.from_dict(body) == HINTS
+
+
+def test_hints_file_target_is_written_atomically(tmp_path: Path) -> None:
+    target = tmp_path / "sub" / "hints.json"
+    send_hints(str(target), HINTS.to_dict())
+    assert JobHints.from_dict(json.loads(target.read_text())) == HINTS
+    assert [p.name for p in target.parent.iterdir()] == ["hints.json"]
+
+
+def test_a_dead_scheduler_never_blocks_the_caller() -> None:
+    reporter = HintsReporter("http://127.0.0.1:9/hints", interval_s=0.05, timeout_s=0.5)
+    start = time.monotonic()
+    for _ in range(100):
+        reporter.update(HINTS, urgent=True)
+    assert time.monotonic() - start < 0.5
+    time.sleep(0.2)
+    reporter.close(timeout_s=1.0)
+    assert reporter.num_failed >= 1 and reporter.num_sent == 0
+
+
+# -- layering ----------------------------------------------------------------------------
+
+
+def test_agent_does_not_import_the_scheduler_side() -> None:
+    code = ("import sys, pollux.torch\n"
+            "bad = [m for m in sys.modules if m.startswith(('pollux.policies', 'pollux.sim', "
+            "'pollux.service', 'pollux.backends', 'fastapi', 'tensorboard'))]\n"
+            "print(','.join(bad))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, timeout=60)
+    assert out.stdout.strip() == ""
+
+
+def test_public_api_is_importable() -> None:
+    import pollux.torch as agent
+
+    assert all(hasattr(agent, name) for name in agent.__all__)
