@@ -20,6 +20,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from enum import Enum
 from pathlib import Path
 
 from pollux.backends.base import (
@@ -41,6 +42,15 @@ logger = logging.getLogger(__name__)
 
 LOST_EXIT_CODE = -1000
 """Recorded for replicas that outlived their server and were stopped at recovery."""
+
+
+class StopCause(Enum):
+    """Why the loop asked a job's replicas to stop."""
+
+    RESCALE = "rescale"
+    FAILURE = "failure"
+    CANCEL = "cancel"
+    SHUTDOWN = "shutdown"
 
 
 @dataclass(frozen=True)
@@ -91,6 +101,7 @@ class Allocator:
         self._round_due_at = 0.0
         self._last_tick_at: float | None = None
         self._stop_deadlines: dict[str, float] = {}
+        self._stop_causes: dict[str, StopCause] = {}
         self._killed: set[str] = set()
         self._marked_exits: set[tuple[str, int, int]] = set()
         self._wake = threading.Event()
@@ -160,8 +171,7 @@ class Allocator:
             logger.info("job %s is not preemptible; keeping its allocation", record.id)
             return
         verb = "preempted" if not new else f"rescale {len(record.allocation)} -> {len(new)}"
-        self.backend.stop(record.id)
-        self._stop_deadlines[record.id] = now + self.config.stop_grace_s
+        self._request_stop(record.id, StopCause.RESCALE, now)
         self.store.transition(record.id, JobState.RESCALING, now,
                               f"{verb} replicas: asked replicas to checkpoint and stop",
                               target_allocation=new, num_rescales=record.num_rescales + 1)
@@ -237,8 +247,7 @@ class Allocator:
         abnormal = {rank: code for rank, code in exits.items() if code != 0}
         if abnormal:
             rank, code = min(abnormal.items())
-            self.backend.stop(record.id)
-            self._stop_deadlines[record.id] = now + self.config.stop_grace_s
+            self._request_stop(record.id, StopCause.FAILURE, now)
             self.store.transition(record.id, JobState.RESCALING, now,
                                   f"replica {rank} {describe_exit(code)}; stopping the others "
                                   "to restart from the last checkpoint",
@@ -253,6 +262,8 @@ class Allocator:
         """Every replica of the latest launch has exited: decide what comes next."""
         self.backend.release(record.id)
         self._stop_deadlines.pop(record.id, None)
+        cause = self._stop_causes.pop(record.id, None)
+        forced = record.id in self._killed
         self._killed.discard(record.id)
         self.request_round()
         codes = list(exits.values())
@@ -263,17 +274,25 @@ class Allocator:
         if record.cancel_requested:
             self.store.transition(record.id, JobState.CANCELLED, now, "cancelled")
             return
-        failures = {rank: code for rank, code in exits.items()
-                    if code not in (0, RESCALE_EXIT_CODE)}
+        tolerated = {0, RESCALE_EXIT_CODE}
+        if cause in (StopCause.RESCALE, StopCause.SHUTDOWN) and not forced:
+            # killed by our SIGTERM before the agent could take it (e.g. while starting):
+            # not a fault of the job; it resumes from its last checkpoint
+            tolerated.add(-int(signal.SIGTERM))
+        failures = {rank: code for rank, code in exits.items() if code not in tolerated}
         if failures:
             rank, code = min(failures.items())
             self._failed_launch(record, record.reason or f"replica {rank} {describe_exit(code)}",
                                 now)
             return
+        unclean = sorted(rank for rank, code in exits.items() if code not in (0, RESCALE_EXIT_CODE))
+        message = ("replicas checkpointed and stopped" if not unclean else
+                   f"replicas stopped; {len(unclean)} ended by SIGTERM before checkpointing "
+                   "(the job resumes from its last checkpoint)")
         target = record.target_allocation
         self.store.transition(record.id, JobState.PENDING, now,
                               ("server shutting down: " if self._shutting_down else "")
-                              + "replicas checkpointed and stopped",
+                              + message,
                               target_allocation=record.allocation if target is None else target)
 
     def _failed_launch(self, record: JobRecord, reason: str, now: float) -> None:
@@ -300,10 +319,15 @@ class Allocator:
                 self.store.transition(record.id, JobState.CANCELLED, now, "cancelled")
                 self.request_round()
             elif record.state in (JobState.STARTING, JobState.RUNNING):
-                self.backend.stop(record.id)
-                self._stop_deadlines[record.id] = now + self.config.stop_grace_s
+                self._request_stop(record.id, StopCause.CANCEL, now)
                 self.store.transition(record.id, JobState.RESCALING, now,
                                       "cancelling: asked replicas to checkpoint and stop")
+
+    def _request_stop(self, job_id: str, cause: StopCause, now: float) -> None:
+        """Ask the replicas to checkpoint and stop; SIGKILL them after the grace."""
+        self.backend.stop(job_id)
+        self._stop_causes[job_id] = cause
+        self._stop_deadlines[job_id] = now + self.config.stop_grace_s
 
     def _enforce_stop_deadlines(self, now: float) -> None:
         for job_id, deadline in list(self._stop_deadlines.items()):
@@ -353,7 +377,7 @@ class Allocator:
         self._shutting_down = True
         live = self.store.list_jobs([JobState.STARTING, JobState.RUNNING, JobState.RESCALING])
         for record in live:
-            self.backend.stop(record.id)
+            self._request_stop(record.id, StopCause.SHUTDOWN, now)
         deadline = time.monotonic() + grace_s
         pending = {r.id for r in live}
         while pending and time.monotonic() < deadline:
@@ -363,6 +387,7 @@ class Allocator:
             if pending:
                 time.sleep(0.1)
         for job_id in pending:
+            self._killed.add(job_id)
             self.backend.stop(job_id, force=True)
         self._poll(self.clock())
         for record in self.store.list_jobs([JobState.STARTING, JobState.RUNNING,

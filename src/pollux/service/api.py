@@ -111,7 +111,9 @@ def create_app(service: SchedulerService, token: str | None = None) -> FastAPI:
 
     @app.exception_handler(StarletteHTTPException)
     async def on_http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        return error_response(exc.status_code, str(exc.detail), None)
+        field = "path" if exc.status_code in (404, 405) else None
+        return error_response(exc.status_code, f"{exc.detail}: {request.method} "
+                                               f"{request.url.path}", field)
 
     @app.get("/api/health")
     def health() -> dict[str, Any]:
