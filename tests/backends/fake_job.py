@@ -27,7 +27,7 @@ def main() -> int:
     parser.add_argument("--crash-at-step", type=int, default=-1)
     parser.add_argument("--spawn-child", action="store_true")
     parser.add_argument("--ignore-sigterm", action="store_true")
-    args = parser.parse_args()
+    args, _ = parser.parse_known_args()  # ignores the example's flags (pollux demo)
     rank = int(os.environ.get("POLLUX_RANK", "0"))
     ckpt = Path(os.environ.get("POLLUX_CHECKPOINT_DIR", "."))
     ckpt.mkdir(parents=True, exist_ok=True)

@@ -93,10 +93,8 @@ def spec_from_args(args: argparse.Namespace) -> dict[str, Any]:
     if args.workdir is not None:
         data["working_dir"] = str(Path(args.workdir).resolve())
     data.setdefault("working_dir", os.getcwd())
-    if args.name is None and "name" not in data and "command" in data:
-        stem = Path(str(data["command"][-1] if isinstance(data["command"], list)
-                        else data["command"]).split()[-1]).stem
-        data["name"] = "".join(c if c.isalnum() or c in "-_." else "-" for c in stem) or "job"
+    if args.name is None and "name" not in data and isinstance(data.get("command"), list):
+        data["name"] = default_name(data["command"])
     resources = dict(data.get("resources") or {})
     for key, value in (("gpu", args.gpu), ("cpu", args.cpu), ("memory", args.memory)):
         if value is not None:
@@ -112,6 +110,14 @@ def spec_from_args(args: argparse.Namespace) -> dict[str, Any]:
     if env:
         data["env"] = env
     return JobSpec.from_dict(data).to_dict()
+
+
+def default_name(command: list[str]) -> str:
+    """A job name from its command: the first ``*.py`` script, else the program."""
+    scripts = [word for word in command[1:] if word.endswith(".py")]
+    stem = Path(scripts[0] if scripts else command[0]).stem
+    name = "".join(c if c.isalnum() or c in "-_." else "-" for c in stem).lstrip("-_.")
+    return name[:63] or "job"
 
 
 def _yaml_mapping(path: Path) -> dict[str, Any]:

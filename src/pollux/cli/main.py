@@ -21,6 +21,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "pollux.cli.workload",
     "pollux.cli.server",
     "pollux.cli.jobs",
+    "pollux.cli.demo",
 )
 
 

@@ -1,0 +1,103 @@
+"""The job commands and ``pollux demo`` against a live server running the small
+stand-in job (tests/backends/fake_job.py), and the submit flags/YAML merge."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from e2e_helpers import ServerProcess, wait_until
+
+from pollux.cli.main import build_parser, main
+from pollux.errors import JobSpecError
+
+FAKE_JOB = str(Path(__file__).resolve().parents[1] / "backends" / "fake_job.py")
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture
+def server(tmp_path: Path):
+    process = ServerProcess(tmp_path / "data")
+    yield process
+    process.cleanup()
+
+
+def run_cli(capsys, *argv: str) -> tuple[int, str]:
+    code = main(list(argv))
+    return code, capsys.readouterr().out
+
+
+def test_job_commands_against_a_live_server(server, capsys, tmp_path):
+    server.start()
+    where = ("--data-dir", str(server.data_dir))
+    code, out = run_cli(capsys, "submit", *where, "--name", "short", "--max-replicas", "2",
+                        "--", sys.executable, FAKE_JOB, "--steps", "30", "--step-s", "0.02")
+    assert code == 0 and out.strip() == "submitted short-1"
+    job_file = tmp_path / "long.yaml"
+    job_file.write_text(f"name: long\ncommand: [{sys.executable}, {FAKE_JOB}, --steps, '5000']"
+                        "\nmax_replicas: 2\nworking_dir: .\n")
+    code, out = run_cli(capsys, "submit", *where, str(job_file), "--json")
+    assert json.loads(out)["id"] == "long-2"
+    code, out = run_cli(capsys, "logs", *where, "short-1", "-f", "--replica", "1",
+                        "--poll-interval", "0.2")
+    assert code == 0 and "rank 1 done" in out
+    wait_until(lambda: run_cli(capsys, "describe", *where, "long", "--json")[1].count(
+        '"state": "Running"'), 30, "the long job to run")
+    code, out = run_cli(capsys, "cancel", *where, "long-2")
+    assert code == 0 and "cancelling" in out
+    wait_until(lambda: '"Cancelled"' in run_cli(capsys, "ls", *where, "--json")[1], 30,
+               "the cancellation")
+    rows = {r["id"]: r for r in json.loads(run_cli(capsys, "ls", *where, "--json")[1])}
+    assert rows["short-1"]["state"] == "Succeeded" and rows["long-2"]["state"] == "Cancelled"
+    code, out = run_cli(capsys, "describe", *where, "short-1")
+    assert code == 0 and "all 2 replicas exited 0" in out
+    code, out = run_cli(capsys, "top", *where, "--iterations", "1")
+    assert code == 0 and "node-1" in out and "long-2" in out
+    code, out = run_cli(capsys, "ls", *where, "--active")
+    assert code == 0 and "short-1" not in out
+    assert main(["describe", *where, "nope"]) == 2
+    assert "server said 404" in capsys.readouterr().err
+    assert main(["submit", *where, "--max-replicas", "0", "--", "python", "x.py"]) == 2
+    assert "max_replicas" in capsys.readouterr().err
+    assert main(["submit", *where, "--", "no-such-program-xyz"]) == 2
+    assert "command" in capsys.readouterr().err
+    server.stop()
+
+
+def test_demo_runs_end_to_end_with_a_stand_in_script(monkeypatch, capsys):
+    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).parent))
+    code = main(["demo", "--script", FAKE_JOB, "--jobs", "2", "--stagger", "0.05",
+                 "--policy", "service_test_policies:EqualSharePolicy", "--interval", "1",
+                 "--timeout", "60"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "summary" in out and "digits-b-2" in out and "Succeeded" in out
+
+
+def submit_args(*argv: str):
+    return build_parser().parse_args(["submit", *argv])
+
+
+def test_submit_flags_and_yaml_merge(tmp_path, monkeypatch):
+    from pollux.cli.jobs import spec_from_args
+
+    monkeypatch.chdir(tmp_path)
+    spec = spec_from_args(submit_args("--max-replicas", "4", "--env", "SEED=3", "--gpu", "1",
+                                      "--", "python", "scripts/train.py", "--lr", "0.1"))
+    assert spec["name"] == "train" and spec["command"][-2:] == ["--lr", "0.1"]
+    assert spec["working_dir"] == str(tmp_path) and spec["env"] == {"SEED": "3"}
+    (tmp_path / "jobs").mkdir()
+    yaml_file = tmp_path / "jobs" / "job.yaml"
+    yaml_file.write_text("name: fromfile\ncommand: python t.py\nworking_dir: ..\n"
+                         "max_replicas: 2\nresources: {cpu: 2}\n")
+    spec = spec_from_args(submit_args(str(yaml_file), "--max-replicas", "3", "--memory", "1G"))
+    assert spec["name"] == "fromfile" and spec["max_replicas"] == 3
+    assert spec["working_dir"] == str(tmp_path)
+    assert spec["resources"] == {"gpu": 1.0, "cpu": 2.0, "memory": 1e9}
+    with pytest.raises(JobSpecError, match="env"):
+        spec_from_args(submit_args("--env", "NOEQUALS", "--", "python", "t.py"))
+    with pytest.raises(JobSpecError, match="command"):
+        spec_from_args(submit_args("--name", "x"))
