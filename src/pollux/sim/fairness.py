@@ -101,7 +101,8 @@ def finish_time_fairness(jobs: Sequence[SimJob], times_s: np.ndarray, num_active
         start = job.spec.submission_time_s
         share = num_gpus / average_active(times_s, num_active, start, job.completion_time_s)
         mode = BatchMode.FIXED if job.target_batch_size is not None else BatchMode.ORACLE
-        wait = math.ceil(start / interval_s - 1e-9) * interval_s - start
+        first_round = max(interval_s, math.ceil(start / interval_s - 1e-9) * interval_s)
+        wait = first_round - start
         ideal = wait + isolated.share_jct_s(job.spec.application, mode, job.target_batch_size,
                                             share)
         rho[job.name] = (job.completion_time_s - start) / ideal

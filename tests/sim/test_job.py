@@ -1,0 +1,95 @@
+from __future__ import annotations
+
+import pytest
+
+from pollux.sim.applications import ApplicationSpec
+from pollux.sim.job import BatchMode, JobSpec, JobState, SimJob
+from tests.sim.fakes import ToyApplication
+
+NODE = ("n0",)
+
+
+def fixed_job(app: ToyApplication, batch_size: int = 64) -> SimJob:
+    return SimJob(JobSpec("j", 0.0, app.name, 1, batch_size), app, BatchMode.FIXED)
+
+
+def test_restart_delay_holds_gpus_without_progress() -> None:
+    app = ToyApplication(epochs=1, progress_per_epoch=100.0)
+    job = fixed_job(app, batch_size=32)
+    assert job.state is JobState.WAITING
+    job.reallocate(NODE, (1,), restart_delay_s=30.0)
+    assert job.num_restarts == 0 and job.state is JobState.RESTARTING
+    job.advance(0.0, 30.0)
+    assert job.progress == 0.0 and job.attained_service_s == 30.0
+    assert job.state is JobState.RUNNING
+    # 1 replica, batch 32 = initial: atomic 32, no accumulation, 0.132 s per step, gain 1.
+    assert (job.atomic_bsz, job.accum_steps) == (32, 0)
+    job.advance(30.0, 10.0)
+    assert job.progress == pytest.approx(10.0 / 0.132)
+
+
+def test_completion_time_after_the_last_epoch() -> None:
+    app = ToyApplication(epochs=2, progress_per_epoch=500.0)
+    job = fixed_job(app, batch_size=32)
+    job.reallocate(NODE, (1,), restart_delay_s=30.0)
+    job.advance(0.0, 60.0)
+    job.advance(60.0, 60.0)
+    assert job.completion_time_s is None and job.epoch == 1
+    job.advance(120.0, 60.0)
+    # Two epochs of 500 steps at 0.132 s (66 s each, the first ending on a whole second).
+    assert job.completion_time_s == 30.0 + 66.0 + 66.0
+    assert job.state is JobState.COMPLETED
+    assert job.attained_service_s == job.completion_time_s
+
+
+def test_restarts_count_placement_changes_after_the_first() -> None:
+    job = fixed_job(ToyApplication())
+    job.reallocate(NODE, (1,), 30.0)
+    job.reallocate((), (), 30.0)
+    assert job.num_restarts == 0 and job.state is JobState.WAITING
+    job.reallocate(("n0", "n1"), (1, 1), 30.0)
+    assert job.num_restarts == 1 and job.restart_left_s == 30.0
+
+
+def test_noise_makes_large_batches_worth_more_steps() -> None:
+    quiet = fixed_job(ToyApplication(ratio=0.0), batch_size=256)
+    noisy = fixed_job(ToyApplication(ratio=100.0), batch_size=256)
+    for job in (quiet, noisy):
+        job.reallocate(NODE, (1,), 0.0)
+        job.advance(0.0, 1.0)
+    assert noisy.progress > 5 * quiet.progress
+
+
+@pytest.mark.parametrize(("batch", "replicas", "expected"), [
+    (32768, 1, (16384, 1)),  # one replica above the initial batch: one accumulation step
+    (64, 4, (8, 1)),         # yolov3: local 16 > max local 8
+    (4096, 12, (341, 0)),    # capped so the total stays <= the maximum batch
+    (2048, 6, (342, 0)),
+])
+def test_fixed_batch_configurations(batch: int, replicas: int, expected: tuple[int, int]
+                                    ) -> None:
+    specs = {32768: ApplicationSpec("ncf", 256, 32768, 32, 32768, 10),
+             64: ApplicationSpec("yolov3", 8, 512, 4, 8, 50),
+             4096: ApplicationSpec("cifar10", 128, 4096, 32, 1024, 100),
+             2048: ApplicationSpec("cifar10", 128, 4096, 32, 1024, 100)}
+    spec = specs[batch]
+    atomic, accum = spec.fixed_batch_config(batch, replicas)
+    assert (atomic, accum) == expected
+    assert replicas * atomic * (accum + 1) <= spec.max_batch_size
+
+
+def test_adaptive_job_profiles_and_refits_on_new_configurations() -> None:
+    app = ToyApplication(ratio=50.0)
+    job = SimJob(JobSpec("j", 0.0, app.name, 1, 64), app, BatchMode.ADAPTIVE)
+    assert job.profile is not None
+    assert job.profile.max_replicas() == 1
+    assert job.profile.speedup_fn()(1, 4) == 4.0  # optimistic before any profile
+    job.reallocate(NODE, (1,), 0.0)
+    assert job.batch_size == 32  # no model yet: the initial batch
+    job.advance(0.0, 60.0)
+    assert job.profile.params is not None and job.profile.max_replicas() == 2
+    job.reallocate(("n0", "n0"), (2,), 0.0)
+    job.advance(60.0, 60.0)
+    assert job.profile.max_profiled_replicas == 2 and job.profile.max_replicas() == 4
+    assert job.profile.num_fits >= 2
+    assert float(job.profile.speedup_fn()(1, 2)) > 1.0
