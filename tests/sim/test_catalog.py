@@ -13,7 +13,7 @@ from tests.sim.fakes import ARTIFACT, needs_artifact
 
 
 def shipped() -> dict[str, object]:
-    text = resources.files("pollux").joinpath("data", "catalog.json").read_text()
+    text = resources.files("pollux").joinpath("data").joinpath("catalog.json").read_text()
     data: dict[str, object] = json.loads(text)
     return data
 

@@ -146,6 +146,6 @@ def read_catalog(data: Mapping[str, Any]) -> dict[str, AppModel]:
 
 def load_builtin_applications() -> dict[str, Application]:
     """The six built-in applications, from the catalog shipped with the package."""
-    text = resources.files("pollux").joinpath("data", CATALOG_RESOURCE).read_text()
+    text = resources.files("pollux").joinpath("data").joinpath(CATALOG_RESOURCE).read_text()
     return {name: ParametricApplication(model)
             for name, model in read_catalog(json.loads(text)).items()}

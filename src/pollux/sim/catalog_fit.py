@@ -38,9 +38,9 @@ MAX_LOG_RATIO = 25.0
 
 def throughput_rows(trace: TraceData) -> list[tuple[float, float, float, float, float]]:
     """(nodes, replicas, local_bsz, compute_s, step_s) of every measurement."""
-    rows = []
+    rows: list[tuple[float, float, float, float, float]] = []
     for placement, meas in trace.placements.items():
-        nodes, replicas = sum(1 for c in placement if c), sum(placement)
+        nodes, replicas = float(sum(1 for c in placement if c)), float(sum(placement))
         for bsz, step, sync in zip(meas.local_bsz, meas.step_time, meas.sync_time):
             rows.append((nodes, replicas, bsz, max(step - sync, 1e-6 * step), step))
     num_groups = len({r[:3] for r in rows})

@@ -20,7 +20,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-import numpy as np
 from threadpoolctl import threadpool_limits
 
 from pollux.errors import ConfigError, PolluxError
@@ -285,7 +284,3 @@ def run_simulation(workload: Workload, applications: Mapping[str, Application],
     """Simulate ``workload`` under ``policy``; see :class:`Simulator`."""
     return Simulator(workload, applications, policy, config, adaptive_jobs).run()
 
-
-def gpu_seconds(result: SimulationResult) -> float:
-    """GPU-seconds allocated over the whole run (restart delays included)."""
-    return float(np.sum([job.attained_service_s for job in result.jobs]))

@@ -163,8 +163,9 @@ def read_trace_dir(path: str | Path) -> TraceData:
     groups: dict[tuple[float, float, float], list[tuple[float, float]]] = {}
     for nodes, replicas, bsz, step, sync in raw:
         groups.setdefault((nodes, replicas, bsz), []).append((step, sync))
-    points = [key for key in sorted(groups)]
-    values = [tuple(np.mean(np.array(groups[key]), axis=0)) for key in points]
+    points: list[tuple[float, ...]] = list(sorted(groups))
+    values: list[tuple[float, ...]] = [tuple(np.mean(np.array(groups[key]), axis=0))
+                                       for key in sorted(groups)]
     points += [row[:3] for row in scalability]
     values += [row[3:] for row in scalability]
     bsz_all = [row[2] for row in raw]
