@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -9,6 +10,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from pollux.jobenv import JobEnvironment
 
@@ -78,10 +80,11 @@ class Replicas:
         return "\n".join(f"--- {log.name}\n{log.read_text(errors='replace')[-4000:]}"
                          for log in self.logs if log.exists())
 
-    def last_json(self, rank: int = 0) -> dict[str, object]:
-        import json
-
+    def json_lines(self, rank: int = 0) -> list[dict[str, Any]]:
         lines = [ln for ln in self.logs[rank].read_text().splitlines() if ln.startswith("{")]
         if not lines:
-            raise AssertionError(f"no JSON summary; logs:\n{self.output()}")
-        return dict(json.loads(lines[-1]))
+            raise AssertionError(f"no JSON output; logs:\n{self.output()}")
+        return [dict(json.loads(line)) for line in lines]
+
+    def last_json(self, rank: int = 0) -> dict[str, Any]:
+        return self.json_lines(rank)[-1]

@@ -192,10 +192,10 @@ class AdaptiveDataLoader:
         self.batch_config = agreement.batch_config
         self._config_replicas = job.num_replicas
         if job.rank == 0:
-            self._report(model)
+            self._report(model, urgent=changed)
         return changed
 
-    def _report(self, model: AdaptiveDataParallel) -> None:
+    def _report(self, model: AdaptiveDataParallel, urgent: bool) -> None:
         job, config = self.job, self.batch_config
         assert config is not None
         stats = model.grad_stats
@@ -214,7 +214,7 @@ class AdaptiveDataLoader:
             progress=model.progress,
         )
         if job.hints is not None:
-            job.hints.update(hints)
+            job.hints.update(hints, urgent=urgent)
         if job.metrics.enabled:
             self._write_metrics(model, stats)
 

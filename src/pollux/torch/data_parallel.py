@@ -26,10 +26,10 @@ import types
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
+import torch
 from pollux.models import GradientStats, gain
 from pollux.torch.gradient_noise import GradientNoiseEstimator
 from pollux.torch.scaling_rules import ScalingRule, default_scaling_rule
@@ -40,6 +40,9 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 _EXACT_DTYPES = (torch.float32, torch.float64)
+_PIGGYBACK_MAX_NUMEL = 1 << 18
+"""Up to this size the last bucket is copied to carry the replicas' norms in its own
+all-reduce; above it, copying costs more than a separate tiny all-reduce."""
 
 
 class _TrainerState:
@@ -117,6 +120,7 @@ class AdaptiveDataParallel(DistributedDataParallel):
         self._first_micro_sqr: torch.Tensor | None = None
         self._mark_compute_end = False
         self.compute_end_mark: Any = None
+        self.piggyback_max_numel = _PIGGYBACK_MAX_NUMEL
         self.grad_stats: GradientStats | None = None
         """Host copy of the gradient statistics at the initial batch (from agreements)."""
         self.gain = 1.0
@@ -208,11 +212,15 @@ class AdaptiveDataParallel(DistributedDataParallel):
         return future.then(finish)
 
     def _reduce_with_local_norms(self, buffer: torch.Tensor) -> torch.futures.Future[Any]:
-        """All-reduce the last bucket with the replicas' squared norms riding along."""
+        """All-reduce the last bucket and the sum of the replicas' squared norms.
+
+        A small bucket carries the sum in one extra element of its own all-reduce; a
+        large (or low-precision) one is left alone and a one-element all-reduce follows.
+        """
         local_total = torch.stack(self._local_parts).sum()
         size = buffer.numel()
         group = self.process_group
-        if buffer.dtype in _EXACT_DTYPES:
+        if buffer.dtype in _EXACT_DTYPES and size <= self.piggyback_max_numel:
             extended = torch.cat([buffer, local_total.to(buffer.dtype).reshape(1)])
             future = dist.all_reduce(extended, group=group, async_op=True).get_future()
 
@@ -224,13 +232,13 @@ class AdaptiveDataParallel(DistributedDataParallel):
                 return averaged
 
             return future.then(finish)
-        norms = local_total.float().reshape(1)
+        norms = local_total.reshape(1)
         norms_work = dist.all_reduce(norms, group=group, async_op=True)
         future = dist.all_reduce(buffer, group=group, async_op=True).get_future()
 
         def finish_mixed(fut: torch.futures.Future[Any]) -> torch.Tensor:
             norms_work.wait()
-            self._local_sqr_sum = norms[0].double()
+            self._local_sqr_sum = norms[0]
             averaged = fut.value()[0]
             self._global_parts.append(_squared_norm(averaged))
             return averaged

@@ -95,7 +95,7 @@ def plan_step(
         return StepPlan(start, full, 0, batches, regular=True)
     share = -(-remaining // num_replicas)  # ceil
     padding = share * num_replicas - remaining
-    chunk = np.concatenate([order[start:], order[:padding]])
+    chunk = np.concatenate([order[start:], order[np.arange(padding) % n]])
     is_pad = np.arange(chunk.size) >= remaining
     num_micro = -(-share // local_bsz)
     batches = tuple(tuple(part.copy() for part in

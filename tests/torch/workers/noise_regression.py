@@ -23,8 +23,15 @@ def main() -> None:
     parser.add_argument("--accum-steps", type=int, default=0)
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--separate-norms", action="store_true",
+                        help="also measure with the replicas' norms in their own all-reduce")
     args = parser.parse_args()
     torch.set_num_threads(1)
+    for piggyback in (True, False) if args.separate_norms else (True,):
+        measure(args, piggyback)
+
+
+def measure(args: argparse.Namespace, piggyback: bool) -> None:
     config = pt.AgentConfig(min_goodput_gain=1e9, min_noise_updates=1)
     job = pt.init_process_group(config=config, install_signal_handler=False)
     rng = np.random.default_rng(args.seed)
@@ -45,6 +52,8 @@ def main() -> None:
         net.weight.copy_(torch.tensor(w0, dtype=torch.float32)[None])
     optimizer = torch.optim.SGD(net.parameters(), lr=0.0)
     model = pt.AdaptiveDataParallel(net, optimizer, job=job)
+    if not piggyback:
+        model.piggyback_max_numel = 0
     micro = args.accum_steps + 1
     m0 = job.num_replicas * args.local_bsz * micro
     dataset = torch.utils.data.TensorDataset(torch.tensor(x, dtype=torch.float32),
@@ -69,7 +78,7 @@ def main() -> None:
             "true_noise_scale": true_trace / true_sqr,
             "est_noise_scale": stats.var * m0 / stats.sqr,
             "updates": model.noise.num_updates, "local_bsz": loader.batch_config.local_bsz,
-            "accum_steps": loader.batch_config.accum_steps,
+            "accum_steps": loader.batch_config.accum_steps, "piggyback": piggyback,
         }), flush=True)
     job.close()
 
