@@ -47,7 +47,7 @@ def all_final(client) -> bool:
 def test_three_jobs_resized_and_a_killed_replica(server):
     data = server.data_dir
     client = server.start()
-    epochs = {"j1": 10, "j2": 6, "j3": 4}
+    epochs = {"j1": 10, "j2": 4, "j3": 3}
     j1 = client.submit(example_spec("j1", 3, epochs["j1"]))["id"]
     wait_until(lambda: started(data, j1, 0), 90, "j1 to start on 3 replicas")
     j2 = client.submit(example_spec("j2", 2, epochs["j2"]))["id"]
@@ -82,7 +82,7 @@ def test_three_jobs_resized_and_a_killed_replica(server):
 def test_server_sigkill_then_restart_loses_and_duplicates_nothing(server):
     data = server.data_dir
     client = server.start()
-    epochs = 8
+    epochs = 6
     jobs = [client.submit(example_spec(name, 2, epochs))["id"] for name in ("k1", "k2")]
     for job_id in jobs:
         wait_until(lambda job_id=job_id: finished_an_epoch(data, job_id, 1), 90,

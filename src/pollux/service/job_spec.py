@@ -40,8 +40,10 @@ class ReplicaResources:
     memory_bytes: float = 0.0
 
     def as_policy_resources(self) -> dict[str, float]:
-        """The resource mapping a policy's ``JobInfo.resources`` expects."""
-        return {"gpu": self.gpu, "cpu": self.cpu, "memory": self.memory_bytes}
+        """The resource mapping a policy's ``JobInfo.resources`` expects (zeros left out,
+        so a job asking nothing of a resource fits nodes that do not declare it)."""
+        amounts = {"gpu": self.gpu, "cpu": self.cpu, "memory": self.memory_bytes}
+        return {name: amount for name, amount in amounts.items() if amount > 0}
 
 
 @dataclass(frozen=True)

@@ -137,7 +137,12 @@ class SchedulerService:
         return self.store.get_job(job_id)
 
     def post_hints(self, job_id: str, data: Any) -> None:
-        hints = JobHints.from_dict(data)
+        try:
+            hints = JobHints.from_dict(data)
+        except ConfigError:
+            raise
+        except (ValueError, TypeError, OverflowError, AttributeError) as exc:
+            raise ConfigError("hints", data, f"a field has the wrong type ({exc})") from exc
         self.store.set_hints(job_id, hints.to_dict(), self.clock())
 
     def nodes(self) -> list[dict[str, Any]]:

@@ -14,7 +14,6 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 
-from pollux.errors import ConfigError
 from pollux.models.hints import JobHints
 from pollux.policies.base import Allocation, JobInfo, NodeInfo, SpeedupFn, TunedConfig
 from pollux.service.store import JobRecord
@@ -69,7 +68,7 @@ def parse_hints(job_id: str, raw: Mapping[str, Any] | None
     try:
         hints = JobHints.from_dict(dict(raw))
         speedup = hints.speedup_function()
-    except ConfigError as exc:  # stored hints were validated; a model may still refuse
+    except (ValueError, ArithmeticError) as exc:  # validated when posted; a model may refuse
         logger.warning("job %s: ignoring hints: %s", job_id, exc)
         return None, None
     return hints, (linear_speedup if speedup is None else speedup)
