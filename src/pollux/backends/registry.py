@@ -10,9 +10,10 @@ from pollux.errors import UnknownPluginError
 
 BACKEND_CLASSES: dict[str, str] = {
     "local": "pollux.backends.local:LocalBackend",
-    "fake": "pollux.backends.fake:FakeBackend",
 }
-"""Registered backend names -> ``module:Class``. Read-only by convention."""
+"""Registered backend names -> ``module:Class``. Read-only by convention. Every class
+takes ``instance_id`` (stable per data directory, to find a dead server's replicas)
+plus its own keyword options. The fake backend is built directly by tests."""
 
 
 def backend_names() -> list[str]:

@@ -19,7 +19,7 @@ from rich.live import Live
 from rich.table import Table
 
 from pollux.errors import JobSpecError
-from pollux.service.client import PolluxClient, locate_server
+from pollux.service.client import PolluxClient, ServiceError, locate_server
 from pollux.service.job_spec import JobSpec
 from pollux.service.server import default_data_dir
 
@@ -200,7 +200,14 @@ def logs(args: argparse.Namespace) -> int:
     offset = 0 if args.tail is None else -args.tail
     with connect(args) as client:
         while True:
-            chunk = client.logs(args.job, args.replica, offset)
+            try:
+                chunk = client.logs(args.job, args.replica, offset)
+            except ServiceError as exc:  # no log yet: the replica has not started
+                if not (args.follow and exc.status == 404 and "no log" in str(exc)
+                        and client.job(args.job)["state"] not in FINAL_STATES):
+                    raise
+                time.sleep(args.poll_interval)
+                continue
             sys.stdout.write(chunk["text"])
             sys.stdout.flush()
             offset = chunk["next_offset"]

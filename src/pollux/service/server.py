@@ -13,9 +13,9 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +61,8 @@ class ServerConfig:
     device: str = "auto"
     stop_grace_s: float = 60.0
     poll_interval_s: float = 0.5
+    backend_options: Mapping[str, Any] = field(default_factory=dict)
+    """Extra keyword options of the backend class (e.g. a cluster address)."""
 
     def __post_init__(self) -> None:
         if not is_loopback(self.host) and not self.token:
@@ -214,11 +216,11 @@ def build_service(config: ServerConfig, hints_url: str | None,
     store = JobStore(config.data_dir / "pollux.db")
     instance_id = store.meta_setdefault("instance_id", os.urandom(8).hex())
     if backend is None:
-        options: dict[str, Any] = {}
+        options = dict(config.backend_options)
         if config.backend == "local":
-            options = {"instance_id": instance_id, "num_nodes": config.num_nodes,
-                       "slots_per_node": config.slots_per_node, "device": config.device}
-        backend = make_backend(config.backend, **options)
+            options.update(num_nodes=config.num_nodes, slots_per_node=config.slots_per_node,
+                           device=config.device)
+        backend = make_backend(config.backend, instance_id=instance_id, **options)
     allocator = Allocator(store, backend, load_policy(config.policy), AllocatorConfig(
         data_dir=config.data_dir, interval_s=config.interval_s,
         poll_interval_s=config.poll_interval_s, stop_grace_s=config.stop_grace_s,

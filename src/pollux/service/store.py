@@ -369,7 +369,8 @@ class JobStore:
     def replicas(self, job_id: str | None = None, live_only: bool = False,
                  generation: int | None = None) -> list[ReplicaRecord]:
         """Replicas, optionally of one job / one generation / not yet seen exiting."""
-        clauses, params = [], []
+        clauses: list[str] = []
+        params: list[str | int] = []
         if job_id is not None:
             clauses.append("job_id=?")
             params.append(job_id)

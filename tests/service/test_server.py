@@ -1,0 +1,63 @@
+"""Server wiring: the bind/token rule, one server per data directory, policy loading,
+finding the server from the CLI side."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from pollux.cli.main import main
+from pollux.errors import ConfigError, UnknownPluginError
+from pollux.service.client import ServerUnreachableError, locate_server
+from pollux.service.server import ServerConfig, data_dir_lock, is_loopback, load_policy
+
+
+@pytest.mark.parametrize(("host", "loopback"), [
+    ("127.0.0.1", True), ("localhost", True), ("::1", True), ("127.0.0.2", True),
+    ("0.0.0.0", False), ("10.1.2.3", False), ("::", False), ("example.org", False)])
+def test_loopback_hosts(host, loopback):
+    assert is_loopback(host) is loopback
+
+
+def test_binding_beyond_loopback_needs_a_token(tmp_path, capsys):
+    with pytest.raises(ConfigError) as info:
+        ServerConfig(data_dir=tmp_path, host="0.0.0.0")
+    assert info.value.field == "host" and "--token" in str(info.value)
+    ServerConfig(data_dir=tmp_path, host="0.0.0.0", token="t")
+    assert main(["server", "--data-dir", str(tmp_path), "--host", "0.0.0.0"]) == 2
+    assert "needs a token" in capsys.readouterr().err
+
+
+def test_one_server_per_data_directory(tmp_path):
+    with data_dir_lock(tmp_path), pytest.raises(ConfigError, match="another pollux server"), \
+            data_dir_lock(tmp_path):
+        pass
+    with data_dir_lock(tmp_path):  # released when the first one ended
+        pass
+
+
+def test_policies_by_name_or_path():
+    assert load_policy("service_test_policies:EqualSharePolicy").name == "equal-share"
+    assert load_policy("fifo").name == "fifo"
+    with pytest.raises(UnknownPluginError, match="choose from"):
+        load_policy("tiresas")
+    with pytest.raises(ConfigError, match="cannot load"):
+        load_policy("no_such_module:Policy")
+
+
+def test_the_cli_finds_the_server_and_its_token(tmp_path, monkeypatch):
+    monkeypatch.delenv("POLLUX_SERVER", raising=False)
+    monkeypatch.delenv("POLLUX_TOKEN", raising=False)
+    with pytest.raises(ServerUnreachableError, match="no server found"):
+        locate_server(data_dir=tmp_path)
+    token_file = tmp_path / "token"
+    token_file.write_text("s3cret\n")
+    (tmp_path / "server.json").write_text(json.dumps(
+        {"url": "http://127.0.0.1:9/", "pid": 1, "token_file": str(token_file)}))
+    assert locate_server(data_dir=tmp_path).token == "s3cret"
+    assert locate_server(data_dir=tmp_path).url == "http://127.0.0.1:9"
+    assert locate_server(data_dir=tmp_path, token="other").token == "other"
+    monkeypatch.setenv("POLLUX_SERVER", "http://elsewhere:1")
+    assert locate_server(data_dir=tmp_path).token is None  # not that server's token file
+    assert main(["ls", "--data-dir", str(tmp_path), "--server", "http://127.0.0.1:9"]) == 2
