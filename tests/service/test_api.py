@@ -62,6 +62,8 @@ def test_submit_list_describe_cancel(client, service):
     (json.dumps({**SPEC, "max_replicas": -2}).encode(), 422, "max_replicas"),
     (json.dumps({**SPEC, "resources": {"gpu": "one"}}).encode(), 422, "resources.gpu"),
     (json.dumps({k: v for k, v in SPEC.items() if k != "command"}).encode(), 422, "command"),
+    (json.dumps({**SPEC, "min_replicas": 5, "max_replicas": 5}).encode(), 422, "min_replicas"),
+    (json.dumps({**SPEC, "resources": {"gpu": 3}}).encode(), 422, "min_replicas"),
 ])
 def test_bad_submissions_name_the_field(client, body, status, field):
     response = client.post("/api/jobs", content=body,

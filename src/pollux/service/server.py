@@ -13,7 +13,7 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,9 +21,9 @@ from typing import Any
 
 from pollux.backends.base import Backend
 from pollux.backends.registry import make_backend
-from pollux.errors import ConfigError, PolluxError
+from pollux.errors import ConfigError, JobSpecError, PolluxError
 from pollux.models.hints import JobHints
-from pollux.policies.base import Policy
+from pollux.policies.base import NodeInfo, Policy
 from pollux.policies.registry import make_policy
 from pollux.service.allocator import Allocator, AllocatorConfig, job_dir
 from pollux.service.job_spec import JobSpec
@@ -96,6 +96,18 @@ def load_policy(name: str) -> Policy:
     return make_policy(name)
 
 
+def check_fits_cluster(spec: JobSpec, nodes: Sequence[NodeInfo]) -> None:
+    """Refuse a job whose min_replicas could never run on these nodes together."""
+    needed = spec.resources.as_policy_resources()
+    fitting = 0
+    for node in nodes:
+        per_node = [node.resources.get(name, 0.0) / amount for name, amount in needed.items()]
+        fitting += int(min(per_node, default=0.0) + 1e-9)
+    if spec.min_replicas > fitting:
+        raise JobSpecError("min_replicas", spec.min_replicas,
+                           f"the cluster fits at most {fitting} replicas of this size")
+
+
 class SchedulerService:
     """What the API calls: submissions, queries, cancellations, hints and logs. State
     changes of jobs are left to the allocation loop."""
@@ -117,6 +129,7 @@ class SchedulerService:
     def submit(self, data: Any) -> dict[str, Any]:
         spec = JobSpec.from_dict(data)
         self.backend.validate(spec)
+        check_fits_cluster(spec, self.backend.nodes())
         record = self.store.add_job(spec, self.clock())
         self.allocator.request_round()
         return job_summary(record, self.clock())
