@@ -5,13 +5,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from service_builders import make_nodes
-from service_test_policies import EqualSharePolicy
 
 from pollux.backends.fake import FakeBackend
 from pollux.policies.base import Policy
 from pollux.service.allocator import Allocator, AllocatorConfig
 from pollux.service.store import JobStore
+from tests.service.e2e_helpers import EQUAL_SHARE
+from tests.service.service_builders import make_nodes
+from tests.service.service_test_policies import EqualSharePolicy
 
 
 @pytest.fixture
@@ -46,8 +47,7 @@ def make_service(tmp_path: Path, fake_backend: FakeBackend) -> Callable[..., Any
     services = []
 
     def build(**config: Any) -> Any:
-        settings: dict[str, Any] = {"policy": "service_test_policies:EqualSharePolicy",
-                                    "interval_s": 10.0}
+        settings: dict[str, Any] = {"policy": EQUAL_SHARE, "interval_s": 10.0}
         settings.update(config)
         service = build_service(ServerConfig(data_dir=tmp_path / "data", **settings),
                                 "http://127.0.0.1:1/api/jobs/{job_id}/hints", fake_backend)

@@ -22,6 +22,8 @@ from pollux.service.client import PolluxClient, ServerAddress
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "train_digits.py"
+EQUAL_SHARE = "tests.service.service_test_policies:EqualSharePolicy"
+"""The deterministic test policy, importable by a server subprocess from the repository."""
 NUM_TRAIN_SAMPLES = 1797 - 360
 """scikit-learn digits minus the example's validation split."""
 
@@ -41,8 +43,8 @@ def wait_until(predicate: Callable[[], Any], timeout_s: float, what: str,
 class ServerProcess:
     """``pollux server`` in its own session, on 2 virtual nodes x 2 CPU slots."""
 
-    def __init__(self, data_dir: Path, policy: str = "service_test_policies:EqualSharePolicy",
-                 interval_s: float = 1.0) -> None:
+    def __init__(self, data_dir: Path, policy: str = EQUAL_SHARE, interval_s: float = 1.0
+                 ) -> None:
         self.data_dir = data_dir
         self.args = [sys.executable, "-m", "pollux.cli.main", "server", "--data-dir",
                      str(data_dir), "--port", "0", "--nodes", "2", "--slots-per-node", "2",
@@ -54,8 +56,7 @@ class ServerProcess:
 
     def start(self, timeout_s: float = 60.0) -> PolluxClient:
         env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(
-            [str(Path(__file__).parent), *filter(None, [env.get("PYTHONPATH")])])
+        env["PYTHONPATH"] = os.pathsep.join([str(REPO), *filter(None, [env.get("PYTHONPATH")])])
         self.starts += 1
         log = open(self.data_dir.parent / f"server-{self.starts}.log", "wb")  # noqa: SIM115
         self.data_dir.mkdir(parents=True, exist_ok=True)
@@ -140,7 +141,7 @@ def example_spec(name: str, max_replicas: int, epochs: int, step_delay_s: float 
             "command": [sys.executable, str(EXAMPLE), "--epochs", str(epochs),
                         "--max-batch-size", "64", "--step-delay-s", str(step_delay_s),
                         "--checkpoint-interval-s", "1", "--control-interval-s", "0.5"],
-            "max_failures": 2}
+            "max_failures": 5}
 
 
 def checkpoint_dir(data_dir: Path, job_id: str) -> Path:

@@ -1,5 +1,6 @@
 """Small deterministic policies for the service tests (also loaded by a server subprocess
-as ``--policy service_test_policies:EqualSharePolicy`` with this directory on PYTHONPATH)."""
+as ``--policy tests.service.service_test_policies:EqualSharePolicy``, the repository on
+PYTHONPATH)."""
 
 from __future__ import annotations
 

@@ -5,14 +5,14 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
-from service_builders import make_spec
-from service_test_policies import OvercommitPolicy
 
 from pollux.backends.fake import FakeBackend
 from pollux.jobenv import RESCALE_EXIT_CODE
 from pollux.service.allocator import LOST_EXIT_CODE, Allocator
 from pollux.service.states import JobState
 from pollux.service.store import JobStore
+from tests.service.service_builders import make_spec
+from tests.service.service_test_policies import OvercommitPolicy
 
 
 def states(store: JobStore) -> dict[str, JobState]:

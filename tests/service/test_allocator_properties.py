@@ -8,14 +8,14 @@ from pathlib import Path
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from service_builders import make_nodes, make_spec
-from service_test_policies import EqualSharePolicy
 
 from pollux.backends.fake import FakeBackend
 from pollux.jobenv import RESCALE_EXIT_CODE
 from pollux.service.allocator import Allocator, AllocatorConfig
 from pollux.service.states import JobState
 from pollux.service.store import JobStore
+from tests.service.service_builders import make_nodes, make_spec
+from tests.service.service_test_policies import EqualSharePolicy
 
 SLOTS = 2
 

