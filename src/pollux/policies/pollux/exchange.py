@@ -68,12 +68,12 @@ class _Gains:
         own = np.full(self.max_step + 1, -np.inf)
         new = np.full(self.max_step + 1, -np.inf)
         if valid.any():
-            nodes_new = np.full(ks.shape, num_nodes + 1)
-            gain_new = self.utility(j, nodes_new, totals) - self.current[j]
-            new[1:] = np.where(valid, gain_new, -np.inf)
+            totals = totals[valid]
+            at = ks[valid]
+            new[at] = self.utility(j, np.full(at.shape, num_nodes + 1), totals) - self.current[j]
             if num_nodes:
-                gain_own = self.utility(j, np.full(ks.shape, num_nodes), totals) - self.current[j]
-                own[1:] = np.where(valid, gain_own, -np.inf)
+                own[at] = (self.utility(j, np.full(at.shape, num_nodes), totals)
+                           - self.current[j])
         # Best gain using at most k replicas (the receiver may take fewer than fit).
         self.own[j] = np.maximum.accumulate(own)
         self.new[j] = np.maximum.accumulate(new)
@@ -129,10 +129,12 @@ def _remove(placement: Placement, j: int, n: int, k: int) -> None:
 
 
 def exchange(placement: Placement, objective: PolluxObjective, movable: list[int],
-             max_moves: int) -> int:
-    """Improve ``placement`` in place by exchanges; returns the number of moves made."""
+             max_moves: int, nodes: list[int] | None = None) -> int:
+    """Improve ``placement`` in place by exchanges on ``nodes`` (default: all); returns the
+    number of moves made."""
     problem = placement.problem
-    if not movable or problem.num_nodes == 0:
+    scan = list(range(problem.num_nodes)) if nodes is None else nodes
+    if not movable or not scan or max_moves <= 0:
         return 0
     max_step = int(max(1, problem.max_per_node.max(initial=1)))
     gains = _Gains(placement, objective, movable, max_step)
@@ -140,7 +142,7 @@ def exchange(placement: Placement, objective: PolluxObjective, movable: list[int
     improved = True
     while improved and moves < max_moves:
         improved = False
-        for n in range(problem.num_nodes):
+        for n in scan:
             holders = [a for a in np.flatnonzero(placement.state[:, n]) if gains.movable[a]]
             for a in holders:
                 row = placement.state[a]

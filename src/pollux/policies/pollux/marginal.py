@@ -35,7 +35,13 @@ from pollux.policies.pollux.constraints import repair
 from pollux.policies.pollux.exchange import exchange
 from pollux.policies.pollux.objective import PolluxObjective
 from pollux.policies.pollux.placement import Placement, fill
-from pollux.policies.pollux.problem import AllocationProblem, BoolArray, FloatArray, IntArray
+from pollux.policies.pollux.problem import (
+    AllocationProblem,
+    BoolArray,
+    FloatArray,
+    IntArray,
+    candidate_counts,
+)
 
 _GAIN_TOLERANCE = 1e-12
 
@@ -56,7 +62,7 @@ def job_choices(problem: AllocationProblem, objective: PolluxObjective, j: int) 
     """Candidate counts of job ``j`` with their utilities (see module docstring)."""
     cap = int(problem.max_replicas[j])
     smallest = max(int(problem.min_replicas[j]), 1)
-    counts = np.concatenate([[0], np.arange(smallest, cap + 1)]).astype(np.int64)
+    counts = candidate_counts(problem, j)
     per_node = np.sort(problem.max_per_node[j])[::-1]
     cumulative = np.cumsum(per_node)
     nodes = np.where(counts > 0, np.searchsorted(cumulative, counts, side="left") + 1, 0)
@@ -77,12 +83,63 @@ def job_choices(problem: AllocationProblem, objective: PolluxObjective, j: int) 
     return JobChoices(counts=counts, utility=np.asarray(utility, dtype=np.float64), keep=keep)
 
 
+def price_counts(problem: AllocationProblem, choices: dict[int, JobChoices]) -> dict[int, int]:
+    """Lagrangian start: every job's best count at the lowest price that fits the cluster.
+
+    At a price ``lam`` per unit of dominant resource each job picks the count maximizing
+    ``utility - lam * count * dominant_share``; the total demand falls as the price rises,
+    so bisection finds the cheapest price whose picks fit the aggregate free capacity.
+    """
+    jobs = list(choices)
+    if not jobs:
+        return {}
+    width = max(len(choices[j].counts) for j in jobs)
+    utility = np.full((len(jobs), width), -np.inf)
+    counts = np.zeros((len(jobs), width))
+    for i, j in enumerate(jobs):
+        c = choices[j]
+        utility[i, : len(c.counts)] = c.utility
+        counts[i, : len(c.counts)] = c.counts
+    cost = counts * np.maximum(problem.dominant_share[jobs], 1e-12)[:, None]
+    demand = problem.demand[jobs]
+    total = problem.free_capacity.sum(axis=0) * (1 + 1e-9) + 1e-9
+    rows = np.arange(len(jobs))
+
+    def pick(price: float) -> tuple[IntArray, bool]:
+        at = np.argmax(utility - price * cost, axis=1)
+        use = (counts[rows, at][:, None] * demand).sum(axis=0)
+        return at, bool(np.all(use <= total))
+
+    at, fits = pick(0.0)
+    if not fits:
+        low, high = 0.0, 1.0
+        for _ in range(200):
+            at, fits = pick(high)
+            if fits:
+                break
+            low, high = high, high * 4.0
+        for _ in range(60):
+            middle = 0.5 * (low + high)
+            if pick(middle)[1]:
+                high = middle
+            else:
+                low = middle
+        at, _ = pick(high)
+    return {j: int(at[i]) for i, j in enumerate(jobs)}
+
+
 def allocate_counts(
     problem: AllocationProblem, choices: dict[int, JobChoices]
 ) -> dict[int, int]:
-    """Greedy multiple-choice knapsack over aggregate capacity: job -> index into counts."""
-    remaining = problem.free_capacity.sum(axis=0)
-    chosen = dict.fromkeys(choices, 0)
+    """Multiple-choice knapsack over aggregate capacity: job -> index into its counts.
+
+    Starts from :func:`price_counts`, then greedily spends what is left on the jump
+    (to any larger count) with the most utility per unit of dominant resource.
+    """
+    chosen = price_counts(problem, choices)
+    remaining = problem.free_capacity.sum(axis=0) - sum(
+        (choices[j].counts[at] * problem.demand[j] for j, at in chosen.items()),
+        np.zeros(len(problem.resource_types)))
     heap: list[tuple[float, int, int, int]] = []
 
     def best_jump(j: int) -> tuple[float, int] | None:
@@ -132,6 +189,18 @@ class MarginalGainOptimizer:
         self.fill_free = fill_free
         self.max_exchanges = max_exchanges
         """Exchange moves per round (None: twice the number of jobs)."""
+        self.full_scan_size = 8192
+        """Jobs x nodes up to which the exchange search scans every node."""
+
+    def _exchange_nodes(self, placement: Placement, shrunk: list[int]) -> list[int] | None:
+        """Nodes the exchange search scans: all of them in small problems; in large ones
+        only those with room left or holding a job that got less than its target count."""
+        problem = placement.problem
+        if problem.num_jobs * problem.num_nodes <= self.full_scan_size:
+            return None
+        fits = problem.replicas_fitting(placement.free).any(axis=0)
+        hosts = (placement.state[shrunk] > 0).any(axis=0) if shrunk else fits & False
+        return [int(n) for n in np.flatnonzero(fits | hosts)]
 
     def solve(self, problem: AllocationProblem,
               objective: PolluxObjective) -> tuple[IntArray, dict[str, Any]]:
@@ -151,7 +220,7 @@ class MarginalGainOptimizer:
             else:
                 moved.append(j)
         moved.sort(key=lambda j: (-choices[j].counts[chosen[j]] * problem.dominant_share[j], j))
-        num_shrunk = 0
+        shrunk: list[int] = []
         for j in moved:
             c = choices[j]
             for at in range(chosen[j], 0, -1):
@@ -159,10 +228,12 @@ class MarginalGainOptimizer:
                 if row is not None:
                     placement.assign(j, row)
                     break
-                num_shrunk += 1
+            if placement.state[j].sum() < c.counts[chosen[j]]:
+                shrunk.append(j)
         num_filled = fill(placement, objective, free_jobs) if self.fill_free else 0
         budget = 2 * len(free_jobs) if self.max_exchanges is None else self.max_exchanges
-        num_exchanged = exchange(placement, objective, free_jobs, budget)
+        num_exchanged = exchange(placement, objective, free_jobs, budget,
+                                 self._exchange_nodes(placement, shrunk))
         if num_exchanged and self.fill_free:
             num_filled += fill(placement, objective, free_jobs)
 
@@ -170,7 +241,7 @@ class MarginalGainOptimizer:
                          self.interference_avoidance)[0]
         values = objective.evaluate(np.stack([placement.state, current]))
         state = placement.state if values[0] >= values[1] else current
-        stats = {"placement_shrinks": num_shrunk, "fill_additions": num_filled,
+        stats = {"placement_shrinks": len(shrunk), "fill_additions": num_filled,
                  "exchanges": num_exchanged,
                  "kept_current": bool(values[0] < values[1])}
         return state.copy(), stats

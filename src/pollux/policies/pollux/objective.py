@@ -39,7 +39,12 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from pollux.errors import ConfigError
-from pollux.policies.pollux.problem import AllocationProblem, FloatArray, IntArray
+from pollux.policies.pollux.problem import (
+    AllocationProblem,
+    FloatArray,
+    IntArray,
+    candidate_counts,
+)
 
 
 class FairShareRounding(str, Enum):
@@ -122,10 +127,8 @@ class PolluxObjective:
     def __init__(self, problem: AllocationProblem, config: ObjectiveConfig) -> None:
         self.problem = problem
         self.config = config
-        self._tables: list[FloatArray] = [np.zeros((1, 1)) for _ in problem.jobs]
+        self._tables: list[FloatArray | None] = [None] * problem.num_jobs
         num_jobs = problem.num_jobs
-        # Replicas of each job the largest empty node holds: where the fair share sits.
-        self._per_node_max = _whole_node_capacity(problem)
         self.fair_replicas = np.where(
             problem.dominant_share > 0,
             1.0 / (max(num_jobs, 1) * np.where(problem.dominant_share > 0,
@@ -151,18 +154,52 @@ class PolluxObjective:
         if nodes.size == 0:
             return np.zeros(nodes.shape)
         table = self._tables[j]
-        rows, cols = int(nodes.max()) + 1, int(replicas.max()) + 1
-        if rows > table.shape[0] or cols > table.shape[1]:
-            grown = np.full((max(rows, table.shape[0]), max(cols, table.shape[1])), np.nan)
+        if table is None:
+            table = self._prefetch(j)
+        if nodes.max() >= table.shape[0] or replicas.max() >= table.shape[1]:
+            rows = max(int(nodes.max()) + 1, table.shape[0])
+            cols = max(int(replicas.max()) + 1, table.shape[1])
+            grown = np.full((rows, cols), np.nan)
             grown[: table.shape[0], : table.shape[1]] = table
             self._tables[j] = table = grown
         values = table[nodes, replicas]
         missing = np.isnan(values)
         if missing.any():
-            pairs = np.unique(np.stack([nodes[missing], replicas[missing]], axis=1), axis=0)
-            table[pairs[:, 0], pairs[:, 1]] = self._query(j, pairs[:, 0], pairs[:, 1])
+            flat = np.unique(nodes[missing] * table.shape[1] + replicas[missing])
+            n, k = np.divmod(flat, table.shape[1])
+            table[n, k] = self._query(j, n, k)
             values = table[nodes, replicas]
         return values
+
+    def _prefetch(self, j: int) -> FloatArray:
+        """Fill job ``j``'s table, in one query, with the pairs the optimizers look at.
+
+        Every candidate count (:func:`candidate_counts`) on the fewest nodes that hold it
+        (free or empty cluster), the current allocation and the fair share.
+        """
+        problem = self.problem
+        counts = candidate_counts(problem, j)[1:]
+        cap = max(int(problem.base_state[j].sum()), int(counts.max(initial=1)))
+        per_node = np.sort(problem.max_per_node[j])[::-1]
+        fewest = np.minimum(np.searchsorted(np.cumsum(per_node), counts) + 1, counts)
+        whole = -(-counts // max(int(problem.node_size[j]), 1))
+        _, lo, hi = self._fair_counts(j)
+        nodes = np.concatenate([fewest, whole,
+                                [max(np.count_nonzero(problem.base_state[j]), 1),
+                                 self._min_nodes(j, lo), self._min_nodes(j, hi)]])
+        replicas = np.concatenate([counts, counts,
+                                   [max(int(problem.base_state[j].sum()), 1), lo, hi]])
+        keep = (nodes <= replicas) & (nodes >= 1)
+        width = max(cap, hi) + 1
+        if not keep.any():
+            self._tables[j] = table = np.zeros((1, 1))
+            return table
+        nodes, replicas = np.divmod(np.unique(nodes[keep] * width + replicas[keep]), width)
+        table = np.full((int(nodes.max()) + 2, width), np.nan)
+        table[0, 0] = 0.0
+        table[nodes, replicas] = self._query(j, nodes, replicas)
+        self._tables[j] = table
+        return table
 
     def _query(self, j: int, nodes: IntArray, replicas: IntArray) -> FloatArray:
         fn = self.problem.jobs[j].speedup_fn
@@ -178,17 +215,22 @@ class PolluxObjective:
         return out
 
     def _min_nodes(self, j: int, replicas: int) -> int:
-        per_node = max(int(self._per_node_max[j]), 1)
+        per_node = max(int(self.problem.node_size[j]), 1)
         return int(np.ceil(replicas / per_node)) if replicas > 0 else 0
 
-    def _fair_speedup(self, j: int) -> float:
+    def _fair_counts(self, j: int) -> tuple[float, int, int]:
+        """The fair share of replicas and the whole counts around it."""
         share = float(self.fair_replicas[j])
         lo, hi = int(np.floor(share)), int(np.ceil(share))
         if self.config.fair_share is FairShareRounding.CEIL:
             lo = hi = max(hi, 1)
+        return share, lo, hi
+
+    def _fair_speedup(self, j: int) -> float:
+        share, lo, hi = self._fair_counts(j)
         counts = np.array([lo, hi])
         nodes = np.array([self._min_nodes(j, lo), self._min_nodes(j, hi)])
-        s_lo, s_hi = self._query(j, nodes, counts)
+        s_lo, s_hi = self.raw_speedup(j, nodes, counts)
         value = s_lo if hi == lo else s_lo * (hi - share) + s_hi * (share - lo)
         return float(value) if value > 0 else 1.0
 
@@ -231,15 +273,3 @@ class PolluxObjective:
             value = value * (1.0 - self.config.preemptible_penalty
                              * spot / np.maximum(total, 1))
         return np.asarray(value)
-
-
-def _whole_node_capacity(problem: AllocationProblem) -> IntArray:
-    """(J,): replicas of each job the largest empty node holds (at least 1)."""
-    if problem.num_nodes == 0 or not problem.resource_types:
-        return np.ones(problem.num_jobs, dtype=np.int64)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        ratio = problem.capacity[None, :, :] / problem.demand[:, None, :]
-    ratio = np.where(problem.demand[:, None, :] > 0, ratio, np.inf)
-    best = np.floor(ratio * (1 + 1e-9)).min(axis=2).max(axis=1)
-    best = np.where(np.isfinite(best), best, 1.0)
-    return np.maximum(best, 1.0).astype(np.int64)

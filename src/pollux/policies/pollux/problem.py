@@ -55,6 +55,8 @@ class AllocationProblem:
     """(N,): preemptible (spot) nodes, used last."""
     dominant_share: FloatArray
     """(J,): largest fraction of any cluster resource one replica of the job takes."""
+    node_size: IntArray
+    """(J,): replicas of each job the largest empty node holds (at least 1)."""
 
     @property
     def num_jobs(self) -> int:
@@ -88,6 +90,25 @@ class AllocationProblem:
             result[job.name] = tuple(
                 names[n] for n in np.flatnonzero(row) for _ in range(int(row[n])))
         return result
+
+
+def candidate_counts(problem: AllocationProblem, j: int) -> IntArray:
+    """Replica counts worth considering for job ``j``: 0, then its minimum up to its maximum.
+
+    Every count up to two nodes' worth, then steps of half a node (jumps need no finer
+    grain there), plus the maximum and the current count.
+    """
+    cap = int(problem.max_replicas[j])
+    smallest = max(int(problem.min_replicas[j]), 1)
+    size = int(problem.node_size[j])
+    fine = np.arange(smallest, min(cap, 2 * size) + 1)
+    step = max(size // 2, 1)
+    coarse = np.arange(2 * size + step, cap + 1, step)
+    current = int(problem.base_state[j].sum())
+    extra = [cap] if cap >= smallest else []
+    if smallest <= current <= cap:
+        extra.append(current)
+    return np.unique(np.concatenate([[0], fine, coarse, extra])).astype(np.int64)
 
 
 def fitting_replicas(demand: FloatArray, free: FloatArray, cap: IntArray) -> IntArray:
@@ -175,6 +196,15 @@ def build_problem(
     with np.errstate(divide="ignore", invalid="ignore"):
         shares = np.where(total > 0, demand / np.where(total > 0, total, 1.0), 0.0)
     dominant = shares.max(axis=1) if len(rtypes) else np.zeros(num_jobs)
+    if num_nodes and rtypes:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = np.where(demand[:, None, :] > 0,
+                             capacity[None, :, :] / np.where(demand > 0, demand, 1.0)[:, None, :],
+                             np.inf)
+        largest = np.floor(ratio * (1 + _FIT_TOLERANCE)).min(axis=2).max(axis=1)
+        node_size = np.where(np.isfinite(largest), np.maximum(largest, 1), 1).astype(np.int64)
+    else:
+        node_size = np.ones(num_jobs, dtype=np.int64)
 
     return AllocationProblem(
         jobs=tuple(job_order), nodes=tuple(node_order), resource_types=rtypes,
@@ -182,5 +212,5 @@ def build_problem(
         free_capacity=free, max_per_node=per_node, min_replicas=min_replicas,
         max_replicas=max_replicas,
         node_preemptible=np.array([node.preemptible for node in node_order], dtype=bool),
-        dominant_share=dominant,
+        dominant_share=dominant, node_size=node_size,
     )

@@ -1,0 +1,107 @@
+"""Time per scheduling round of the Pollux policies on synthetic clusters.
+
+Prints median and p99 wall time of ``optimize`` for ``pollux`` (default optimizer) and
+``pollux-ga`` side by side with 10, 50 and 200 active jobs on 64 GPUs (16 nodes x 4), and
+for ``pollux`` alone with 1,000 active jobs on 2,048 GPUs (256 nodes x 8).
+
+The rounds evolve like a busy cluster: each round feeds the previous decision back, ages
+every job by the interval, replaces a tenth of the jobs by new arrivals, and gives a fifth
+of the jobs a freshly built speedup function (as after a refit or new gradient statistics,
+which empties its memo). Jobs are plausible: random step-time parameters, gradient noise,
+batch limits and exploration bounds, built with ``pollux.models``.
+
+    python bench/policy_round.py              # the full table
+    python bench/policy_round.py --quick      # fewer rounds
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from dataclasses import replace
+
+import numpy as np
+
+from pollux.models import GoodputFunction, GradientStats, SpeedupFunction, ThroughputParams
+from pollux.policies import JobInfo, NodeInfo, make_policy
+from pollux.policies.base import Allocation
+
+INTERVAL_S = 60.0
+
+
+def speedup_function(rng: np.random.Generator) -> SpeedupFunction:
+    params = ThroughputParams(
+        alpha_c=rng.uniform(0.02, 0.2), beta_c=rng.uniform(1e-4, 3e-3),
+        alpha_n=rng.uniform(0.05, 0.5), beta_n=rng.uniform(0.0, 0.02),
+        alpha_r=rng.uniform(0.01, 0.1), beta_r=rng.uniform(0.0, 0.005),
+        gamma=rng.uniform(1.0, 3.0))
+    m0 = int(rng.choice([32, 64, 128, 256]))
+    stats = GradientStats(sqr=1.0, var=float(rng.uniform(1.0, 300.0)))
+    return SpeedupFunction(GoodputFunction(params, stats, m0), m0 * int(rng.choice([8, 16, 64])),
+                           (16, 256), accumulation=True)
+
+
+def new_job(index: int, now_s: float, rng: np.random.Generator) -> JobInfo:
+    return JobInfo(
+        name=f"job-{index:05d}", resources={"gpu": 1},
+        max_replicas=int(rng.choice([1, 2, 4, 8, 16, 32, 64])),
+        submission_time_s=now_s - float(rng.uniform(0, 3600)),
+        age_s=float(rng.uniform(0, 3600)), num_restarts=int(rng.integers(0, 4)),
+        speedup_fn=None if rng.random() < 0.1 else speedup_function(rng))
+
+
+def cluster(num_nodes: int, gpus_per_node: int) -> list[NodeInfo]:
+    return [NodeInfo(f"node-{i:03d}", {"gpu": gpus_per_node}) for i in range(num_nodes)]
+
+
+def time_rounds(policy_name: str, num_jobs: int, nodes: list[NodeInfo], rounds: int,
+                seed: int) -> np.ndarray:
+    """Wall seconds of each round."""
+    rng = np.random.default_rng(seed)
+    policy = make_policy(policy_name, seed=seed)
+    jobs = [new_job(i, 0.0, rng) for i in range(num_jobs)]
+    next_index = num_jobs
+    previous: dict[str, Allocation] = {}
+    times = []
+    for r in range(rounds):
+        now = r * INTERVAL_S
+        tic = time.perf_counter()
+        decision = policy.optimize(jobs, nodes, previous)
+        times.append(time.perf_counter() - tic)
+        previous = {k: v for k, v in decision.allocations.items() if v}
+        evolved = []
+        for job in jobs:
+            if rng.random() < 0.1:  # completed; a new job arrives
+                previous.pop(job.name, None)
+                evolved.append(new_job(next_index, now, rng))
+                next_index += 1
+                continue
+            fn = speedup_function(rng) if rng.random() < 0.2 else job.speedup_fn
+            evolved.append(replace(job, age_s=job.age_s + INTERVAL_S, speedup_fn=fn))
+        jobs = evolved
+    return np.array(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer rounds")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    rounds_default, rounds_ga, rounds_big = (8, 3, 3) if args.quick else (40, 10, 10)
+
+    small = cluster(16, 4)
+    print("round time (ms), median / p99, 16 nodes x 4 GPUs")
+    print(f"{'active jobs':>12} | {'pollux':>20} | {'pollux-ga':>20}")
+    for num_jobs in (10, 50, 200):
+        cells = []
+        for name, rounds in (("pollux", rounds_default), ("pollux-ga", rounds_ga)):
+            t = time_rounds(name, num_jobs, small, rounds, args.seed) * 1e3
+            cells.append(f"{np.median(t):8.1f} / {np.percentile(t, 99):8.1f}")
+        print(f"{num_jobs:>12} | {cells[0]:>20} | {cells[1]:>20}", flush=True)
+    t = time_rounds("pollux", 1000, cluster(256, 8), rounds_big, args.seed) * 1e3
+    print(f"\n256 nodes x 8 GPUs, 1000 active jobs, pollux: "
+          f"median {np.median(t):.1f} ms, p99 {np.percentile(t, 99):.1f} ms")
+
+
+if __name__ == "__main__":
+    main()
