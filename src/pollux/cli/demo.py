@@ -63,7 +63,8 @@ def start_server(args: argparse.Namespace, data_dir: Path) -> tuple[subprocess.P
                                                                     PolluxClient]:
     command = [sys.executable, "-m", "pollux.cli.main", "server", "--data-dir", str(data_dir),
                "--port", "0", "--nodes", str(args.nodes), "--slots-per-node",
-               str(args.slots_per_node), "--policy", args.policy, "--interval",
+               str(args.slots_per_node), "--device", args.device, "--policy", args.policy,
+               "--interval",
                str(args.interval), "--stop-grace", "30"]
     log = open(data_dir.parent / "server.log", "wb")  # noqa: SIM115 - handed to the child
     process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
@@ -192,6 +193,8 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--nodes", type=int, default=2, help="virtual nodes (default: 2)")
     parser.add_argument("--slots-per-node", type=int, default=2,
                         help="slots per virtual node (default: 2)")
+    parser.add_argument("--device", default="cpu", choices=("cpu", "gpu", "auto"),
+                        help="slots are CPU slots (default) or GPUs (nodes x slots GPUs)")
     parser.add_argument("--interval", type=float, default=3.0,
                         help="seconds between scheduling rounds (default: %(default)s)")
     parser.add_argument("--jobs", type=int, default=len(DEMO_JOBS), choices=range(1, 4),

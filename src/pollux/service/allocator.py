@@ -261,6 +261,7 @@ class Allocator:
                       now: float) -> None:
         """Every replica of the latest launch has exited: decide what comes next."""
         self.backend.release(record.id)
+        self._marked_exits = {key for key in self._marked_exits if key[0] != record.id}
         self._stop_deadlines.pop(record.id, None)
         cause = self._stop_causes.pop(record.id, None)
         forced = record.id in self._killed

@@ -208,8 +208,9 @@ class ServerShutdown(BaseException):  # noqa: N818 - a signal, not an error
 
 @contextmanager
 def data_dir_lock(data_dir: Path) -> Iterator[None]:
-    """Hold an exclusive lock on the data directory (one server per directory)."""
-    data_dir.mkdir(parents=True, exist_ok=True)
+    """Hold an exclusive lock on the data directory (one server per directory). A new
+    directory is private to the user: the job store holds the jobs' hints tokens."""
+    data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     handle = open(data_dir / "server.lock", "w")  # noqa: SIM115 - held for the lifetime
     try:
         try:
