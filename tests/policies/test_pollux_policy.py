@@ -33,8 +33,12 @@ def test_registry_builds_both() -> None:
 @pytest.mark.parametrize("name", sorted(POLICIES))
 @pytest.mark.parametrize("max_replicas, expected", [(64, 16), (6, 6)])
 def test_a_lone_job_gets_all_it_can_use(name: str, max_replicas: int, expected: int) -> None:
+    def spread_costs(num_nodes: object, num_replicas: object) -> np.ndarray:
+        k = np.asarray(num_replicas, dtype=np.float64)
+        return k * (1.0 - 0.05 * (np.asarray(num_nodes) - 1))
+
     cluster = nodes(4, 4)
-    lone = job("lone", seed=None, max_replicas=max_replicas)
+    lone = job("lone", seed=None, max_replicas=max_replicas, speedup_fn=spread_costs)
     decision = POLICIES[name]().optimize([lone], cluster, {})
     assert len(decision.allocations["lone"]) == expected
     # On as few nodes as possible.

@@ -78,14 +78,15 @@ def repair(
         conflict = np.cumsum(occupied, axis=1) > 1
         s[conflict & ~pinned[None, :, None]] = 0
     # At most max_replicas per job: keep a cumulative cap over a random node order.
-    if s.shape[2] > 1:
-        order = np.argsort(rng.random(s.shape), axis=2)
-        shuffled = np.take_along_axis(s, order, axis=2)
-        capped = np.minimum(np.cumsum(shuffled, axis=2), problem.max_replicas[None, :, None])
-        shuffled = np.diff(capped, axis=2, prepend=0)
-        np.put_along_axis(s, order, shuffled, axis=2)
-    else:
-        s = np.minimum(s, problem.max_replicas[None, :, None])
+    over = s.sum(axis=2) > problem.max_replicas[None, :]
+    if over.any():
+        rows = s[over]
+        order = np.argsort(rng.random(rows.shape), axis=1)
+        shuffled = np.take_along_axis(rows, order, axis=1)
+        limit = np.broadcast_to(problem.max_replicas[None, :], over.shape)[over]
+        capped = np.minimum(np.cumsum(shuffled, axis=1), limit[:, None])
+        np.put_along_axis(rows, order, np.diff(capped, axis=1, prepend=0), axis=1)
+        s[over] = rows
     # Node capacity, resource by resource, earlier jobs first.
     if problem.resource_types:
         demand = problem.demand[None, :, None, :]

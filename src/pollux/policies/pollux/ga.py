@@ -121,7 +121,7 @@ class GeneticOptimizer:
         clear = clear_rows[:, :, None] & (rng.random(shape) < cfg.clear_entry_probability)
         states[clear] = 0
         # Raise entries where one more replica still fits on the node.
-        used = np.einsum("pjn,jr->pnr", states.astype(np.float64), problem.demand)
+        used = np.matmul(states.transpose(0, 2, 1).astype(np.float64), problem.demand)
         free = problem.capacity[None] - used
         room = np.all(problem.demand[None, :, None, :] <= free[:, None, :, :] + 1e-9, axis=3)
         room &= problem.max_per_node[None] > states
@@ -130,7 +130,7 @@ class GeneticOptimizer:
         p_owned = owned / np.maximum(owned.sum(axis=2, keepdims=True), 1)
         raise_mask = rng.random(shape) < p_room + p_owned - p_room * p_owned
         upper = np.maximum(problem.max_per_node[None], states)
-        proposal = rng.integers(states, upper + 1)
+        proposal = states + np.floor(rng.random(shape) * (upper - states + 1)).astype(np.int64)
         states[raise_mask] = proposal[raise_mask]
         return states
 
@@ -142,6 +142,9 @@ class GeneticOptimizer:
         size = self.config.population_size
         population = self._initial_population(problem)
         fitness = objective.evaluate(population)
+        # Distinct states have distinct fingerprints (wrapping int64 dot product) but for
+        # vanishingly rare collisions, which only drop a duplicate-looking child.
+        weights = self.rng.integers(1, 2**62, size=population[0].size, dtype=np.int64)
         for _ in range(self.config.num_generations):
             parents = self._select(fitness, 2 * ((size + 1) // 2))
             children = self._crossover(population[parents[0::2]], population[parents[1::2]])
@@ -149,7 +152,7 @@ class GeneticOptimizer:
             children = repair(problem, children, self.rng, self.interference_avoidance)
             merged = np.concatenate([population, children])
             merged_fitness = np.concatenate([fitness, objective.evaluate(children)])
-            _, first = np.unique(merged.reshape(len(merged), -1), axis=0, return_index=True)
+            _, first = np.unique(merged.reshape(len(merged), -1) @ weights, return_index=True)
             keep = first[np.argsort(-merged_fitness[first], kind="stable")][:size]
             population, fitness = merged[keep], merged_fitness[keep]
         best = int(np.argmax(fitness))
