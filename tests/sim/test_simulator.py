@@ -1,12 +1,14 @@
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
 from pollux.errors import ConfigError, PolluxError
 from pollux.sim.catalog import load_builtin_applications
 from pollux.sim.job import JobSpec
-from pollux.sim.metrics import summarize_run
+from pollux.sim.metrics import report, summarize_run
 from pollux.sim.runner import build_policy
 from pollux.sim.simulator import ClusterConfig, run_simulation
 from pollux.sim.workload import Workload
@@ -103,3 +105,13 @@ def test_builtin_catalog_runs_every_baseline() -> None:
         assert record.num_completed == 2
         jcts[name] = record.avg_jct_s
     assert np.isfinite(list(jcts.values())).all()
+
+
+def test_undefined_figures_become_null_in_json() -> None:
+    apps = {"toy": ToyApplication()}
+    result = run_simulation(toy_workload(("big", 0.0, 8)), apps, build_policy("tiresias", 0),
+                            ClusterConfig(num_nodes=1, gpus_per_node=4))
+    document = report([summarize_run(result, apps)])
+    text = json.dumps(document, allow_nan=False)
+    run = json.loads(text)["runs"][0]
+    assert run["num_completed"] == 0 and run["avg_jct_s"] is None and run["max_ftf"] is None

@@ -7,6 +7,7 @@ other tools read them, so keep them stable.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 
@@ -76,7 +77,19 @@ class RunRecord:
     jobs: tuple[JobRecord, ...]
 
     def to_dict(self) -> dict[str, object]:
-        return asdict(self)
+        """Plain JSON-ready data; undefined figures (NaN, e.g. no job finished) become None."""
+        data = _finite(asdict(self))
+        return data if isinstance(data, dict) else {}
+
+
+def _finite(value: object) -> object:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
 
 
 def _percentile(values: Sequence[float] | np.ndarray, q: float) -> float:
@@ -143,7 +156,7 @@ def summarize_policies(runs: Sequence[RunRecord]) -> dict[str, dict[str, float]]
     by_policy: dict[str, list[RunRecord]] = {}
     for run in runs:
         by_policy.setdefault(run.policy, []).append(run)
-    summary = {}
+    summary: dict[str, dict[str, float]] = {}
     for policy, items in by_policy.items():
         summary[policy] = {
             "mean_avg_jct_s": float(np.mean([r.avg_jct_s for r in items])),
@@ -160,5 +173,6 @@ def summarize_policies(runs: Sequence[RunRecord]) -> dict[str, dict[str, float]]
 
 
 def report(runs: Sequence[RunRecord]) -> dict[str, object]:
-    """The ``--json`` document: ``{"runs": [...], "summary": {...}}``."""
-    return {"runs": [run.to_dict() for run in runs], "summary": summarize_policies(runs)}
+    """The ``--json`` document: ``{"runs": [...], "summary": {...}}`` (NaN -> None)."""
+    return {"runs": [run.to_dict() for run in runs],
+            "summary": _finite(summarize_policies(runs))}
