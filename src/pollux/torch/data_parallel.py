@@ -30,7 +30,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 import torch
-from pollux.models import GradientStats, gain
+from pollux.models import GradientStats
 from pollux.torch.gradient_noise import GradientNoiseEstimator
 from pollux.torch.scaling_rules import ScalingRule, default_scaling_rule
 
@@ -43,6 +43,33 @@ _EXACT_DTYPES = (torch.float32, torch.float64)
 _PIGGYBACK_MAX_NUMEL = 1 << 18
 """Up to this size the last bucket is copied to carry the replicas' norms in its own
 all-reduce; above it, copying costs more than a separate tiny all-reduce."""
+
+
+class _MicroStep:
+    """Where the current optimizer step stands (a plain object: setting attributes on an
+    ``nn.Module`` costs microseconds each, which tiny models would notice)."""
+
+    __slots__ = ("index", "num_micro", "local_bsz", "step_batch", "init_batch_size",
+                 "collect", "grads_pending", "local_parts", "global_parts", "local_sqr_sum",
+                 "first_micro_sqr", "mark_compute_end", "compute_end_mark", "gain",
+                 "lr_factor")
+
+    def __init__(self) -> None:
+        self.index = 0
+        self.num_micro = 1
+        self.local_bsz: int | None = None
+        self.step_batch: int | None = None
+        self.init_batch_size: int | None = None
+        self.collect = False
+        self.grads_pending = False
+        self.local_parts: list[torch.Tensor] = []
+        self.global_parts: list[torch.Tensor] = []
+        self.local_sqr_sum: torch.Tensor | None = None
+        self.first_micro_sqr: torch.Tensor | None = None
+        self.mark_compute_end = False
+        self.compute_end_mark: Any = None
+        self.gain = 1.0
+        self.lr_factor = 1.0
 
 
 class _TrainerState:
@@ -64,6 +91,10 @@ def _comm_hook(state, bucket):  # type: ignore[no-untyped-def]
     # No annotations on purpose: DDP compares them with the real classes, and
     # ``from __future__ import annotations`` would turn them into strings.
     return state._on_bucket(bucket)
+
+
+def _total(parts: list[torch.Tensor]) -> torch.Tensor:
+    return parts[0] if len(parts) == 1 else torch.stack(parts).sum()
 
 
 def _squared_norm(tensor: torch.Tensor) -> torch.Tensor:
@@ -107,26 +138,10 @@ class AdaptiveDataParallel(DistributedDataParallel):
         checkpoint.register("pollux/trainer", self._trainer)
         self._world = dist.get_world_size(self.process_group)
         # Micro-step state, set by the data loader (defaults: no accumulation, no stats).
-        self._micro_index = 0
-        self._num_micro = 1
-        self._local_bsz: int | None = None
-        self._step_batch: int | None = None
-        self._init_batch_size: int | None = None
-        self._collect_stats = False
-        self._grads_pending = False
-        self._local_parts: list[torch.Tensor] = []
-        self._global_parts: list[torch.Tensor] = []
-        self._local_sqr_sum: torch.Tensor | None = None
-        self._first_micro_sqr: torch.Tensor | None = None
-        self._mark_compute_end = False
-        self.compute_end_mark: Any = None
+        self._step = _MicroStep()
         self.piggyback_max_numel = _PIGGYBACK_MAX_NUMEL
         self.grad_stats: GradientStats | None = None
         """Host copy of the gradient statistics at the initial batch (from agreements)."""
-        self.gain = 1.0
-        """Statistical gain of the last optimizer step."""
-        self.lr_factor = 1.0
-        """Learning-rate multiplier of the last optimizer step."""
         self.register_comm_hook(self, _comm_hook)
         self._patch_optimizer()
         if grad_scaler is not None:
@@ -148,13 +163,29 @@ class AdaptiveDataParallel(DistributedDataParallel):
     @property
     def accumulating(self) -> bool:
         """True during an accumulation micro-step (no synchronization, no optimizer step)."""
-        return self._micro_index < self._num_micro - 1
+        return self._step.index < self._step.num_micro - 1
+
+    @property
+    def gain(self) -> float:
+        """Statistical gain of the last optimizer step."""
+        return self._step.gain
+
+    @property
+    def lr_factor(self) -> float:
+        """Learning-rate multiplier of the last optimizer step."""
+        return self._step.lr_factor
+
+    @property
+    def compute_end_mark(self) -> Any:
+        """Profiler mark taken when the last gradient bucket was ready (if asked for)."""
+        return self._step.compute_end_mark
 
     def noise_scale(self) -> float | None:
         """Gradient noise scale (samples) from the last agreement, or None."""
-        if self.grad_stats is None or self._init_batch_size is None:
+        init = self._step.init_batch_size
+        if self.grad_stats is None or init is None:
             return None
-        return self.grad_stats.noise_scale(self._init_batch_size)
+        return self.grad_stats.noise_scale(init)
 
     # -- driven by the data loader ---------------------------------------------------------
 
@@ -162,23 +193,26 @@ class AdaptiveDataParallel(DistributedDataParallel):
                          step_batch_size: int, init_batch_size: int, regular: bool,
                          mark_compute_end: bool = False) -> None:
         """Announce micro-step ``index`` of ``num_micro_steps`` of the next optimizer step."""
-        self._micro_index = index
-        self._num_micro = num_micro_steps
-        self._local_bsz = local_bsz
-        self._step_batch = step_batch_size
-        self._init_batch_size = init_batch_size
-        self._mark_compute_end = mark_compute_end
-        self.require_backward_grad_sync = index == num_micro_steps - 1
+        step = self._step
+        step.index = index
+        step.num_micro = num_micro_steps
+        step.local_bsz = local_bsz
+        step.step_batch = step_batch_size
+        step.init_batch_size = init_batch_size
+        step.mark_compute_end = mark_compute_end
+        sync = index == num_micro_steps - 1
+        if self.require_backward_grad_sync != sync:
+            self.require_backward_grad_sync = sync
         if index == 0:
-            self._grads_pending = False
-            self._local_parts = []
-            self._global_parts = []
-            self._local_sqr_sum = None
-            self._first_micro_sqr = None
-            self.compute_end_mark = None
-            self._collect_stats = regular and (self._world > 1 or num_micro_steps > 1)
-        elif index == 1 and self._world == 1 and self._collect_stats:
-            self._first_micro_sqr = self._accumulated_grad_sqr()
+            step.grads_pending = False
+            step.local_parts = []
+            step.global_parts = []
+            step.local_sqr_sum = None
+            step.first_micro_sqr = None
+            step.compute_end_mark = None
+            step.collect = regular and (self._world > 1 or num_micro_steps > 1)
+        elif index == 1 and self._world == 1 and step.collect:
+            step.first_micro_sqr = self._accumulated_grad_sqr()
 
     def _accumulated_grad_sqr(self) -> torch.Tensor:
         grads = [p.grad for p in self.module.parameters() if p.grad is not None]
@@ -190,14 +224,15 @@ class AdaptiveDataParallel(DistributedDataParallel):
     # -- communication hook ---------------------------------------------------------------
 
     def _on_bucket(self, bucket: dist.GradBucket) -> torch.futures.Future[Any]:
+        step = self._step
         buffer = bucket.buffer()
-        buffer.div_(self._world * self._num_micro)
-        collect = self._collect_stats
+        buffer.div_(self._world * step.num_micro)
+        collect = step.collect
         last = bucket.is_last()
-        if last and self._mark_compute_end:
-            self.compute_end_mark = self.job.profiler.clock.mark()
+        if last and step.mark_compute_end:
+            step.compute_end_mark = self.job.profiler.clock.mark()
         if collect and self._world > 1:
-            self._local_parts.append(_squared_norm(buffer))
+            step.local_parts.append(_squared_norm(buffer))
             if last:
                 return self._reduce_with_local_norms(buffer)
         group = self.process_group
@@ -206,7 +241,7 @@ class AdaptiveDataParallel(DistributedDataParallel):
         def finish(fut: torch.futures.Future[Any]) -> torch.Tensor:
             averaged = fut.value()[0]
             if collect:
-                self._global_parts.append(_squared_norm(averaged))
+                step.global_parts.append(_squared_norm(averaged))
             return averaged
 
         return future.then(finish)
@@ -217,7 +252,8 @@ class AdaptiveDataParallel(DistributedDataParallel):
         A small bucket carries the sum in one extra element of its own all-reduce; a
         large (or low-precision) one is left alone and a one-element all-reduce follows.
         """
-        local_total = torch.stack(self._local_parts).sum()
+        step = self._step
+        local_total = _total(step.local_parts)
         size = buffer.numel()
         group = self.process_group
         if buffer.dtype in _EXACT_DTYPES and size <= self.piggyback_max_numel:
@@ -226,9 +262,9 @@ class AdaptiveDataParallel(DistributedDataParallel):
 
             def finish(fut: torch.futures.Future[Any]) -> torch.Tensor:
                 out = fut.value()[0]
-                self._local_sqr_sum = out[size].double()
+                step.local_sqr_sum = out[size].double()
                 averaged = out[:size]
-                self._global_parts.append(_squared_norm(averaged))
+                step.global_parts.append(_squared_norm(averaged))
                 return averaged
 
             return future.then(finish)
@@ -238,9 +274,9 @@ class AdaptiveDataParallel(DistributedDataParallel):
 
         def finish_mixed(fut: torch.futures.Future[Any]) -> torch.Tensor:
             norms_work.wait()
-            self._local_sqr_sum = norms[0]
+            step.local_sqr_sum = norms[0]
             averaged = fut.value()[0]
-            self._global_parts.append(_squared_norm(averaged))
+            step.global_parts.append(_squared_norm(averaged))
             return averaged
 
         return future.then(finish_mixed)
@@ -257,24 +293,25 @@ class AdaptiveDataParallel(DistributedDataParallel):
         return float(scaler.get_scale()) ** 2
 
     def _fold_gradient_stats(self) -> None:
-        if not self._collect_stats or not self._global_parts or self._local_bsz is None:
+        step = self._step
+        if not step.collect or not step.global_parts or step.local_bsz is None:
             return
         scale_sqr = self._loss_scale_sqr()
-        big = torch.stack(self._global_parts).sum() / scale_sqr
-        b, micro, world = self._local_bsz, self._num_micro, self._world
+        big = _total(step.global_parts) / scale_sqr
+        b, micro, world = step.local_bsz, step.num_micro, self._world
         if world > 1:
-            if self._local_sqr_sum is None:
+            if step.local_sqr_sum is None:
                 return
-            small = self._local_sqr_sum * world / scale_sqr
+            small = step.local_sqr_sum * world / scale_sqr
             small_bsz, big_bsz = b * micro, world * b * micro
         else:
-            if self._first_micro_sqr is None:
+            if step.first_micro_sqr is None:
                 return
-            small = self._first_micro_sqr / scale_sqr
+            small = step.first_micro_sqr / scale_sqr
             small_bsz, big_bsz = b, b * micro
-        m0 = self._init_batch_size or big_bsz
+        m0 = step.init_batch_size or big_bsz
         self.noise.update(small, small_bsz, big, big_bsz, scale=big_bsz / m0)
-        self._global_parts = []
+        step.global_parts = []
 
     def set_grad_stats(self, stats: GradientStats | None) -> None:
         """Use these statistics (agreed across ranks) for gains and learning rates."""
@@ -282,12 +319,16 @@ class AdaptiveDataParallel(DistributedDataParallel):
 
     def step_gain(self, batch_size: int | None) -> tuple[float, float]:
         """(scale, gain) of an optimizer step at total ``batch_size``."""
-        if batch_size is None or self._init_batch_size is None:
+        init = self._step.init_batch_size
+        if batch_size is None or init is None:
             return 1.0, 1.0
-        scale = batch_size / self._init_batch_size
-        if self.grad_stats is None:
+        scale = batch_size / init
+        stats = self.grad_stats
+        if stats is None:
             return scale, 1.0
-        return scale, float(gain(self.grad_stats, self._init_batch_size, batch_size))
+        if stats.var + stats.sqr <= 0:
+            return scale, scale
+        return scale, (stats.var + stats.sqr) / max(stats.var / scale + stats.sqr, 1e-30)
 
     # -- optimizer and scaler patches ----------------------------------------------------------
 
@@ -295,7 +336,8 @@ class AdaptiveDataParallel(DistributedDataParallel):
         if self.accumulating:
             return None
         self._fold_gradient_stats()
-        scale, step_gain = self.step_gain(self._step_batch)
+        step = self._step
+        scale, step_gain = self.step_gain(step.step_batch)
         factor = self.scaling_rule.lr_factor(scale, step_gain, self._trainer.progress)
         groups = self.optimizer.param_groups
         base = [group["lr"] for group in groups]
@@ -306,11 +348,11 @@ class AdaptiveDataParallel(DistributedDataParallel):
         finally:
             for group, lr in zip(groups, base):
                 group["lr"] = lr
-        self._grads_pending = False
+        step.grads_pending = False
         self._trainer.optimizer_steps += 1
         self._trainer.progress += step_gain
-        self.gain = step_gain
-        self.lr_factor = factor
+        step.gain = step_gain
+        step.lr_factor = factor
         return result
 
     def _patch_optimizer(self) -> None:
@@ -322,7 +364,7 @@ class AdaptiveDataParallel(DistributedDataParallel):
             return adp._optimizer_step(original_step, *args, **kwargs)
 
         def zero_grad(opt: Any, *args: Any, **kwargs: Any) -> Any:
-            if adp._grads_pending:  # keep accumulated gradients
+            if adp._step.grads_pending:  # keep accumulated gradients
                 return None
             return original_zero_grad(*args, **kwargs)
 
@@ -344,7 +386,7 @@ class AdaptiveDataParallel(DistributedDataParallel):
             try:
                 return original_step(optimizer, *args, **kwargs)
             finally:
-                adp._grads_pending = False  # even when the step was skipped (overflow)
+                adp._step.grads_pending = False  # even when the step was skipped (overflow)
 
         def update(self_: Any, *args: Any, **kwargs: Any) -> Any:
             return None if adp.accumulating else original_update(*args, **kwargs)
@@ -360,10 +402,10 @@ class AdaptiveDataParallel(DistributedDataParallel):
 
     def forward(self, *inputs: Any, **kwargs: Any) -> Any:
         if self.training and torch.is_grad_enabled():
-            self._grads_pending = True
+            self._step.grads_pending = True
         return super().forward(*inputs, **kwargs)
 
     def zero_grad(self, set_to_none: bool = True) -> None:
-        if self._grads_pending:  # keep accumulated gradients
+        if self._step.grads_pending:  # keep accumulated gradients
             return
         super().zero_grad(set_to_none)

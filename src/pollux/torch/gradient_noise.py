@@ -22,25 +22,23 @@ synchronization; non-finite estimates (AMP overflow) are skipped on the device t
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
-
 from pollux.errors import ConfigError
 from pollux.models import GradientStats
 
+Norm = TypeVar("Norm", float, torch.Tensor)
 
-def two_batch_estimates(
-    small_sqr: torch.Tensor | float, small_bsz: float, big_sqr: torch.Tensor | float,
-    big_bsz: float,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Unbiased ``(|G|^2, tr(Sigma))`` from mean squared norms at two batch sizes."""
+
+def two_batch_estimates(small_sqr: Norm, small_bsz: float, big_sqr: Norm,
+                        big_bsz: float) -> tuple[Norm, Norm]:
+    """Unbiased ``(|G|^2, tr(Sigma))`` from mean squared norms at two batch sizes
+    (floats or tensors alike)."""
     if not 0 < small_bsz < big_bsz:
         raise ConfigError("small_bsz", small_bsz, f"must lie in (0, big_bsz={big_bsz})")
-    small = torch.as_tensor(small_sqr, dtype=torch.float64)
-    big = torch.as_tensor(big_sqr, dtype=torch.float64)
-    trace = (small - big) / (1.0 / small_bsz - 1.0 / big_bsz)
-    sqr = big - trace / big_bsz
+    trace = (small_sqr - big_sqr) / (1.0 / small_bsz - 1.0 / big_bsz)
+    sqr = big_sqr - trace / big_bsz
     return sqr, trace
 
 
@@ -58,8 +56,11 @@ class GradientNoiseEstimator:
             raise ConfigError("noise_smoothing", smoothing, "must lie in (0, 1)")
         self.smoothing = float(smoothing)
         self.device = torch.device(device)
-        # [ema of |G|^2, ema of tr(Sigma), total weight, number of accepted updates]
+        # [ema of |G|^2, ema of tr(Sigma), total weight, number of accepted updates]:
+        # a tensor on an accelerator (no host sync), plain floats on the CPU (where reading
+        # a value is free and a handful of tiny tensor operations is not).
         self._state = torch.zeros(4, dtype=torch.float64, device=self.device)
+        self._host: list[float] | None = [0.0] * 4 if self.device.type == "cpu" else None
 
     def update(self, small_sqr: torch.Tensor | float, small_bsz: float,
                big_sqr: torch.Tensor | float, big_bsz: float, scale: float = 1.0) -> None:
@@ -67,21 +68,33 @@ class GradientNoiseEstimator:
 
         ``scale`` is the step's total batch over the initial batch size.
         """
-        sqr, trace = two_batch_estimates(small_sqr, small_bsz, big_sqr, big_bsz)
-        sqr = sqr.to(self.device)
-        trace = trace.to(self.device)
         beta = self.smoothing ** max(float(scale), 1e-6)
-        ok = torch.isfinite(sqr) & torch.isfinite(trace)
+        if self._host is not None:
+            sqr, trace = two_batch_estimates(float(small_sqr), small_bsz, float(big_sqr),
+                                             big_bsz)
+            if not (math.isfinite(sqr) and math.isfinite(trace)):
+                return
+            old = self._host
+            self._host = [beta * old[0] + (1.0 - beta) * sqr,
+                          beta * old[1] + (1.0 - beta) * trace,
+                          beta * old[2] + (1.0 - beta), old[3] + 1.0]
+            return
+        small = torch.as_tensor(small_sqr, dtype=torch.float64, device=self.device)
+        big = torch.as_tensor(big_sqr, dtype=torch.float64, device=self.device)
+        sqr_d, trace_d = two_batch_estimates(small, small_bsz, big, big_bsz)
+        ok = torch.isfinite(sqr_d) & torch.isfinite(trace_d)
         new = torch.stack([
-            beta * self._state[0] + (1.0 - beta) * torch.nan_to_num(sqr),
-            beta * self._state[1] + (1.0 - beta) * torch.nan_to_num(trace),
+            beta * self._state[0] + (1.0 - beta) * torch.nan_to_num(sqr_d),
+            beta * self._state[1] + (1.0 - beta) * torch.nan_to_num(trace_d),
             beta * self._state[2] + (1.0 - beta),
             self._state[3] + 1.0,
         ])
         self._state = torch.where(ok, new, self._state)
 
     def raw(self) -> torch.Tensor:
-        """The device-side state (for an asynchronous copy to the host)."""
+        """The state as a tensor (on the device: copy it to the host asynchronously)."""
+        if self._host is not None:
+            return torch.tensor(self._host, dtype=torch.float64)
         return self._state
 
     @staticmethod
@@ -97,11 +110,11 @@ class GradientNoiseEstimator:
     @property
     def num_updates(self) -> int:
         """Accepted updates so far (reads the device: a host sync on GPU)."""
-        return int(self._state[3].item())
+        return int(self.raw()[3].item())
 
     def stats(self, init_batch_size: int) -> GradientStats | None:
         """Current statistics at ``init_batch_size`` (reads the device: a sync on GPU)."""
-        return self.stats_from_raw(self._state.tolist(), init_batch_size)
+        return self.stats_from_raw(self.raw().tolist(), init_batch_size)
 
     def noise_scale(self) -> float | None:
         """``tr(Sigma) / |G|^2`` in samples, or None before any estimate."""
@@ -109,8 +122,12 @@ class GradientNoiseEstimator:
         return None if stats is None else stats.noise_scale(1)
 
     def state_dict(self) -> dict[str, Any]:
-        return {"state": self._state.detach().cpu().tolist()}
+        return {"state": self.raw().detach().cpu().tolist()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         # tr(Sigma) and |G|^2 do not depend on the initial batch size: always valid.
-        self._state = torch.tensor(state["state"], dtype=torch.float64, device=self.device)
+        values = [float(v) for v in state["state"]]
+        if self._host is not None:
+            self._host = values
+        else:
+            self._state = torch.tensor(values, dtype=torch.float64, device=self.device)
