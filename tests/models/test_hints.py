@@ -37,3 +37,15 @@ def test_no_profile_means_no_speedup_function() -> None:
 def test_bad_hints_name_the_field(data: dict, field: str) -> None:
     with pytest.raises(ConfigError, match=field):
         JobHints.from_dict(data)
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [("init_batch_size", ""), ("epoch", "x"), ("accumulation", "yes"),
+     ("grad_stats", {"sqr": 1.0}), ("local_bsz_bounds", [1]), ("progress", [1])],
+)
+def test_malformed_values_name_their_field(key: str, value: object) -> None:
+    data = {"init_batch_size": 64, "max_batch_size": 128, "local_bsz_bounds": [8, 16]}
+    data[key] = value
+    with pytest.raises(ConfigError, match=key):
+        JobHints.from_dict(data)

@@ -15,6 +15,9 @@ from pollux.models.goodput import GoodputFunction, check_batch_bounds
 from pollux.models.speedup import SpeedupFunction
 from pollux.models.throughput import ThroughputParams
 
+_REQUIRED = object()
+"""Marker of a field with no default."""
+
 
 @dataclass(frozen=True)
 class JobHints:
@@ -74,33 +77,49 @@ class JobHints:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> JobHints:
-        """Parse JSON hints; bad or missing fields raise ConfigError naming the field."""
+        """Parse JSON hints; a bad or missing field raises ConfigError naming the field."""
         if not isinstance(data, dict):
             raise ConfigError("hints", type(data).__name__, "send a JSON object")
-        for key in ("init_batch_size", "max_batch_size", "local_bsz_bounds"):
-            if key not in data:
+
+        def field(key: str, convert: Any, default: Any = _REQUIRED) -> Any:
+            raw = data.get(key, default)
+            if raw is _REQUIRED:
                 raise ConfigError(key, None, "this field is required")
-        try:
-            params = data.get("throughput_params")
-            stats = data.get("grad_stats")
-            return cls(
-                init_batch_size=int(data["init_batch_size"]),
-                max_batch_size=int(data["max_batch_size"]),
-                local_bsz_bounds=tuple(data["local_bsz_bounds"]),
-                accumulation=bool(data.get("accumulation", True)),
-                throughput_params=None if params is None else ThroughputParams.from_dict(params),
-                grad_stats=None if stats is None else GradientStats(float(stats["sqr"]),
-                                                                    float(stats["var"])),
-                max_profiled_replicas=int(data.get("max_profiled_replicas", 0)),
-                batch_size=None if data.get("batch_size") is None else int(data["batch_size"]),
-                local_bsz=None if data.get("local_bsz") is None else int(data["local_bsz"]),
-                accum_steps=(None if data.get("accum_steps") is None
-                             else int(data["accum_steps"])),
-                epoch=int(data.get("epoch", 0)),
-                progress=float(data.get("progress", 0.0)),
-            )
-        except (TypeError, KeyError) as exc:
-            raise ConfigError("hints", data, f"malformed field ({exc})") from exc
+            if raw is None:
+                return None
+            try:
+                return convert(raw)
+            except ConfigError:
+                raise
+            except (TypeError, ValueError, KeyError) as exc:
+                raise ConfigError(key, raw, f"malformed value ({exc})") from exc
+
+        def bounds(raw: Any) -> tuple[int, int]:
+            lo, hi = raw
+            return int(lo), int(hi)
+
+        def stats(raw: Any) -> GradientStats:
+            return GradientStats(float(raw["sqr"]), float(raw["var"]))
+
+        def flag(raw: Any) -> bool:
+            if not isinstance(raw, bool):
+                raise TypeError("expected true or false")
+            return raw
+
+        return cls(
+            init_batch_size=field("init_batch_size", int),
+            max_batch_size=field("max_batch_size", int),
+            local_bsz_bounds=field("local_bsz_bounds", bounds),
+            accumulation=field("accumulation", flag, True),
+            throughput_params=field("throughput_params", ThroughputParams.from_dict, None),
+            grad_stats=field("grad_stats", stats, None),
+            max_profiled_replicas=field("max_profiled_replicas", int, 0),
+            batch_size=field("batch_size", int, None),
+            local_bsz=field("local_bsz", int, None),
+            accum_steps=field("accum_steps", int, None),
+            epoch=field("epoch", int, 0),
+            progress=field("progress", float, 0.0),
+        )
 
     def goodput_function(self) -> GoodputFunction | None:
         """The job's goodput model, or None while it has no profile yet."""
