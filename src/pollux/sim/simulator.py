@@ -132,6 +132,10 @@ class Simulator:
 
     # -- snapshot ------------------------------------------------------------------------
     def _job_info(self, job: SimJob, now_s: float) -> JobInfo:
+        """The policy's view of a job: one GPU per replica, preemptible, its tuned (or
+        pinned) configuration, and either a speedup function with the exploration bound as
+        ``max_replicas`` (adaptive jobs) or the Optimus oracle of remaining time with
+        ``max_replicas`` = batch size // smallest atomic batch (fixed jobs)."""
         spec = job.app.spec
         tuned_replicas = job.spec.num_replicas
         tuned_batch = job.spec.batch_size
