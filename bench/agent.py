@@ -67,6 +67,7 @@ def time_to_target(args: argparse.Namespace) -> None:
             argv = [str(EXAMPLE), "--epochs", str(args.max_epochs), "--quiet",
                     "--target-accuracy", str(args.target), "--seed", str(seed),
                     "--batch-size", str(args.batch_size),
+                    "--control-interval-s", str(args.control_interval_s),
                     "--autoscale" if autoscale else "--no-autoscale"]
             result = last_json(launch(argv, args.replicas)[0])
             rows[autoscale].append(result)
@@ -182,10 +183,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--part", choices=("all", "tta", "overhead"), default="all")
     parser.add_argument("--replicas", type=int, default=2)
-    parser.add_argument("--repeats", type=int, default=3, help="seeds per configuration")
+    parser.add_argument("--repeats", type=int, default=5, help="seeds per configuration")
     parser.add_argument("--target", type=float, default=0.96)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--max-epochs", type=int, default=60)
+    parser.add_argument("--control-interval-s", type=float, default=0.1,
+                        help="agent agreement interval (short: training lasts seconds)")
     parser.add_argument("--steps", type=int, default=200, help="steps per overhead round")
     parser.add_argument("--rounds", type=int, default=7, help="interleaved overhead rounds")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)

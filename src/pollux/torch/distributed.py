@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
-import torch
 import torch.distributed as dist
 
+import torch
 from pollux import jobenv
 from pollux.errors import ConfigError
 
@@ -169,7 +169,8 @@ def init_process_group(
     if device.type == "cuda":
         torch.cuda.set_device(device)
     timeout = timedelta(seconds=cfg.process_group_timeout_s)
-    if dist.is_initialized():
+    created = not dist.is_initialized()
+    if not created:
         if dist.get_world_size() != launch.num_replicas:
             raise ConfigError("WORLD_SIZE", dist.get_world_size(),
                               f"the default group disagrees with the launcher "
@@ -178,10 +179,10 @@ def init_process_group(
     elif launch.num_replicas == 1:
         dist.init_process_group(chosen, store=dist.HashStore(), rank=0, world_size=1,
                                 timeout=timeout)
-    else:
-        assert launch.master_addr is not None and launch.master_port is not None  # checked
-        store = dist.TCPStore(launch.master_addr, launch.master_port, launch.num_replicas,
-                              is_master=launch.rank == 0, timeout=timeout)
+    else:  # several replicas: master_addr and master_port were checked by LaunchEnvironment
+        store = dist.TCPStore(str(launch.master_addr), int(launch.master_port or 0),
+                              launch.num_replicas, is_master=launch.rank == 0,
+                              timeout=timeout)
         dist.init_process_group(chosen, store=store, rank=launch.rank,
                                 world_size=launch.num_replicas, timeout=timeout)
     control_group = (dist.group.WORLD if chosen == "gloo"
@@ -191,7 +192,8 @@ def init_process_group(
     logger.info("rank %d/%d (%s, %s on %s), checkpoints in %s", launch.rank,
                 launch.num_replicas, launch.source.value, chosen, device, launch.checkpoint_dir)
     return JobContext(launch, device=device, backend=chosen, control_group=control_group,
-                      config=cfg, install_signal_handler=install_signal_handler)
+                      config=cfg, install_signal_handler=install_signal_handler,
+                      owns_process_group=created)
 
 
 def _with_checkpoint_dir(launch: LaunchEnvironment, path: str) -> LaunchEnvironment:

@@ -12,12 +12,13 @@ import random
 import signal
 import threading
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import numpy as np
-import torch
 import torch.distributed as dist
 
+import torch
 from pollux.errors import ConfigError
 from pollux.jobenv import RESCALE_EXIT_CODE
 from pollux.torch.checkpoint import CheckpointManager
@@ -139,11 +140,13 @@ class JobContext:
 
     def __init__(self, launch: LaunchEnvironment, *, device: torch.device, backend: str,
                  control_group: Any, config: AgentConfig,
-                 install_signal_handler: bool = True) -> None:
+                 install_signal_handler: bool = True, owns_process_group: bool = False) -> None:
         self.launch = launch
         self.device = device
         self.backend = backend
         self.control_group = control_group
+        self.owns_process_group = owns_process_group
+        """Whether :meth:`close` destroys the process group (init_process_group created it)."""
         self.config = config
         self.rank = launch.rank
         self.num_replicas = launch.num_replicas
@@ -218,8 +221,13 @@ class JobContext:
         self.close()
         raise SystemExit(RESCALE_EXIT_CODE)
 
-    def close(self) -> None:
-        """Flush background work (checkpoint writes, hints, metrics)."""
+    def close(self, *, leave_timeout_s: float = 30.0) -> None:
+        """Flush background work (checkpoint writes, hints, metrics) and leave the group.
+
+        Call on every rank at the end of training: the ranks wait for each other (at most
+        ``leave_timeout_s``) before the process group is destroyed, so that no rank tears
+        its connections down while a peer still uses them.
+        """
         self.checkpoint.wait()
         if self.hints is not None:
             self.hints.close()
@@ -227,3 +235,12 @@ class JobContext:
         if self._previous_handler is not None:
             signal.signal(signal.SIGTERM, self._previous_handler)
             self._previous_handler = None
+        if self.owns_process_group and dist.is_initialized():
+            if self.num_replicas > 1:
+                try:
+                    dist.monitored_barrier(group=self.control_group,
+                                           timeout=timedelta(seconds=leave_timeout_s))
+                except RuntimeError as exc:  # a peer is gone: leave anyway
+                    logger.warning("leaving without every peer: %s", exc)
+            dist.destroy_process_group()
+            self.owns_process_group = False
