@@ -13,6 +13,7 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from pollux.errors import ConfigError, UnknownPluginError
@@ -226,3 +227,49 @@ def test_public_api_is_importable() -> None:
     import pollux.torch as agent
 
     assert all(hasattr(agent, name) for name in agent.__all__)
+
+
+# -- profile -------------------------------------------------------------------------------
+
+
+def test_profile_separates_compute_and_sync_and_fits_in_the_background() -> None:
+    import torch
+    from pollux.torch.profiler import MicroStepTiming, StepProfiler
+
+    truth = ThroughputParams(alpha_c=0.01, beta_c=0.001, alpha_n=0.05, beta_n=0.0,
+                             alpha_r=0.02, beta_r=0.0, gamma=1.0)
+    profiler = StepProfiler(torch.device("cpu"), refit_interval_s=0.0)
+    for replicas in (1, 2):
+        for bsz in (16, 32, 64):
+            compute = truth.alpha_c + truth.beta_c * bsz
+            sync = 0.0 if replicas == 1 else truth.alpha_r
+            for _ in range(3):  # marks are plain seconds on the CPU
+                profiler.record(MicroStepTiming((1, replicas, bsz), False, 0.0, compute))
+                profiler.record(MicroStepTiming((1, replicas, bsz), True, 0.0,
+                                                compute + sync, compute_end=compute))
+    assert profiler.collect() == 36
+    observations = profiler.observations()
+    assert observations is not None and len(observations) == 6
+    assert profiler.max_profiled_replicas == 2
+    assert profiler.maybe_refit()
+    profiler.wait_for_fit(30)
+    params = profiler.params
+    assert params is not None
+    assert params.beta_c == pytest.approx(truth.beta_c, rel=0.1)
+    assert params.alpha_r == pytest.approx(truth.alpha_r, rel=0.2)
+    restored = StepProfiler(torch.device("cpu"))
+    restored.load_state_dict(profiler.state_dict())
+    assert restored.params == params and restored.max_profiled_replicas == 2
+    again = restored.observations()
+    assert again is not None
+    np.testing.assert_allclose(again.step_time, observations.step_time)
+
+
+def test_metrics_writer_is_optional(tmp_path: Path) -> None:
+    from pollux.torch.metrics import MetricsWriter, tensorboard_available
+
+    writer = MetricsWriter(tmp_path / "tb")
+    assert writer.enabled == tensorboard_available()
+    writer.write(3, {"goodput": 1.0, "noise_scale": None, "bad": float("nan")})
+    writer.close()
+    assert not MetricsWriter(None).enabled

@@ -176,3 +176,44 @@ def test_overflowing_step_is_skipped_by_the_statistics_and_the_progress() -> Non
     assert model.noise.num_updates == 1
     assert progress == [0.0, 0.0, 0.0, 1.0]
     assert scaler.get_scale() == 512.0  # one overflow: the scale backed off once
+
+
+def test_a_checkpoint_mid_accumulation_replays_the_unfinished_step(tmp_path: object) -> None:
+    def start(directory: str) -> tuple[pt.AdaptiveDataParallel, pt.AdaptiveDataLoader,
+                                       pt.JobContext]:
+        job = pt.init_process_group("gloo", checkpoint_dir=directory,
+                                    install_signal_handler=False, environ={})
+        model_net = net()
+        optimizer = torch.optim.SGD(model_net.parameters(), lr=0.1)
+        model = pt.AdaptiveDataParallel(model_net, optimizer, job=job)
+        loader = pt.AdaptiveDataLoader(dataset(48), batch_size=16, job=job, seed=5)
+        loader.autoscale_batch_size(64, (4, 4))
+        return model, loader, job
+
+    directory = str(tmp_path)
+    model, loader, job = start(directory)
+    seen: list[list[int]] = []
+    for i, (x, y) in enumerate(loader):
+        info = loader.batch_info
+        assert info is not None
+        seen.append(info.indices.tolist())
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        model.optimizer.step()
+        model.optimizer.zero_grad()
+        if i == 5:  # second micro-batch of the second step (4 micro-steps of 4)
+            job.checkpoint.save()
+            break
+    assert model.optimizer_steps == 1
+    model, loader, job = start(directory)
+    assert model.optimizer_steps == 1
+    replay, starts = [], []
+    for _batch in loader:
+        info = loader.batch_info
+        assert info is not None
+        replay.append(info.indices.tolist())
+        starts.append(info.step_start)
+        if len(replay) == 4:
+            break
+    # The unfinished step starts again from its first micro-batch: nothing is lost.
+    assert starts == [16] * 4
+    assert replay[:2] == seen[4:6]

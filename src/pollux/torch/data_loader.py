@@ -72,7 +72,7 @@ class AdaptiveDataLoader:
             if key in loader_kwargs:
                 raise ConfigError(key, loader_kwargs[key], "the agent decides this; remove it")
         self.job = job
-        self.dataset = dataset
+        self.dataset: Any = dataset
         self.init_batch_size = int(batch_size)
         self.limits = BatchLimits(self.init_batch_size, self.init_batch_size,
                                   (1, self.init_batch_size), accumulation=False)

@@ -87,7 +87,7 @@ class _TrainerState:
         self.progress = float(state["progress"])
 
 
-def _comm_hook(state, bucket):  # type: ignore[no-untyped-def]
+def _comm_hook(state, bucket):
     # No annotations on purpose: DDP compares them with the real classes, and
     # ``from __future__ import annotations`` would turn them into strings.
     return state._on_bucket(bucket)
