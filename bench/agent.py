@@ -97,9 +97,10 @@ def _fmt(value: Any) -> str:
 
 def overhead(args: argparse.Namespace) -> None:
     argv = [str(Path(__file__).resolve()), "--worker", "--steps", str(args.steps),
-            "--rounds", str(args.rounds)]
+            "--rounds", str(args.rounds), "--backend", args.backend]
     result = last_json(launch(argv, args.replicas)[0])
-    print(f"per-step time, {args.replicas} replicas (gloo, CPU), median of {args.rounds} "
+    where = result.pop("_where")
+    print(f"per-step time, {args.replicas} replicas ({where}), median of {args.rounds} "
           f"interleaved rounds of {args.steps} steps")
     print("(overhead: median over rounds of agent/plain - 1, each round's pair run back "
           "to back)")
@@ -122,15 +123,20 @@ def seconds_per_step(net: Any, optimizer: Any, loader: Any, loss_fn: Any) -> flo
     """One pass over ``loader``; mean seconds per step after 5 warm-up steps."""
     import torch.distributed as dist
 
+    import torch
+
+    sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
     dist.barrier()
     start, steps = 0.0, 0
     for i, (x, y) in enumerate(loader):
         if i == 5:
+            sync()
             start = time.perf_counter()
         optimizer.zero_grad()
         loss_fn(net(x), y).backward()
         optimizer.step()
         steps = i - 4
+    sync()
     return (time.perf_counter() - start) / max(steps, 1)
 
 
@@ -142,24 +148,26 @@ def overhead_worker(args: argparse.Namespace) -> None:
     import torch
 
     torch.set_num_threads(1)
-    job = pt.init_process_group("gloo", install_signal_handler=False)
-    rank, world = job.rank, job.num_replicas
+    backend = None if args.backend == "auto" else args.backend
+    job = pt.init_process_group(backend, install_signal_handler=False)
+    rank, world, device = job.rank, job.num_replicas, job.device
+    ddp_kwargs = {"device_ids": [device.index]} if device.type == "cuda" else {}
     generator = torch.Generator().manual_seed(0)
     loss_fn = torch.nn.CrossEntropyLoss()
     results: dict[str, dict[str, float]] = {}
     for hidden, local_bsz in ((128, 32), (1024, 128), (2048, 256)):
         name = f"MLP 64-{hidden}-{hidden}-10 b={local_bsz}"
         size = world * local_bsz * (args.steps + 5)
-        data = TensorDataset(torch.randn(size, 64, generator=generator),
-                             torch.randint(0, 10, (size,), generator=generator))
-        plain_net = build_mlp(hidden)
+        data = TensorDataset(torch.randn(size, 64, generator=generator).to(device),
+                             torch.randint(0, 10, (size,), generator=generator).to(device))
+        plain_net = build_mlp(hidden).to(device)
         plain_opt = torch.optim.SGD(plain_net.parameters(), lr=0.01, momentum=0.9)
-        plain = DistributedDataParallel(plain_net)
+        plain = DistributedDataParallel(plain_net, **ddp_kwargs)
         sampler = DistributedSampler(data, world, rank, shuffle=True, seed=0)
         plain_loader = DataLoader(data, batch_size=local_bsz, sampler=sampler)
 
         if job.model is not None:  # one model per job context: a new one per model
-            job = pt.init_process_group("gloo", install_signal_handler=False)
+            job = pt.init_process_group(backend, install_signal_handler=False)
         agent_net = build_mlp(hidden)
         agent_opt = torch.optim.SGD(agent_net.parameters(), lr=0.01, momentum=0.9)
         agent = pt.AdaptiveDataParallel(agent_net, agent_opt, job=job)
@@ -176,7 +184,7 @@ def overhead_worker(args: argparse.Namespace) -> None:
                          "agent_ms": 1000 * statistics.median(times["agent"]),
                          "ratio": statistics.median(ratios)}
     if rank == 0:
-        print(json.dumps(results), flush=True)
+        print(json.dumps({**results, "_where": f"{job.backend} on {device}"}), flush=True)
 
 
 def main() -> None:
@@ -191,6 +199,8 @@ def main() -> None:
                         help="agent agreement interval (short: training lasts seconds)")
     parser.add_argument("--steps", type=int, default=200, help="steps per overhead round")
     parser.add_argument("--rounds", type=int, default=7, help="interleaved overhead rounds")
+    parser.add_argument("--backend", choices=("auto", "gloo", "nccl"), default="gloo",
+                        help="overhead part: auto picks nccl on a GPU (one replica per GPU)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:

@@ -245,6 +245,7 @@ def main(argv: list[str] | None = None) -> int:
                           "epochs": job.epoch, "optimizer_steps": model.optimizer_steps,
                           "progress": model.progress, "batch_size": loader.current_batch_size,
                           "autoscale": args.autoscale, "num_replicas": job.num_replicas,
+                          "backend": job.backend, "device": str(job.device),
                           "elapsed_s": elapsed}), flush=True)
     job.close()
     return 0

@@ -63,6 +63,7 @@ def measure(args: argparse.Namespace, piggyback: bool) -> None:
                                 gradient_accumulation=micro > 1)
     for xb, yb in loader:
         optimizer.zero_grad()
+        xb, yb = xb.to(job.device), yb.to(job.device)
         loss = 0.5 * ((model(xb).squeeze(-1) - yb) ** 2).mean()
         loss.backward()
         optimizer.step()
@@ -79,6 +80,7 @@ def measure(args: argparse.Namespace, piggyback: bool) -> None:
             "est_noise_scale": stats.var * m0 / stats.sqr,
             "updates": model.noise.num_updates, "local_bsz": loader.batch_config.local_bsz,
             "accum_steps": loader.batch_config.accum_steps, "piggyback": piggyback,
+            "backend": job.backend,
         }), flush=True)
     job.close()
 
