@@ -10,6 +10,7 @@ from pollux.errors import UnknownPluginError
 
 BACKEND_CLASSES: dict[str, str] = {
     "local": "pollux.backends.local:LocalBackend",
+    "ray": "pollux.backends.ray:RayBackend",
 }
 """Registered backend names -> ``module:Class``. Read-only by convention. Every class
 takes ``instance_id`` (stable per data directory, to find a dead server's replicas)
