@@ -13,8 +13,23 @@ from pathlib import Path
 from typing import Any
 
 from pollux.backends.registry import backend_names
+from pollux.errors import ConfigError
 from pollux.service.client import read_token_file
 from pollux.service.server import DEFAULT_PORT, ServerConfig, default_data_dir, run_server
+
+
+def backend_options_from_args(args: argparse.Namespace) -> dict[str, Any]:
+    """The backend's own options (the local backend's come from --nodes etc.)."""
+    ray_flags = {"--ray-address": args.ray_address is not None,
+                 "--ray-slot-resource": args.ray_slot_resource is not None,
+                 "--ray-autoscale": args.ray_autoscale}
+    if args.backend != "ray":
+        for flag, given in ray_flags.items():
+            if given:
+                raise ConfigError("backend", args.backend, f"{flag} needs --backend ray")
+        return {}
+    return {"address": args.ray_address, "slot_resource": args.ray_slot_resource or "auto",
+            "autoscale": args.ray_autoscale}
 
 
 def config_from_args(args: argparse.Namespace) -> ServerConfig:
@@ -27,7 +42,8 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
                                  else str(Path(args.token_file).resolve())),
         policy=args.policy, interval_s=args.interval, backend=args.backend,
         num_nodes=args.nodes, slots_per_node=args.slots_per_node, device=args.device,
-        stop_grace_s=args.stop_grace)
+        stop_grace_s=args.stop_grace, backend_options=backend_options_from_args(args),
+        advertise_host=args.advertise_address)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -69,6 +85,18 @@ def add_server_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--stop-grace", type=float, default=60.0,
                         help="seconds replicas get to checkpoint after SIGTERM "
                              "(default: %(default)s)")
+    parser.add_argument("--advertise-address", default=None, metavar="HOST",
+                        help="address replicas on other machines use to reach this server "
+                             "(hints); default: the bound address (127.0.0.1 for 0.0.0.0)")
+    ray = parser.add_argument_group("ray backend")
+    ray.add_argument("--ray-address", default=None, metavar="ADDR",
+                     help="an existing Ray cluster (auto, HOST:PORT); default: start a "
+                          "local Ray instance")
+    ray.add_argument("--ray-slot-resource", default=None, metavar="NAME",
+                     help="the Ray resource that is a replica's device slot: GPU, CPU or a "
+                          "custom resource (default: GPU when the cluster has GPUs, else CPU)")
+    ray.add_argument("--ray-autoscale", action="store_true",
+                     help="pass the policy's desired cluster size to Ray's autoscaler")
 
 
 def register(subparsers: Any) -> None:

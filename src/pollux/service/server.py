@@ -23,7 +23,7 @@ from pollux.backends.base import Backend
 from pollux.backends.registry import make_backend
 from pollux.errors import ConfigError, JobSpecError, PolluxError
 from pollux.models.hints import JobHints
-from pollux.policies.base import NodeInfo, Policy
+from pollux.policies.base import Allocations, JobInfo, NodeInfo, Policy, PolicyDecision
 from pollux.policies.registry import make_policy
 from pollux.service.allocator import Allocator, AllocatorConfig, job_dir
 from pollux.service.job_spec import JobSpec
@@ -63,6 +63,9 @@ class ServerConfig:
     poll_interval_s: float = 0.5
     backend_options: Mapping[str, Any] = field(default_factory=dict)
     """Extra keyword options of the backend class (e.g. a cluster address)."""
+    advertise_host: str | None = None
+    """Address replicas use to reach the server (hints URL); default: the bound address,
+    or 127.0.0.1 when binding every interface."""
 
     def __post_init__(self) -> None:
         if not is_loopback(self.host) and not self.token:
@@ -106,6 +109,26 @@ def check_fits_cluster(spec: JobSpec, nodes: Sequence[NodeInfo]) -> None:
     if spec.min_replicas > fitting:
         raise JobSpecError("min_replicas", spec.min_replicas,
                            f"the cluster fits at most {fitting} replicas of this size")
+
+
+class ClusterSizeRelay(Policy):
+    """A policy whose desired cluster size (``desired_num_nodes``) is passed on after each
+    decision, e.g. to a backend's autoscaler; decisions are otherwise the policy's own."""
+
+    name = "cluster-size-relay"
+
+    def __init__(self, policy: Policy, request_size: Callable[[int | None], None]) -> None:
+        self.policy = policy
+        self.request_size = request_size
+
+    def optimize(self, jobs: Sequence[JobInfo], nodes: Sequence[NodeInfo],
+                 previous_allocations: Allocations) -> PolicyDecision:
+        decision = self.policy.optimize(jobs, nodes, previous_allocations)
+        try:
+            self.request_size(decision.desired_num_nodes)
+        except Exception:  # an autoscaler that refuses must not stop scheduling
+            logger.exception("cannot pass the desired cluster size on")
+        return decision
 
 
 class SchedulerService:
@@ -235,7 +258,11 @@ def build_service(config: ServerConfig, hints_url: str | None,
             options.update(num_nodes=config.num_nodes, slots_per_node=config.slots_per_node,
                            device=config.device)
         backend = make_backend(config.backend, instance_id=instance_id, **options)
-    allocator = Allocator(store, backend, load_policy(config.policy), AllocatorConfig(
+    policy = load_policy(config.policy)
+    request_size = getattr(backend, "request_cluster_size", None)
+    if callable(request_size):
+        policy = ClusterSizeRelay(policy, request_size)
+    allocator = Allocator(store, backend, policy, AllocatorConfig(
         data_dir=config.data_dir, interval_s=config.interval_s,
         poll_interval_s=config.poll_interval_s, stop_grace_s=config.stop_grace_s,
         hints_url=hints_url))
@@ -266,7 +293,11 @@ def run_server(config: ServerConfig, ready: Callable[[str], None] | None = None)
         port = sock.getsockname()[1]
         local_host = "127.0.0.1" if config.host in ("0.0.0.0", "::", "localhost") else config.host
         url = f"http://{local_host}:{port}"
-        service = build_service(config, f"{url}/api/jobs/{{job_id}}/hints")
+        advertised = config.advertise_host
+        if advertised and ":" in advertised:
+            advertised = f"[{advertised}]"  # IPv6
+        hints_base = f"http://{advertised}:{port}" if advertised else url
+        service = build_service(config, f"{hints_base}/api/jobs/{{job_id}}/hints")
         app = create_app(service, config.token)
         server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
 

@@ -189,7 +189,7 @@ def test_unplaceable_launch_waits_then_stops_or_times_out(ray_cluster, tmp_path)
         backend.launch(request(tmp_path, job, (node,) * 3, generation=2))
         statuses = wait_states(backend, "fake-1", {ReplicaState.EXITED}, timeout_s=10)
         assert {s.exit_code for s in statuses} == {None}
-        assert "not placed within 1.5 s" in (tmp_path / "logs" / "replica-0.log").read_text()
+        assert "not up within 1.5 s (not placed" in (tmp_path / "logs" / "replica-0.log").read_text()
         with pytest.raises(BackendError, match="no longer"):
             backend.launch(request(tmp_path, job, ("10.0.0.1-deadbeef",), generation=3))
     finally:
@@ -233,3 +233,37 @@ def test_validate_and_autoscaler_request(ray_cluster):
     finally:
         backend.close()
     assert os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] == "0"
+
+
+def test_node_loss_ends_its_replicas_and_the_survivor_takes_the_relaunch(
+        backend, ray_workers, tmp_path):
+    doomed = ray_workers.add_worker()
+    names = {n.name: n for n in backend.nodes()}
+    lost = next(name for name in names if doomed.node_id.startswith(name.rsplit("-", 1)[1]))
+    survivor = next(name for name in names if name != lost)
+    job = spec("--steps", "1000", "--step-s", "0.02")
+    backend.launch(request(tmp_path, job, (survivor, lost)))
+    wait_states(backend, "fake-1", {ReplicaState.RUNNING})
+    removed_at = time.monotonic()
+    ray_workers.remove_worker(doomed)
+    statuses = {s.rank: s for s in wait_states(
+        backend, "fake-1", {ReplicaState.EXITED, ReplicaState.RUNNING})}
+    while statuses[1].state is not ReplicaState.EXITED:
+        statuses = {s.rank: s for s in backend.poll("fake-1")}
+        assert time.monotonic() < removed_at + 20, "the lost replica is still running"
+        time.sleep(0.05)
+    lost_after_s = time.monotonic() - removed_at
+    assert statuses[1].exit_code is None and statuses[0].state is ReplicaState.RUNNING
+    backend.stop("fake-1")
+    assert wait_states(backend, "fake-1", {ReplicaState.EXITED})[0].exit_code == 75
+    backend.release("fake-1")
+    relaunched_at = time.monotonic()
+    backend.launch(request(tmp_path, job, (survivor, survivor), generation=2))
+    wait_states(backend, "fake-1", {ReplicaState.RUNNING})
+    while lost in {n.name for n in backend.nodes()}:  # the health check marks it dead
+        assert time.monotonic() < removed_at + 20, "the lost node is still listed"
+        time.sleep(0.05)
+    print(f"replica lost {lost_after_s:.2f} s after its node; relaunch running in "
+          f"{time.monotonic() - relaunched_at:.2f} s")
+    backend.stop("fake-1")
+    wait_states(backend, "fake-1", {ReplicaState.EXITED})

@@ -152,6 +152,7 @@ class RayBackend(Backend):
                            actor_names=tuple(f"{prefix}-{r}" for r in range(len(nodes))),
                            namespace=self.namespace, actor_class=self._actor_class,
                            env=replica_env(request, bundle, self.instance_id))
+        launch.begin()
         self._launches[request.job_id] = launch
         self._warn_unreachable_hints(request, nodes)
         return [LaunchedReplica(rank, node.name, {

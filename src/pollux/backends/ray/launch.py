@@ -2,10 +2,10 @@
 replicas' processes, driven forward without blocking the allocation loop.
 
 A launch moves through :class:`LaunchPhase` as :meth:`RayLaunch.advance` finds each
-step done: the placement group is placed (every bundle pinned to the node the policy
-chose), the actors are created in their bundles and rank 0 reports its node address
-and a free port (the torch.distributed master), then every actor starts its replica.
-Until a replica's process has started it is reported as starting.
+step done: once the placement group is placed (every bundle pinned to the node the
+policy chose), Ray creates the actors in their bundles and rank 0 reports its node
+address and a free port (the torch.distributed master); then every actor starts its
+replica. Until a replica's process has started it is reported as starting.
 """
 
 from __future__ import annotations
@@ -41,10 +41,8 @@ label selectors (before Ray 2.4x); pins by address, so one node per address."""
 
 
 class LaunchPhase(Enum):
-    PLACING = "placing"
-    """Waiting for the placement group's bundles to be reserved."""
     PREPARING = "preparing"
-    """Actors created; waiting for rank 0's address and port."""
+    """Placement group and actors requested; waiting for rank 0's address and port."""
     STARTED = "started"
     """Every actor was asked to start its replica."""
     ENDED = "ended"
@@ -97,7 +95,9 @@ class RayLaunch:
     actor_class: Any
     """``ray.remote(ReplicaProcess)``, made once per backend."""
     created_at_s: float = field(default_factory=time.monotonic)
-    phase: LaunchPhase = LaunchPhase.PLACING
+    phase: LaunchPhase = LaunchPhase.PREPARING
+    ready_ref: Any = None
+    """Resolves when the placement group is placed."""
     actors: list[Any] = field(default_factory=list)
     address_ref: Any = None
     start_refs: dict[int, Any] = field(default_factory=dict)
@@ -116,26 +116,10 @@ class RayLaunch:
 
     # --- moving forward ---------------------------------------------------------------
 
-    def advance(self, alive_node_ids: Collection[str], placement_timeout_s: float) -> None:
-        """Take every step that is ready now; never blocks."""
-        if self.phase is LaunchPhase.PLACING:
-            self._check_placing(alive_node_ids, placement_timeout_s)
-        if self.phase is LaunchPhase.PREPARING:
-            self._check_preparing()
-        if self.phase is LaunchPhase.STARTED:
-            self._check_started()
-
-    def _check_placing(self, alive_node_ids: Collection[str], timeout_s: float) -> None:
-        lost = [n for n in self.nodes if n.node_id not in alive_node_ids]
-        if lost:
-            self._end_all(None, f"node {lost[0].name} left the cluster before the launch")
-            return
-        ready, _ = ray.wait([self.placement.ready()], timeout=0)
-        if not ready:
-            if time.monotonic() - self.created_at_s > timeout_s:
-                self._end_all(None, f"the placement group was not placed within {timeout_s:g}"
-                                    " s (resources held by something else?)")
-            return
+    def begin(self) -> None:
+        """Create the actors in their bundles (Ray places them once the placement group
+        is placed) and ask rank 0 for the master address and port."""
+        self.ready_ref = self.placement.ready()
         options = actor_options(self.bundle)
         for rank, name in enumerate(self.actor_names):
             self.actors.append(self.actor_class.options(
@@ -145,11 +129,27 @@ class RayLaunch:
                     self.placement, placement_group_bundle_index=rank),
                 **options).remote())
         self.address_ref = self.actors[0].address_and_port.remote()
-        self.phase = LaunchPhase.PREPARING
 
-    def _check_preparing(self) -> None:
+    def advance(self, alive_node_ids: Collection[str], placement_timeout_s: float) -> None:
+        """Take every step that is ready now; never blocks."""
+        if self.phase is LaunchPhase.PREPARING:
+            self._check_preparing(alive_node_ids, placement_timeout_s)
+        if self.phase is LaunchPhase.STARTED:
+            self._check_started()
+
+    def _check_preparing(self, alive_node_ids: Collection[str], timeout_s: float) -> None:
         ready, _ = ray.wait([self.address_ref], timeout=0)
         if not ready:
+            lost = [n for n in self.nodes if n.node_id not in alive_node_ids]
+            if lost:
+                self._kill_actors()
+                self._end_all(None, f"node {lost[0].name} left the cluster during the launch")
+            elif time.monotonic() - self.created_at_s > timeout_s:
+                placed, _ = ray.wait([self.ready_ref], timeout=0)
+                self._kill_actors()
+                self._end_all(None, f"the replica actors were not up within {timeout_s:g} s ("
+                              + ("placed; is pollux installed on every node?)" if placed else
+                                 "not placed: resources held by something else?)"))
             return
         try:
             master_addr, master_port = ray.get(self.address_ref)
@@ -169,6 +169,9 @@ class RayLaunch:
                 str(Path(request.log_dir) / f"replica-{env.rank}.log"), header)
             self.wait_refs[env.rank] = actor.wait.remote()
         self.phase = LaunchPhase.STARTED
+        logger.info("%s launch %d: actors up after %.1f s; master %s:%d", request.job_id,
+                    request.generation, time.monotonic() - self.created_at_s, master_addr,
+                    master_port)
 
     def _check_started(self) -> None:
         pending = [ref for rank, ref in self.start_refs.items() if rank not in self.started]
@@ -178,6 +181,9 @@ class RayLaunch:
             for rank, ref in self.start_refs.items():
                 if ref in done:
                     self.started.add(rank)
+            if len(self.started) == self.num_replicas:
+                logger.info("%s launch %d: replicas started after %.1f s", self.request.job_id,
+                            self.request.generation, time.monotonic() - self.created_at_s)
         waiting = [ref for rank, ref in self.wait_refs.items() if rank not in self.exit_codes]
         if not waiting:
             return
@@ -224,7 +230,7 @@ class RayLaunch:
     def stop(self, force: bool) -> None:
         """Checkpoint-and-stop (SIGTERM to each replica's first process) or kill at once.
         Replicas not asked to start yet are not started."""
-        if self.phase in (LaunchPhase.PLACING, LaunchPhase.PREPARING):
+        if self.phase is LaunchPhase.PREPARING:
             self._kill_actors()
             self._end_all(-int(signal.SIGKILL if force else signal.SIGTERM), None)
             return

@@ -1,0 +1,134 @@
+"""End to end on a local Ray cluster: a real ``pollux server --backend ray`` (equal-share
+policy, 1 s rounds) on two worker nodes of 2 slots each, running the agent's example
+(examples/train_digits.py) as Ray actors' subprocesses."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sqlite3
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("ray", reason="the Ray backend needs ray: pip install 'pollux[ray]'")
+
+from pollux.backends.processes import marked_processes, signal_group  # noqa: E402
+from pollux.backends.ray.launch import MARKER_ENV  # noqa: E402
+from tests.backends.ray.conftest import SLOT  # noqa: E402
+from tests.service.e2e_helpers import (  # noqa: E402
+    EXAMPLE,
+    ServerProcess,
+    agent_events,
+    check_sample_accounting,
+    checkpointed_after_an_epoch,
+    example_spec,
+    instance_id,
+    started,
+    wait_until,
+)
+
+pytestmark = [
+    pytest.mark.timeout(150),
+    pytest.mark.skipif(not EXAMPLE.exists(), reason="needs examples/train_digits.py"),
+]
+FINAL = ("Succeeded", "Failed", "Cancelled")
+
+
+class RayServerProcess(ServerProcess):
+    """``pollux server --backend ray`` connected to the test cluster."""
+
+    def __init__(self, data_dir: Path, ray_address: str) -> None:
+        super().__init__(data_dir)
+        main = self.args.index("pollux.cli.main")
+        self.args = [*self.args[:main + 1], "-v", *self.args[main + 1:self.args.index("--nodes")],
+            "--backend", "ray", "--ray-address", ray_address, "--ray-slot-resource", SLOT,
+            "--interval", "1", "--policy", self.args[self.args.index("--policy") + 1],
+            "--stop-grace", "30"]
+
+    def cleanup(self) -> None:
+        super().cleanup()  # the server's death ends its actors; their watchdogs, replicas
+        instance = instance_id(self.data_dir)
+        if instance is not None:
+            for pid in marked_processes(MARKER_ENV, instance):
+                signal_group(pid, signal.SIGKILL)
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+
+
+@pytest.fixture
+def server(tmp_path: Path, ray_workers):
+    process = RayServerProcess(tmp_path / "data", ray_workers.address)
+    yield process
+    process.cleanup()
+
+
+def states(client) -> dict[str, str]:
+    return {job["id"]: job["state"] for job in client.jobs()}
+
+
+def all_final(client) -> bool:
+    return all(state in FINAL for state in states(client).values())
+
+
+def launch_nodes(data_dir: Path, job_id: str, generation: int) -> list[str]:
+    """Node of each rank of one launch, from the job store."""
+    with contextlib.closing(sqlite3.connect(data_dir / "pollux.db")) as conn:
+        rows = conn.execute("SELECT node FROM replicas WHERE job_id=? AND generation=? "
+                            "ORDER BY rank", (job_id, generation)).fetchall()
+    return [str(row[0]) for row in rows]
+
+
+def test_two_jobs_one_resized_across_nodes(server):
+    data = server.data_dir
+    client = server.start()
+    epochs = {"r1": 5, "r2": 2}
+    r1 = client.submit(example_spec("r1", 3, epochs["r1"]))["id"]
+    first = wait_until(lambda: started(data, r1, 0), 90, "r1 to start on 3 replicas")
+    assert first["num_replicas"] == 3
+    assert len(set(launch_nodes(data, r1, 1))) == 2  # 3 replicas span both nodes
+    r2 = client.submit(example_spec("r2", 2, epochs["r2"]))["id"]
+    # equal shares: r1 is resized 3 -> 2 through a checkpoint, r2 gets 2
+    resumed = wait_until(lambda: started(data, r1, 1), 90, "r1 to restart on 2 replicas")
+    assert resumed["num_replicas"] == 2 and resumed["restored"]
+    wait_until(lambda: all_final(client), 120, "both jobs to end")
+    assert states(client) == {r1: "Succeeded", r2: "Succeeded"}, server.log_text()
+    assert client.job(r1)["rescales"] >= 1
+    records = check_sample_accounting(data, r1, epochs["r1"])
+    assert {3, 2} <= {r["num_replicas"] for r in records}
+    check_sample_accounting(data, r2, epochs["r2"])
+    assert "pollux server on" in server.log_text()
+    server.stop()
+
+
+def test_losing_a_node_resumes_the_job_on_the_remaining_node(server, ray_workers):
+    data = server.data_dir
+    client = server.start()
+    epochs = 5
+    job = client.submit(example_spec("n1", 2, epochs))["id"]
+    wait_until(lambda: checkpointed_after_an_epoch(data, job, 1), 90,
+               "the job to checkpoint after an epoch on 2 replicas")
+    nodes = launch_nodes(data, job, 1)
+    assert len(set(nodes)) == 2, nodes  # one replica on each worker
+    lost = ray_workers.worker_by_id(nodes[1].rsplit("-", 1)[1])
+    removed_at = time.time()
+    ray_workers.remove_worker(lost)  # not gracefully: like a machine that crashed
+    resumed = wait_until(lambda: started(data, job, 1), 90, "the job to resume")
+    recovery_s = resumed["time"] - removed_at
+    print(f"node loss -> job resumed from its checkpoint in {recovery_s:.1f} s")
+    assert resumed["restored"] and resumed["epoch"] >= 1
+    survivor = nodes[0]
+    assert launch_nodes(data, job, 2) == [survivor, survivor]
+    wait_until(lambda: all_final(client), 120, "the job to end")
+    detail = client.job(job)
+    assert detail["state"] == "Succeeded", server.log_text()
+    assert detail["failures"] >= 1
+    assert "vanished" in " ".join(e["message"] for e in detail["events"])
+    check_sample_accounting(data, job, epochs)
+    starts = [e for e in agent_events(data, job) if e["event"] == "start"]
+    assert [e["num_replicas"] for e in starts][:2] == [2, 2]
+    log = (data / "jobs" / job / "logs" / "replica-1.log").read_text()
+    assert "lost with its Ray actor" in log
+    server.stop()
