@@ -150,6 +150,7 @@ def overhead_worker(args: argparse.Namespace) -> None:
     torch.set_num_threads(1)
     backend = None if args.backend == "auto" else args.backend
     job = pt.init_process_group(backend, install_signal_handler=False)
+    jobs = [job]
     rank, world, device = job.rank, job.num_replicas, job.device
     ddp_kwargs = {"device_ids": [device.index]} if device.type == "cuda" else {}
     generator = torch.Generator().manual_seed(0)
@@ -168,6 +169,7 @@ def overhead_worker(args: argparse.Namespace) -> None:
 
         if job.model is not None:  # one model per job context: a new one per model
             job = pt.init_process_group(backend, install_signal_handler=False)
+            jobs.append(job)
         agent_net = build_mlp(hidden)
         agent_opt = torch.optim.SGD(agent_net.parameters(), lr=0.01, momentum=0.9)
         agent = pt.AdaptiveDataParallel(agent_net, agent_opt, job=job)
@@ -185,6 +187,8 @@ def overhead_worker(args: argparse.Namespace) -> None:
                          "ratio": statistics.median(ratios)}
     if rank == 0:
         print(json.dumps({**results, "_where": f"{job.backend} on {device}"}), flush=True)
+    for each in reversed(jobs):  # the first one owns the process group: it leaves last
+        each.close()
 
 
 def main() -> None:

@@ -27,11 +27,13 @@ def main() -> None:
                         help="also measure with the replicas' norms in their own all-reduce")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    for piggyback in (True, False) if args.separate_norms else (True,):
-        measure(args, piggyback)
+    jobs = [measure(args, piggyback)
+            for piggyback in ((True, False) if args.separate_norms else (True,))]
+    for job in reversed(jobs):  # the first one owns the process group: it leaves last
+        job.close()
 
 
-def measure(args: argparse.Namespace, piggyback: bool) -> None:
+def measure(args: argparse.Namespace, piggyback: bool) -> pt.JobContext:
     config = pt.AgentConfig(min_goodput_gain=1e9, min_noise_updates=1)
     job = pt.init_process_group(config=config, install_signal_handler=False)
     rng = np.random.default_rng(args.seed)
@@ -82,7 +84,7 @@ def measure(args: argparse.Namespace, piggyback: bool) -> None:
             "accum_steps": loader.batch_config.accum_steps, "piggyback": piggyback,
             "backend": job.backend,
         }), flush=True)
-    job.close()
+    return job
 
 
 if __name__ == "__main__":
