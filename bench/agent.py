@@ -121,9 +121,8 @@ def build_mlp(hidden: int) -> Any:
 
 def seconds_per_step(net: Any, optimizer: Any, loader: Any, loss_fn: Any) -> float:
     """One pass over ``loader``; mean seconds per step after 5 warm-up steps."""
-    import torch.distributed as dist
-
     import torch
+    import torch.distributed as dist
 
     sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
     dist.barrier()
@@ -141,11 +140,11 @@ def seconds_per_step(net: Any, optimizer: Any, loader: Any, loss_fn: Any) -> flo
 
 
 def overhead_worker(args: argparse.Namespace) -> None:
+    import torch
     from torch.nn.parallel import DistributedDataParallel
     from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
     import pollux.torch as pt
-    import torch
 
     torch.set_num_threads(1)
     backend = None if args.backend == "auto" else args.backend

@@ -234,6 +234,7 @@ def test_public_api_is_importable() -> None:
 
 def test_profile_separates_compute_and_sync_and_fits_in_the_background() -> None:
     import torch
+
     from pollux.torch.profiler import MicroStepTiming, StepProfiler
 
     truth = ThroughputParams(alpha_c=0.01, beta_c=0.001, alpha_n=0.05, beta_n=0.0,

@@ -6,10 +6,10 @@ import copy
 from collections.abc import Iterator
 
 import pytest
+import torch
 import torch.distributed as dist
 
 import pollux.torch as pt
-import torch
 from pollux.torch.scaling_rules import ScalingRule
 
 

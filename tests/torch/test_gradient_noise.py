@@ -7,8 +7,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 import torch
+
 from pollux.errors import ConfigError
 from pollux.torch.gradient_noise import GradientNoiseEstimator, two_batch_estimates
 from tests.torch.launcher import WORKERS, Replicas

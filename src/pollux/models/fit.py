@@ -186,8 +186,14 @@ def _initial_guess(obs: ThroughputObservations) -> FloatArray:
     return p
 
 
-def fit_throughput(observations: ThroughputObservations | Iterable[Any]) -> ThroughputFit:
+def fit_throughput(
+    observations: ThroughputObservations | Iterable[Any],
+    initial_params: ThroughputParams | None = None,
+) -> ThroughputFit:
     """Fit :class:`ThroughputParams` and report how the fit went.
+
+    ``initial_params`` (e.g. the previous fit of the same job) warm-starts the optimizer
+    from one point instead of the default two starts, which is about twice as fast.
 
     Priors for what the data cannot identify (optimistic where possible):
 
@@ -199,6 +205,7 @@ def fit_throughput(observations: ThroughputObservations | Iterable[Any]) -> Thro
     A failed or non-finite optimization never raises: the best finite parameters seen
     (at worst the initial guess) are returned with ``converged=False`` and a warning log.
     """
+    # Note: the priors below also apply to a warm start; fixed parameters never move.
     obs = (observations if isinstance(observations, ThroughputObservations)
            else ThroughputObservations.from_records(observations))
     multi = obs.num_replicas > 1
@@ -225,11 +232,13 @@ def fit_throughput(observations: ThroughputObservations | Iterable[Any]) -> Thro
         fixed[GAMMA] = 1.0
 
     free = np.array([i not in fixed for i in range(7)])
-    start = np.clip(_initial_guess(obs), lower, upper)
+    guess = np.clip(_initial_guess(obs), lower, upper)
+    start = (guess.copy() if initial_params is None
+             else np.clip(initial_params.as_array(), lower, upper))
     for i, v in fixed.items():
         start[i] = v
-    # Optimize in units of the starting point so L-BFGS-B sees well-scaled variables.
-    scale = np.where(start[:6] > 0, start[:6], 1.0)
+    # Optimize in units of the data-driven guess so L-BFGS-B sees well-scaled variables.
+    scale = np.where(guess[:6] > 0, guess[:6], 1.0)
     scale = np.concatenate([np.maximum(scale, 1e-6 * float(np.mean(obs.compute_time))), [1.0]])
 
     def objective(z: FloatArray) -> tuple[float, FloatArray]:
@@ -239,9 +248,14 @@ def fit_throughput(observations: ThroughputObservations | Iterable[Any]) -> Thro
         return loss, grad[free] * scale[free]
 
     best_p, best_loss = start.copy(), float(_loss_and_grad(start, obs)[0])
-    converged, message = False, "initial guess"
+    if not free.any():
+        return ThroughputFit(ThroughputParams.from_array(_apply_inter_node_prior(start, inter)),
+                             best_loss, True, "every parameter set by priors",
+                             _fixed_names(fixed))
+    finite_result, converged, message = False, False, "initial guess"
     bounds = list(zip(lower[free] / scale[free], upper[free] / scale[free]))
-    for gamma0 in (1.0, 3.0) if free[GAMMA] else (start[GAMMA],):
+    gamma_starts = (start[GAMMA],) if initial_params is not None or not free[GAMMA] else (1.0, 3.0)
+    for gamma0 in gamma_starts:
         z0 = start[free] / scale[free]
         if free[GAMMA]:
             z0[int(np.sum(free[:GAMMA]))] = gamma0
@@ -255,29 +269,46 @@ def fit_throughput(observations: ThroughputObservations | Iterable[Any]) -> Thro
         p = start.copy()
         p[free] = res.x * scale[free]
         loss = float(res.fun)
-        if np.all(np.isfinite(p)) and np.isfinite(loss) and loss < best_loss:
+        if not (np.all(np.isfinite(p)) and np.isfinite(loss)):
+            message = f"non-finite result ({res.message})"
+            continue
+        finite_result = True
+        if loss <= best_loss:
             best_p, best_loss = p, loss
             converged, message = bool(res.success), str(res.message)
-    if not converged:
-        logger.warning("throughput fit did not converge (%s); keeping best finite parameters",
+    if not finite_result:
+        logger.warning("throughput fit failed (%s); keeping the best finite parameters",
                        message)
+    elif not converged:
+        logger.debug("throughput fit stopped early (%s)", message)
 
-    best_p = np.clip(best_p, lower, upper)
-    if not inter.any():
-        best_p[ALPHA_N] = max(best_p[ALPHA_N], INTER_OVER_INTRA_PRIOR * best_p[ALPHA_R])
-        best_p[BETA_N] = max(best_p[BETA_N], INTER_OVER_INTRA_PRIOR * best_p[BETA_R])
-    names = ("alpha_c", "beta_c", "alpha_n", "beta_n", "alpha_r", "beta_r", "gamma")
+    best_p = _apply_inter_node_prior(np.clip(best_p, lower, upper), inter)
     return ThroughputFit(
         params=ThroughputParams.from_array(best_p),
         loss=best_loss,
         converged=converged,
         message=message,
-        fixed=tuple(names[i] for i in sorted(fixed)),
+        fixed=_fixed_names(fixed),
     )
+
+
+def _apply_inter_node_prior(p: FloatArray, inter: np.ndarray) -> FloatArray:
+    """Without multi-node data, inter-node sync is at least 1.1x the intra-node one."""
+    p = p.copy()
+    if not inter.any():
+        p[ALPHA_N] = max(p[ALPHA_N], INTER_OVER_INTRA_PRIOR * p[ALPHA_R])
+        p[BETA_N] = max(p[BETA_N], INTER_OVER_INTRA_PRIOR * p[BETA_R])
+    return p
+
+
+def _fixed_names(fixed: dict[int, float]) -> tuple[str, ...]:
+    names = ("alpha_c", "beta_c", "alpha_n", "beta_n", "alpha_r", "beta_r", "gamma")
+    return tuple(names[i] for i in sorted(fixed))
 
 
 def fit_throughput_params(
     observations: ThroughputObservations | Iterable[Any],
+    initial_params: ThroughputParams | None = None,
 ) -> ThroughputParams:
     """Fit the 7 step-time parameters to observations; see :func:`fit_throughput`."""
-    return fit_throughput(observations).params
+    return fit_throughput(observations, initial_params).params

@@ -26,10 +26,10 @@ import types
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-import torch
 from pollux.models import GradientStats
 from pollux.torch.gradient_noise import GradientNoiseEstimator
 from pollux.torch.scaling_rules import ScalingRule, default_scaling_rule

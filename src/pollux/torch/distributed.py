@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
+import torch
 import torch.distributed as dist
 
-import torch
 from pollux import jobenv
 from pollux.errors import ConfigError
 

@@ -25,6 +25,7 @@ import math
 from typing import Any, TypeVar
 
 import torch
+
 from pollux.errors import ConfigError
 from pollux.models import GradientStats
 

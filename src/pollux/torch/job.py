@@ -16,9 +16,9 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import numpy as np
+import torch
 import torch.distributed as dist
 
-import torch
 from pollux.errors import ConfigError
 from pollux.jobenv import RESCALE_EXIT_CODE
 from pollux.torch.checkpoint import CheckpointManager

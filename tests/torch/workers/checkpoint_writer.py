@@ -7,8 +7,9 @@ import hashlib
 import json
 from typing import Any
 
-import pollux.torch as pt
 import torch
+
+import pollux.torch as pt
 
 
 def blob_for(count: int, num_floats: int) -> torch.Tensor:

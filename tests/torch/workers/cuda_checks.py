@@ -11,10 +11,10 @@ import json
 import warnings
 from typing import Any
 
+import torch
 from torch.nn.parallel import DistributedDataParallel
 
 import pollux.torch as pt
-import torch
 
 STEPS = 200
 

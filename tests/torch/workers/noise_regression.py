@@ -10,9 +10,9 @@ import argparse
 import json
 
 import numpy as np
+import torch
 
 import pollux.torch as pt
-import torch
 
 
 def main() -> None:
