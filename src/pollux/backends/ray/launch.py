@@ -228,8 +228,9 @@ class RayLaunch:
         return result
 
     def stop(self, force: bool) -> None:
-        """Checkpoint-and-stop (SIGTERM to each replica's first process) or kill at once.
-        Replicas not asked to start yet are not started."""
+        """Checkpoint-and-stop (SIGTERM to each replica's first process) or kill at once
+        (SIGKILL to its process group; the actors stay until :meth:`dispose`). Replicas
+        not asked to start yet are not started."""
         if self.phase is LaunchPhase.PREPARING:
             self._kill_actors()
             self._end_all(-int(signal.SIGKILL if force else signal.SIGTERM), None)
@@ -237,12 +238,10 @@ class RayLaunch:
         if self.phase is LaunchPhase.ENDED:
             return
         signum = signal.SIGKILL if force else signal.SIGTERM
+        self.forced = self.forced or force
         for rank, actor in enumerate(self.actors):
             if rank not in self.exit_codes:
                 actor.signal.remote(int(signum), force)
-        if force:
-            self.forced = True
-            self._kill_actors()  # the watchdogs kill whatever the signal did not reach
 
     def _kill_actors(self) -> None:
         for actor in self.actors:

@@ -7,10 +7,10 @@ command as a subprocess in its own process group, with its output appended to th
 replica's log file, and answers :meth:`wait` with the exit status.
 
 If the actor dies (its node is lost, the server that owns it exits, ``ray.kill``), a
-small watchdog process kills the replica's process group, so no replica outlives its
-actor and trains on beside its own relaunch. The watchdog reads a pipe whose write end
-only the actor holds: a byte means the replica ended normally, end-of-file means the
-actor is gone.
+small detached watchdog process kills the replica's process group, so no replica
+outlives its actor and trains on beside its own relaunch. The watchdog reads a pipe
+whose write end only the actor holds: a byte means the replica ended normally,
+end-of-file means the actor is gone.
 
 Nothing here imports Ray at module level: the class is plain Python (the backend turns
 it into an actor), so it can be tested on its own.
@@ -30,13 +30,18 @@ CANNOT_START_EXIT_CODE = 127
 """Reported when the command cannot be started (no such program or directory)."""
 WATCHDOG_CODE = (
     "import os, signal, sys\n"
+    "if os.fork():\n"
+    "    os._exit(0)\n"
     "if not os.read(0, 1):\n"
     "    try:\n"
     "        os.killpg(int(sys.argv[1]), signal.SIGKILL)\n"
     "    except OSError:\n"
     "        pass\n"
 )
-"""The watchdog: wait on stdin; on end-of-file (the actor died) kill the process group."""
+"""The watchdog: detach (so it is no child of the actor: Ray kills an exiting worker's
+children, which would take the watchdog along with the replica's first process but not
+the rest of its group), wait on stdin, and on end-of-file (the actor died) kill the
+replica's process group."""
 REMOVED_ENV_PREFIXES = ("POLLUX_",)
 
 
@@ -55,7 +60,6 @@ class ReplicaProcess:
         self._lock = threading.Lock()
         self._started = threading.Event()
         self._process: subprocess.Popen[bytes] | None = None
-        self._watchdog: subprocess.Popen[bytes] | None = None
         self._watchdog_pipe: int | None = None
         self._exit_code: int | None = None
         self._stopped_before_start: int | None = None
@@ -106,9 +110,10 @@ class ReplicaProcess:
     def _start_watchdog(self, pgid: int) -> None:
         read_end, write_end = os.pipe()
         try:
-            self._watchdog = subprocess.Popen(
+            launcher = subprocess.Popen(
                 [sys.executable, "-c", WATCHDOG_CODE, str(pgid)], stdin=read_end,
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+            launcher.wait()  # it forks the watchdog and exits at once
         except OSError:
             os.close(write_end)
             raise
@@ -157,12 +162,6 @@ class ReplicaProcess:
                 pass
             os.close(self._watchdog_pipe)
             self._watchdog_pipe = None
-        if self._watchdog is not None:
-            try:
-                self._watchdog.wait(timeout=5.0)
-            except subprocess.TimeoutExpired:
-                self._watchdog.kill()
-            self._watchdog = None
 
     @staticmethod
     def _kill_group(pgid: int) -> None:
