@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 import sys
 import time
 import uuid
@@ -267,3 +268,56 @@ def test_node_loss_ends_its_replicas_and_the_survivor_takes_the_relaunch(
           f"{time.monotonic() - relaunched_at:.2f} s")
     backend.stop("fake-1")
     wait_states(backend, "fake-1", {ReplicaState.EXITED})
+
+
+DRIVER = """
+import json, sys, time
+from pathlib import Path
+from pollux.backends.base import LaunchRequest
+from pollux.backends.ray import RayBackend
+from pollux.service.job_spec import JobSpec
+address, instance, fake_job, tmp = sys.argv[1:5]
+backend = RayBackend(instance, address=address, slot_resource="slot")
+spec = JobSpec.from_dict({"name": "fake", "command": [sys.executable, fake_job, "--steps",
+                          "100000", "--step-s", "0.02"], "working_dir": tmp})
+node = backend.nodes()[0].name
+backend.launch(LaunchRequest(job_id="fake-1", generation=1, spec=spec, allocation=(node,),
+                             checkpoint_dir=tmp + "/ckpt", log_dir=tmp + "/logs"))
+env_file = Path(tmp, "ckpt", "env-0-0.json")
+while not env_file.exists():
+    backend.poll("fake-1")
+    time.sleep(0.05)
+print(json.loads(env_file.read_text())["pid"], flush=True)
+time.sleep(600)
+"""
+
+
+def test_replicas_share_the_fate_of_the_server_process(ray_cluster, tmp_path):
+    instance = f"test-{uuid.uuid4().hex[:8]}"
+    driver = subprocess.Popen([sys.executable, "-c", DRIVER, ray_cluster.address, instance,
+                               FAKE_JOB, str(tmp_path)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert driver.stdout is not None
+        pid = int(driver.stdout.readline())
+        assert is_alive(pid)
+        driver.kill()  # the server dies without stopping anything
+        driver.wait()
+        killed_at = time.monotonic()
+        while is_alive(pid):
+            assert time.monotonic() < killed_at + 30, "the replica outlived its server"
+            time.sleep(0.05)
+        print(f"replica gone {time.monotonic() - killed_at:.2f} s after its server")
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+            driver.wait()
+        if driver.stdout is not None:
+            driver.stdout.close()
+    backend = RayBackend(instance, slot_resource=SLOT)
+    try:
+        deadline = time.monotonic() + 20
+        while backend.recover([], grace_s=1):  # Ray removes the dead owner's actors itself
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+    finally:
+        backend.close()
