@@ -1,0 +1,56 @@
+"""Goodput-aware cloud autoscaling: how many nodes the cluster should have.
+
+:func:`cluster_utility` measures how close an allocation comes to ideal scaling;
+:class:`PolluxAutoscaler` (``pollux``) keeps it inside a band, :class:`ThroughputAutoscaler`
+(``throughput``) is the throughput-based baseline and :class:`FixedSizeAutoscaler`
+(``none``) keeps the size. Pure functions of the job records, like the policies: the
+simulator and the service drive them.
+"""
+
+from __future__ import annotations
+
+from pollux.policies.autoscaling.autoscaler import (
+    DEFAULT_NODE_PRICE_PER_HOUR,
+    Autoscaler,
+    AutoscalerConfig,
+    FixedSizeAutoscaler,
+    NodeTemplate,
+    PolluxAutoscaler,
+    Proposal,
+    ScalingDecision,
+    SizeEstimate,
+    SizeEvaluator,
+    ThroughputAutoscaler,
+)
+from pollux.policies.autoscaling.registry import (
+    autoscaler_names,
+    check_autoscaler_name,
+    make_autoscaler,
+)
+from pollux.policies.autoscaling.utility import (
+    THROUGHPUT_SPEEDUP_KEY,
+    cluster_utility,
+    scaling_efficiencies,
+    throughput_speedup_function,
+)
+
+__all__ = [
+    "DEFAULT_NODE_PRICE_PER_HOUR",
+    "THROUGHPUT_SPEEDUP_KEY",
+    "Autoscaler",
+    "AutoscalerConfig",
+    "FixedSizeAutoscaler",
+    "NodeTemplate",
+    "PolluxAutoscaler",
+    "Proposal",
+    "ScalingDecision",
+    "SizeEstimate",
+    "SizeEvaluator",
+    "ThroughputAutoscaler",
+    "autoscaler_names",
+    "check_autoscaler_name",
+    "cluster_utility",
+    "make_autoscaler",
+    "scaling_efficiencies",
+    "throughput_speedup_function",
+]

@@ -1,0 +1,35 @@
+"""Autoscalers by name. Each entry names the module and class; modules load on first use."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from pollux.errors import UnknownPluginError
+from pollux.policies.autoscaling.autoscaler import Autoscaler, AutoscalerConfig
+
+AUTOSCALER_CLASSES: dict[str, str] = {
+    "none": "pollux.policies.autoscaling.autoscaler:FixedSizeAutoscaler",
+    "pollux": "pollux.policies.autoscaling.autoscaler:PolluxAutoscaler",
+    "throughput": "pollux.policies.autoscaling.autoscaler:ThroughputAutoscaler",
+}
+"""Registered autoscaler names -> ``module:Class``. Read-only by convention."""
+
+
+def autoscaler_names() -> list[str]:
+    return sorted(AUTOSCALER_CLASSES)
+
+
+def check_autoscaler_name(name: str) -> str:
+    """``name`` when registered; otherwise UnknownPluginError listing the choices."""
+    if name not in AUTOSCALER_CLASSES:
+        raise UnknownPluginError("autoscaler", name, AUTOSCALER_CLASSES)
+    return name
+
+
+def make_autoscaler(name: str, config: AutoscalerConfig, **options: Any) -> Autoscaler:
+    """Instantiate a registered autoscaler; unknown names list the valid choices."""
+    module_name, class_name = AUTOSCALER_CLASSES[check_autoscaler_name(name)].split(":")
+    cls = getattr(importlib.import_module(module_name), class_name)
+    autoscaler: Autoscaler = cls(config, **options)
+    return autoscaler
