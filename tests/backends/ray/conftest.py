@@ -1,5 +1,6 @@
-"""A session-scoped local Ray cluster for the Ray backend tests: a head node without
-slots and two worker nodes with 2 slots (custom resource ``slot``) and 2 CPUs each.
+"""A local Ray cluster for the Ray backend tests, shared by the package (shut down after
+its last test): a head node without slots and two worker nodes with 2 slots (custom
+resource ``slot``) and 2 CPUs each.
 
 Ray is configured before it is imported: no usage stats, 127.0.0.1 kept as the node
 address, a fast health check (a removed node is seen dead within a second), a small
@@ -59,7 +60,7 @@ class RayTestCluster:
             self.add_worker()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def ray_cluster() -> Iterator[RayTestCluster]:
     ray = pytest.importorskip("ray", reason="the Ray backend needs ray: pip install "
                                             "'pollux[ray]'")
