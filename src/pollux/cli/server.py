@@ -3,6 +3,8 @@
 Binds 127.0.0.1 by default; binding elsewhere needs a token (``--token`` or, better,
 ``--token-file``), which every request must then carry. Ctrl-C (or SIGTERM) asks every
 running job to checkpoint and stop; a restart on the same ``--data-dir`` resumes them.
+With ``--backend ray`` the replicas run as Ray actors on the Ray cluster at
+``--ray-address`` (or on a local Ray instance the server starts).
 """
 
 from __future__ import annotations
