@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import sqlite3
+import tempfile
 import time
 from pathlib import Path
 
@@ -146,7 +148,9 @@ def child_pids(pid: int) -> set[int]:
 
 
 @pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="needs Linux /proc")
-def test_without_an_address_the_server_starts_and_stops_a_local_ray(tmp_path):
+def test_without_an_address_the_server_starts_and_stops_a_local_ray(tmp_path, monkeypatch):
+    ray_tmp = tempfile.mkdtemp(prefix="prl", dir="/tmp")  # short: Ray's socket paths
+    monkeypatch.setenv("RAY_TMPDIR", ray_tmp)
     server = RayServerProcess(tmp_path / "data", None)
     ray_processes: set[int] = set()
     try:
@@ -163,3 +167,4 @@ def test_without_an_address_the_server_starts_and_stops_a_local_ray(tmp_path):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         server.cleanup()
+        shutil.rmtree(ray_tmp, ignore_errors=True)
