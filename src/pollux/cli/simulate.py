@@ -4,6 +4,11 @@ With no WORKLOAD a workload is generated with the paper's job mix (``--jobs``,
 ``--hours``, ``--seed``). Applications come from ``--traces DIR`` (the Pollux artifact
 format) or, by default, from the built-in catalog. Runs go to parallel processes; the
 table compares policies side by side; ``--json`` and ``--plot`` save the details.
+
+``--autoscaler pollux`` (goodput-aware) or ``throughput`` (the baseline) makes the cluster
+elastic: it starts at ``--min-nodes``, grows up to ``--max-nodes`` (default ``--nodes``)
+and new nodes become usable ``--provision-delay-s`` after they are requested; node-hours
+and their cost at ``--node-price`` are reported.
 """
 
 from __future__ import annotations
@@ -19,6 +24,12 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from pollux.errors import ConfigError
+from pollux.policies.autoscaling import (
+    DEFAULT_NODE_PRICE_PER_HOUR,
+    autoscaler_names,
+    check_autoscaler_name,
+)
 from pollux.policies.registry import make_policy, policy_names
 from pollux.sim.generator import generate_workload
 from pollux.sim.metrics import RunRecord, report, summarize_policies
@@ -49,6 +60,21 @@ def _seconds(value: float) -> str:
     return "-" if not math.isfinite(value) else f"{value:,.1f} s"
 
 
+def _cluster_config(args: argparse.Namespace) -> ClusterConfig:
+    autoscaler = check_autoscaler_name(args.autoscaler)
+    if autoscaler == "none":
+        for flag, value in (("--min-nodes", args.min_nodes), ("--max-nodes", args.max_nodes)):
+            if value is not None:
+                raise ConfigError("autoscaler", autoscaler,
+                                  f"{flag} needs --autoscaler pollux or throughput")
+    return ClusterConfig(num_nodes=args.nodes, gpus_per_node=args.gpus_per_node,
+                         interval_s=args.interval, restart_delay_s=args.restart_delay,
+                         interference=args.interference,
+                         min_nodes=1 if args.min_nodes is None else args.min_nodes,
+                         max_nodes=args.max_nodes, node_price_per_hour=args.node_price,
+                         provision_delay_s=args.provision_delay_s)
+
+
 def _policy_table(records: list[RunRecord]) -> Table:
     """Metrics as rows, policies side by side as columns (means over workloads)."""
     summary = summarize_policies(records)
@@ -71,6 +97,9 @@ def _policy_table(records: list[RunRecord]) -> Table:
         ("GPU utilization", lambda p: f"{mean(p, 'gpu_utilization'):.1%}"),
         ("restarts per job", lambda p: f"{mean(p, 'restarts_per_job'):.2f}"),
         ("GPU-hours per job", lambda p: f"{mean(p, 'gpu_hours_per_job'):.2f}"),
+        *([("node-hours", lambda p: f"{summary[p]['mean_node_hours']:.1f}"),
+           ("cost", lambda p: f"{summary[p]['mean_cost']:,.2f}")]
+          if any(r.autoscaler != "none" for r in records) else []),
         ("max FTF", lambda p: f"{summary[p]['max_ftf']:.2f}"),
         ("unfair jobs (FTF>1)", lambda p: f"{mean(p, 'unfair_fraction'):.1%}"),
         ("policy round p50", lambda p: f"{1e3 * mean(p, 'round_median_s'):.2f} ms"),
@@ -109,18 +138,20 @@ def _workload_table(records: list[RunRecord]) -> Table:
 def run(args: argparse.Namespace) -> int:
     console = Console()
     policies = _policies(args.policy)
-    config = ClusterConfig(num_nodes=args.nodes, gpus_per_node=args.gpus_per_node,
-                           interval_s=args.interval, restart_delay_s=args.restart_delay,
-                           interference=args.interference)
+    config = _cluster_config(args)
     applications = set(load_applications(args.traces))
     workloads = _workloads(args, applications)
     tasks = [RunTask(policy, workload, config, args.traces, args.seed,
-                     timeline=args.plot is not None)
+                     timeline=args.plot is not None, autoscaler=args.autoscaler)
              for workload in workloads for policy in policies]
     processes = args.processes or min(len(tasks), os.cpu_count() or 1)
     source = args.traces or "built-in catalog"
+    cluster = f"{args.nodes} x {args.gpus_per_node} GPUs"
+    if args.autoscaler != "none":
+        cluster = (f"{config.min_nodes}..{config.scaling_max_nodes} nodes x "
+                   f"{args.gpus_per_node} GPUs ({args.autoscaler} autoscaler)")
     console.print(f"{len(workloads)} workload(s) x {len(policies)} policies on "
-                  f"{args.nodes} x {args.gpus_per_node} GPUs, applications from {source}, "
+                  f"{cluster}, applications from {source}, "
                   f"{processes} process(es)", highlight=False)
     with Progress(TextColumn("[progress.description]{task.description}"), BarColumn(),
                   MofNCompleteColumn(), TimeElapsedColumn(), console=console,
@@ -169,6 +200,21 @@ def register(subparsers: Any) -> None:
                         help="seconds a job idles after each placement change (default 30)")
     parser.add_argument("--interference", type=float, default=0.0,
                         help="slowdown of distributed jobs sharing a node (default 0)")
+    scaling = parser.add_argument_group("cloud autoscaling")
+    scaling.add_argument("--autoscaler", default="none",
+                         metavar="{" + ",".join(autoscaler_names()) + "}",
+                         help="who decides the cluster's size: none (fixed --nodes, the "
+                              "default), pollux (goodput-aware) or throughput (baseline)")
+    scaling.add_argument("--min-nodes", type=int, default=None,
+                         help="autoscaling: fewest nodes, and the starting size (default 1)")
+    scaling.add_argument("--max-nodes", type=int, default=None,
+                         help="autoscaling: most nodes (default: --nodes)")
+    scaling.add_argument("--node-price", type=float, default=DEFAULT_NODE_PRICE_PER_HOUR,
+                         help="price of a node-hour for the reported cost (default "
+                              f"{DEFAULT_NODE_PRICE_PER_HOUR}, an AWS g4dn.12xlarge)")
+    scaling.add_argument("--provision-delay-s", type=float, default=120.0,
+                         help="autoscaling: seconds before a requested node is usable "
+                              "(billed meanwhile; default 120)")
     parser.add_argument("--seed", type=int, default=0,
                         help="seed of the policies and of the generated workload (default 0)")
     parser.add_argument("--jobs", type=int, default=DEFAULT_GENERATED_JOBS,

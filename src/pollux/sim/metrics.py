@@ -3,6 +3,10 @@
 The JSON written by ``pollux simulate --json`` is ``{"runs": [RunRecord...], "summary":
 {policy: {...}}}`` with the field names of :class:`RunRecord` and :class:`JobRecord`;
 other tools read them, so keep them stable.
+
+Cost: every run also reports the node-hours it paid for (nodes ready or provisioning,
+from time 0 until the last completion, or the end of the run when jobs are left), their
+cost at the node price, and the cluster's size over time (constant without autoscaler).
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from pollux.sim.applications import Application
+from pollux.sim.cluster import node_seconds
 from pollux.sim.fairness import IsolatedRuns, finish_time_fairness
 from pollux.sim.simulator import SimulationResult
 
@@ -50,6 +55,19 @@ class RoundStats:
 
 
 @dataclass(frozen=True)
+class NodeCounts:
+    """The cluster's size over time, as change points."""
+
+    times_s: tuple[float, ...] = ()
+    num_nodes: tuple[int, ...] = ()
+    """Ready nodes from ``times_s[i]`` until the next change point."""
+    num_billed_nodes: tuple[int, ...] = ()
+    """Ready plus provisioning nodes (what is paid for)."""
+    desired_num_nodes: tuple[int, ...] = ()
+    """What the autoscaler asked for."""
+
+
+@dataclass(frozen=True)
 class RunRecord:
     """The figures of one (policy, workload) run."""
 
@@ -65,7 +83,8 @@ class RunRecord:
     num_completed: int
     restarts_per_job: float
     gpu_utilization: float
-    """GPU-seconds held / (cluster GPUs x makespan)."""
+    """GPU-seconds held / (cluster GPUs x makespan); with an autoscaler, GPU-seconds held
+    / GPU-seconds paid for."""
     wall_s: float
     """Wall seconds of the whole simulation."""
     round_s: RoundStats
@@ -75,6 +94,14 @@ class RunRecord:
     """Share of completed jobs with finish-time fairness rho > 1."""
     gpu_hours_per_job: float
     jobs: tuple[JobRecord, ...]
+    autoscaler: str = "none"
+    """Registered autoscaler name; "none": a fixed cluster."""
+    node_hours: float = 0.0
+    """Node-hours paid for: nodes ready or provisioning from time 0 until the last
+    completion (the end of the run when jobs are left)."""
+    cost: float = 0.0
+    """``node_hours`` x the node price per hour."""
+    nodes_over_time: NodeCounts = NodeCounts()
 
     def to_dict(self) -> dict[str, object]:
         """Plain JSON-ready data; undefined figures (NaN, e.g. no job finished) become None."""
@@ -128,6 +155,15 @@ def summarize_run(result: SimulationResult, applications: Mapping[str, Applicati
     policy_s = [r.policy_s for r in result.rounds if r.num_active]
     ftf = list(rho.values())
     num_jobs = len(records)
+    all_done = bool(records) and len(completions) == len(records)
+    end_s = max(completions) if all_done else (times[-1] if times.size else 0.0)
+    billed_s = node_seconds(result.cluster_sizes, float(end_s))
+    if result.autoscaler == "none":
+        utilization = (gpu_s / (cfg.num_gpus * makespan)
+                       if completions and makespan > 0 else 0.0)
+    else:
+        utilization = gpu_s / (cfg.gpus_per_node * billed_s) if billed_s > 0 else 0.0
+    sizes = result.cluster_sizes
     return RunRecord(
         policy=result.policy,
         workload=result.workload,
@@ -138,8 +174,7 @@ def summarize_run(result: SimulationResult, applications: Mapping[str, Applicati
         num_jobs=num_jobs,
         num_completed=len(jcts),
         restarts_per_job=float(np.mean([r.restarts for r in records])) if records else 0.0,
-        gpu_utilization=(gpu_s / (cfg.num_gpus * makespan)
-                         if completions and makespan > 0 else 0.0),
+        gpu_utilization=utilization,
         wall_s=result.wall_s,
         round_s=RoundStats(median=_percentile(policy_s, 50), p99=_percentile(policy_s, 99),
                            max=float(max(policy_s)) if policy_s else float("nan")),
@@ -148,6 +183,14 @@ def summarize_run(result: SimulationResult, applications: Mapping[str, Applicati
         unfair_fraction=float(np.mean(np.asarray(ftf) > 1.0 + UNFAIR_TOLERANCE)) if ftf else float("nan"),
         gpu_hours_per_job=gpu_s / 3600.0 / num_jobs if num_jobs else 0.0,
         jobs=tuple(records),
+        autoscaler=result.autoscaler,
+        node_hours=billed_s / 3600.0,
+        cost=billed_s / 3600.0 * cfg.node_price_per_hour,
+        nodes_over_time=NodeCounts(
+            times_s=tuple(s.time_s for s in sizes),
+            num_nodes=tuple(s.num_nodes for s in sizes),
+            num_billed_nodes=tuple(s.num_billed_nodes for s in sizes),
+            desired_num_nodes=tuple(s.desired_num_nodes for s in sizes)),
     )
 
 
@@ -167,6 +210,8 @@ def summarize_policies(runs: Sequence[RunRecord]) -> dict[str, dict[str, float]]
             "max_ftf": float(np.max([r.max_ftf for r in items])),
             "mean_unfair_fraction": float(np.mean([r.unfair_fraction for r in items])),
             "mean_gpu_hours_per_job": float(np.mean([r.gpu_hours_per_job for r in items])),
+            "mean_node_hours": float(np.mean([r.node_hours for r in items])),
+            "mean_cost": float(np.mean([r.cost for r in items])),
             "num_workloads": len(items),
         }
     return summary

@@ -1,4 +1,5 @@
-"""PNG figures of simulation runs: JCT CDFs, GPUs allocated over time, per-job timelines."""
+"""PNG figures of simulation runs: JCT CDFs, GPUs allocated over time, per-job timelines,
+and, for autoscaled runs, the cluster's size over time."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from matplotlib.collections import LineCollection  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from pollux.sim.metrics import RunRecord  # noqa: E402
 from pollux.sim.runner import Timeline  # noqa: E402
@@ -52,6 +54,29 @@ def plot_gpus_over_time(workload: str, timelines: Sequence[tuple[str, Timeline]]
     ax.set_xlabel("time (hours)")
     ax.set_ylabel("GPUs allocated")
     ax.set_title(f"GPUs allocated over time: {workload}")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def plot_cluster_size(workload: str, timelines: Sequence[tuple[str, Timeline]],
+                      path: Path) -> Path:
+    """Nodes over time, one line per run: ready nodes (solid) and nodes paid for, ready or
+    provisioning (dotted)."""
+    fig, ax = plt.subplots(figsize=(8, 4))
+    for label, timeline in timelines:
+        hours = np.asarray(timeline.times_s) / 3600.0
+        line = ax.step(hours, timeline.num_nodes, where="post", linewidth=1.2,
+                       label=f"{label} (ready)")[0]
+        ax.step(hours, timeline.num_billed_nodes, where="post", linewidth=0.8,
+                linestyle=":", color=line.get_color(), label=f"{label} (billed)")
+    ax.set_xlabel("time (hours)")
+    ax.set_ylabel("nodes")
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_title(f"cluster size over time: {workload}")
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
@@ -108,4 +133,9 @@ def save_plots(records: Sequence[RunRecord], timelines: Sequence[Timeline | None
                                        out / f"timeline-{record.policy}-{record.workload}.png"))
     for workload, items in by_workload.items():
         paths.append(plot_gpus_over_time(workload, items, out / f"gpus-{workload}.png"))
+        if any(timeline.autoscaler != "none" for _, timeline in items):
+            labelled = [(f"{policy} + {timeline.autoscaler} autoscaler"
+                         if timeline.autoscaler != "none" else policy, timeline)
+                        for policy, timeline in items]
+            paths.append(plot_cluster_size(workload, labelled, out / f"nodes-{workload}.png"))
     return paths

@@ -10,13 +10,22 @@ from __future__ import annotations
 import importlib
 import inspect
 import logging
+from bisect import bisect_right
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from pollux.errors import PolluxError
-from pollux.policies.base import Policy
+from pollux.policies.autoscaling import (
+    Autoscaler,
+    AutoscalerConfig,
+    NodeTemplate,
+    check_autoscaler_name,
+    make_autoscaler,
+)
+from pollux.policies.base import GPU, Policy
 from pollux.policies.registry import POLICY_CLASSES, make_policy
 from pollux.sim.applications import Application, load_trace_applications
 from pollux.sim.metrics import RunRecord, summarize_run
@@ -39,6 +48,10 @@ class RunTask:
     """Passed to the policy (``seed=``) when its constructor takes one."""
     timeline: bool = False
     """Also return the allocation timeline (for plots)."""
+    autoscaler: str = "none"
+    """Registered autoscaler deciding the cluster's size; "none": ``num_nodes`` fixed."""
+    autoscaler_options: Mapping[str, Any] = field(default_factory=dict)
+    """Keyword options of the autoscaler (``window_rounds`` goes to its config)."""
 
 
 @dataclass(frozen=True)
@@ -62,6 +75,11 @@ class Timeline:
     times_s: tuple[float, ...]
     gpus_allocated: tuple[int, ...]
     jobs: tuple[JobTimeline, ...]
+    num_nodes: tuple[int, ...] = ()
+    """Ready nodes at each of ``times_s``."""
+    num_billed_nodes: tuple[int, ...] = ()
+    """Ready plus provisioning nodes at each of ``times_s``."""
+    autoscaler: str = "none"
 
 
 @dataclass(frozen=True)
@@ -109,12 +127,33 @@ def timeline_of(result: SimulationResult) -> Timeline:
     jobs = tuple(JobTimeline(job.name, job.spec.application, job.spec.submission_time_s,
                              job.completion_time_s, tuple(points[job.name][0]),
                              tuple(points[job.name][1])) for job in result.jobs)
+    times = tuple(r.time_s for r in result.rounds)
+    sizes = result.cluster_sizes
+    starts = [size.time_s for size in sizes]
+    at = [sizes[i] if (i := bisect_right(starts, t) - 1) >= 0 else None for t in times]
     return Timeline(
         num_gpus=result.config.num_gpus,
-        times_s=tuple(r.time_s for r in result.rounds),
+        times_s=times,
         gpus_allocated=tuple(sum(r.gpus.values()) for r in result.rounds),
         jobs=jobs,
+        num_nodes=tuple(0 if s is None else s.num_nodes for s in at),
+        num_billed_nodes=tuple(0 if s is None else s.num_billed_nodes for s in at),
+        autoscaler=result.autoscaler,
     )
+
+
+def build_autoscaler(task: RunTask) -> Autoscaler | None:
+    """The task's autoscaler over template nodes of its cluster; None for "none"."""
+    if check_autoscaler_name(task.autoscaler) == "none":
+        return None
+    cfg = task.config
+    options = dict(task.autoscaler_options)
+    window = options.pop("window_rounds", None)
+    config = AutoscalerConfig(
+        template=NodeTemplate({GPU: float(cfg.gpus_per_node)}, cfg.node_price_per_hour),
+        min_nodes=cfg.min_nodes, max_nodes=cfg.scaling_max_nodes,
+        **({} if window is None else {"window_rounds": int(window)}))
+    return make_autoscaler(task.autoscaler, config, **options)
 
 
 def execute(task: RunTask, index: int = 0,
@@ -123,7 +162,8 @@ def execute(task: RunTask, index: int = 0,
     try:
         apps = applications if applications is not None else load_applications(task.traces_dir)
         policy = build_policy(task.policy, task.seed)
-        result = run_simulation(task.workload, apps, policy, task.config)
+        result = run_simulation(task.workload, apps, policy, task.config,
+                                autoscaler=build_autoscaler(task))
         record = summarize_run(result, apps)
     except PolluxError as exc:  # re-raised plainly so it survives pickling
         raise PolluxError(f"{task.policy} on {task.workload.name}: {exc}") from None
@@ -136,6 +176,7 @@ def run_tasks(tasks: Sequence[RunTask], processes: int = 1,
     for task in tasks:
         if task.policy not in POLICY_CLASSES:
             make_policy(task.policy)  # raises with the valid choices
+        check_autoscaler_name(task.autoscaler)
     outcomes: list[RunOutcome | None] = [None] * len(tasks)
     if processes <= 1 or len(tasks) <= 1:
         cache: dict[str | None, dict[str, Application]] = {}

@@ -10,6 +10,15 @@ Jobs are *fixed* (the tuned batch size, for baselines) or *adaptive* (Pollux job
 fit their own model and report a speedup function). The mode comes from the policy's
 class attribute ``adaptive_jobs``: baselines set it to False; a policy without it gets
 adaptive jobs. ``adaptive_jobs=`` here overrides it.
+
+With an autoscaler (:mod:`pollux.policies.autoscaling`) the cluster is elastic
+(:class:`~pollux.sim.cluster.ElasticCluster`): it starts with ``min_nodes`` ready nodes
+and, every round before the policy runs, the autoscaler's desired size is requested; a new
+node becomes usable ``provision_delay_s`` after its request, and jobs on a released node
+lose their allocation (the policy places them again, a restart). Adaptive jobs then also
+carry their throughput speedup in ``JobInfo.extras["throughput_speedup_fn"]`` (their
+fitted throughput model, statistical efficiency ignored), for the throughput autoscaler.
+Without an autoscaler the cluster keeps ``num_nodes`` nodes and nothing else changes.
 """
 
 from __future__ import annotations
@@ -17,15 +26,22 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
 from threadpoolctl import threadpool_limits
 
 from pollux.errors import ConfigError, PolluxError
-from pollux.policies.base import GPU, JobInfo, NodeInfo, Policy, TunedConfig
+from pollux.policies.autoscaling import (
+    DEFAULT_NODE_PRICE_PER_HOUR,
+    THROUGHPUT_SPEEDUP_KEY,
+    Autoscaler,
+    throughput_speedup_function,
+)
+from pollux.policies.base import GPU, JobInfo, NodeInfo, Policy, SpeedupFn, TunedConfig
 from pollux.sim.adaptive import FitCache
 from pollux.sim.applications import Application
+from pollux.sim.cluster import ClusterSize, ElasticCluster
 from pollux.sim.job import BatchMode, SimJob
 from pollux.sim.oracle import RemainingTimeOracle, StepTimeTable, remaining_iterations
 from pollux.sim.placement import placement_of
@@ -55,12 +71,30 @@ class ClusterConfig:
     """Slowdown of a distributed job sharing a node with another distributed job (0-1)."""
     max_time_s: float = 90 * 86400.0
     """Simulated time after which a run stops even with jobs left."""
+    min_nodes: int = 1
+    """With an autoscaler: the fewest nodes, and the size the cluster starts with."""
+    max_nodes: int | None = None
+    """With an autoscaler: the most nodes (None: ``num_nodes``)."""
+    node_price_per_hour: float = DEFAULT_NODE_PRICE_PER_HOUR
+    """Price of one node for an hour (for the reported cost)."""
+    provision_delay_s: float = 120.0
+    """With an autoscaler: seconds from requesting a node until jobs can use it (billed)."""
 
     def __post_init__(self) -> None:
-        for name in ("num_nodes", "gpus_per_node"):
+        for name in ("num_nodes", "gpus_per_node", "min_nodes"):
             value = getattr(self, name)
             if not (isinstance(value, int) and value >= 1):
                 raise ConfigError(name, value, "use a whole number >= 1")
+        if not (isinstance(self.scaling_max_nodes, int)
+                and self.scaling_max_nodes >= self.min_nodes):
+            raise ConfigError("max_nodes", self.max_nodes,
+                              f"use a whole number >= min_nodes ({self.min_nodes})")
+        if not (self.node_price_per_hour >= 0 and self.node_price_per_hour < float("inf")):
+            raise ConfigError("node_price_per_hour", self.node_price_per_hour,
+                              "use a finite price >= 0")
+        if not (self.provision_delay_s >= 0 and self.provision_delay_s < float("inf")):
+            raise ConfigError("provision_delay_s", self.provision_delay_s,
+                              "use a finite number of seconds >= 0")
         for name in ("interval_s", "max_time_s"):
             if not getattr(self, name) > 0:
                 raise ConfigError(name, getattr(self, name), "use a number of seconds > 0")
@@ -72,6 +106,11 @@ class ClusterConfig:
     @property
     def num_gpus(self) -> int:
         return self.num_nodes * self.gpus_per_node
+
+    @property
+    def scaling_max_nodes(self) -> int:
+        """The autoscaler's upper bound: ``max_nodes``, or ``num_nodes`` when unset."""
+        return self.num_nodes if self.max_nodes is None else self.max_nodes
 
     def node_infos(self) -> tuple[NodeInfo, ...]:
         width = len(str(self.num_nodes - 1))
@@ -103,6 +142,10 @@ class SimulationResult:
     rounds: tuple[RoundLog, ...]
     adaptive_jobs: bool
     wall_s: float
+    autoscaler: str = "none"
+    """Registered name of the autoscaler ("none": the fixed cluster of ``num_nodes``)."""
+    cluster_sizes: tuple[ClusterSize, ...] = ()
+    """The cluster's size from time 0, as change points."""
 
 
 class Simulator:
@@ -110,10 +153,12 @@ class Simulator:
 
     def __init__(self, workload: Workload, applications: Mapping[str, Application],
                  policy: Policy, config: ClusterConfig | None = None,
-                 adaptive_jobs: bool | None = None) -> None:
+                 adaptive_jobs: bool | None = None,
+                 autoscaler: Autoscaler | None = None) -> None:
         self.workload = workload
         self.policy = policy
         self.config = config or ClusterConfig()
+        self.autoscaler = autoscaler
         if adaptive_jobs is None:
             adaptive_jobs = bool(getattr(type(policy), "adaptive_jobs", True))
         self.adaptive_jobs = adaptive_jobs
@@ -126,9 +171,17 @@ class Simulator:
         """Throughput fits shared by the run's adaptive jobs (memoized, deterministic)."""
         self.jobs = tuple(SimJob(spec, applications[spec.application], mode, self.fits)
                           for spec in workload.jobs)
-        self.nodes = self.config.node_infos()
+        self.cluster: ElasticCluster | None = None
+        if autoscaler is None:
+            self.nodes = self.config.node_infos()
+        else:
+            self.cluster = ElasticCluster(self.config.min_nodes, self.config.scaling_max_nodes,
+                                          self.config.gpus_per_node,
+                                          self.config.provision_delay_s)
+            self.nodes = self.cluster.nodes()
         self._capacity = {node.name: node.num_gpus for node in self.nodes}
         self._step_tables: dict[tuple[str, int], StepTimeTable] = {}
+        self._throughput_fns: dict[str, tuple[object, SpeedupFn]] = {}
 
     # -- snapshot ------------------------------------------------------------------------
     def _job_info(self, job: SimJob, now_s: float) -> JobInfo:
@@ -247,10 +300,14 @@ class Simulator:
                 arrived = True
             if arrived:
                 active.sort()
+            infos = None
+            if self.autoscaler is not None and self.cluster is not None:
+                infos = self._autoscale(self.autoscaler, self.cluster,
+                                        [self.jobs[i] for i in active], now)
             if not active:
                 rounds.append(RoundLog(now, 0))
                 continue
-            rounds.append(self._schedule([self.jobs[i] for i in active], now))
+            rounds.append(self._schedule([self.jobs[i] for i in active], now, infos))
             if not rounds[-1].gpus and next_arrival == len(arrivals):
                 idle_rounds += 1
                 if idle_rounds >= MAX_IDLE_ROUNDS:
@@ -259,13 +316,64 @@ class Simulator:
                     break
             else:
                 idle_rounds = 0
+        sizes: tuple[ClusterSize, ...] = (
+            (ClusterSize(0.0, cfg.num_nodes, cfg.num_nodes, cfg.num_nodes),)
+            if self.cluster is None else tuple(self.cluster.history))
         return SimulationResult(
             policy=self.policy.name, workload=self.workload.name, config=cfg,
             jobs=self.jobs, rounds=tuple(rounds), adaptive_jobs=self.adaptive_jobs,
-            wall_s=time.perf_counter() - start)
+            wall_s=time.perf_counter() - start,
+            autoscaler="none" if self.autoscaler is None else self.autoscaler.name,
+            cluster_sizes=sizes)
 
-    def _schedule(self, jobs: list[SimJob], now: float) -> RoundLog:
-        infos = [self._job_info(job, now) for job in jobs]
+    # -- autoscaling ---------------------------------------------------------------------
+    def _throughput_fn(self, job: SimJob) -> SpeedupFn | None:
+        """The job's fitted throughput model as a speedup, efficiency ignored (memoized
+        per fit); None before the job has a model."""
+        profile = job.profile
+        goodput = None if profile is None else profile.goodput_function()
+        if profile is None or goodput is None:
+            return None
+        cached = self._throughput_fns.get(job.name)
+        if cached is not None and cached[0] is profile.params:
+            return cached[1]
+        spec = job.app.spec
+        fn = throughput_speedup_function(goodput, spec.max_batch_size,
+                                         (spec.min_local_bsz, spec.max_local_bsz),
+                                         accumulation=True)
+        self._throughput_fns[job.name] = (profile.params, fn)
+        return fn
+
+    def _autoscale(self, autoscaler: Autoscaler, cluster: ElasticCluster, jobs: list[SimJob],
+                   now: float) -> list[JobInfo]:
+        """Ask the autoscaler for the cluster's size and resize; returns the round's job
+        records (with their throughput speedups) for the policy."""
+        infos = []
+        for job in jobs:
+            info = self._job_info(job, now)
+            throughput = self._throughput_fn(job)
+            if throughput is not None:
+                info = replace(info, extras={**info.extras, THROUGHPUT_SPEEDUP_KEY: throughput})
+            infos.append(info)
+        cluster.refresh(now)
+        decision = autoscaler.decide(infos, cluster.num_billed_nodes)
+        load: dict[str, int] = {}
+        for job in jobs:
+            for node in job.allocation:
+                load[node] = load.get(node, 0) + 1
+        released = cluster.resize(decision.num_nodes, now, load)
+        for job in jobs:
+            if released.intersection(job.allocation):
+                job.reallocate((), (), self.config.restart_delay_s)
+        cluster.record(now, decision.num_nodes)
+        self.nodes = cluster.nodes()
+        self._capacity = {node.name: node.num_gpus for node in self.nodes}
+        return infos
+
+    def _schedule(self, jobs: list[SimJob], now: float,
+                  infos: list[JobInfo] | None = None) -> RoundLog:
+        if infos is None:
+            infos = [self._job_info(job, now) for job in jobs]
         previous = {job.name: job.allocation for job in jobs if job.allocation}
         tic = time.perf_counter()
         decision = self.policy.optimize(infos, self.nodes, previous)
@@ -284,7 +392,8 @@ class Simulator:
 
 def run_simulation(workload: Workload, applications: Mapping[str, Application],
                    policy: Policy, config: ClusterConfig | None = None,
-                   adaptive_jobs: bool | None = None) -> SimulationResult:
+                   adaptive_jobs: bool | None = None,
+                   autoscaler: Autoscaler | None = None) -> SimulationResult:
     """Simulate ``workload`` under ``policy``; see :class:`Simulator`."""
-    return Simulator(workload, applications, policy, config, adaptive_jobs).run()
+    return Simulator(workload, applications, policy, config, adaptive_jobs, autoscaler).run()
 
