@@ -133,6 +133,12 @@ class Backend(ABC):
         """Forget a job whose replicas have all exited and been accounted for."""
         return None
 
+    def request_cluster_size(self, num_nodes: int | None) -> None:
+        """Ask for ``num_nodes`` nodes in all: the autoscaler's desired size, passed on
+        after every scheduling round (None: no opinion). A backend that cannot resize
+        ignores it (the default)."""
+        return None
+
     @abstractmethod
     def recover(self, handles: Sequence[Mapping[str, Any]], grace_s: float) -> list[str]:
         """Make sure replicas recorded (``handles`` from :meth:`launch`) or started by a

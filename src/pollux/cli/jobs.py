@@ -61,6 +61,23 @@ def jobs_table(rows: list[dict[str, Any]], title: str | None = None) -> Table:
     return table
 
 
+def cluster_line(cluster: dict[str, Any]) -> str | None:
+    """One line on the autoscaler's latest wish; None without an autoscaler."""
+    name = cluster.get("autoscaler") or "none"
+    if name == "none":
+        return None
+    desired = cluster.get("desired_num_nodes")
+    line = f"cluster: {cluster.get('num_nodes', 0)} nodes; {name} autoscaler "
+    if desired is None:
+        return line + "has not decided yet"
+    line += f"wants {desired}"
+    if cluster.get("reason"):
+        line += f" ({cluster['reason']})"
+    if cluster.get("price_per_hour") is not None:
+        line += f", {cluster['price_per_hour']:.2f}/hour"
+    return line
+
+
 def nodes_table(nodes: list[dict[str, Any]]) -> Table:
     table = Table(title="nodes")
     table.add_column("node")
@@ -148,12 +165,15 @@ def submit(args: argparse.Namespace) -> int:
 def list_jobs(args: argparse.Namespace) -> int:
     with connect(args) as client:
         rows = client.jobs()
+        line = None if args.json else cluster_line(client.cluster())
     if args.active:
         rows = [r for r in rows if r["state"] not in FINAL_STATES]
     if args.json:
         print(json.dumps(rows, indent=2))
     else:
         Console().print(jobs_table(rows))
+        if line is not None:
+            Console().print(line, highlight=False)
     return 0
 
 
@@ -227,7 +247,9 @@ def top(args: argparse.Namespace) -> int:
                 rows, nodes, health = client.jobs(), client.nodes(), client.health()
                 title = (f"pollux top - {client.address.url} - policy {health['policy']} - "
                          f"{health['rounds']} rounds - {time.strftime('%H:%M:%S')}")
-                live.update(Group(jobs_table(rows, title), nodes_table(nodes)), refresh=True)
+                line = cluster_line(client.cluster())
+                live.update(Group(jobs_table(rows, title), nodes_table(nodes),
+                                  *([] if line is None else [line])), refresh=True)
                 count += 1
                 if args.iterations is None or count < args.iterations:
                     time.sleep(args.refresh)

@@ -16,6 +16,7 @@ from typing import Any
 
 from pollux.backends.registry import backend_names
 from pollux.errors import ConfigError
+from pollux.policies.autoscaling import DEFAULT_NODE_PRICE_PER_HOUR, autoscaler_names
 from pollux.service.client import read_token_file
 from pollux.service.server import DEFAULT_PORT, ServerConfig, default_data_dir, run_server
 
@@ -45,7 +46,9 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         policy=args.policy, interval_s=args.interval, backend=args.backend,
         num_nodes=args.nodes, slots_per_node=args.slots_per_node, device=args.device,
         stop_grace_s=args.stop_grace, backend_options=backend_options_from_args(args),
-        advertise_host=args.advertise_address)
+        advertise_host=args.advertise_address, autoscaler=args.autoscaler,
+        min_nodes=args.min_nodes, max_nodes=args.max_nodes,
+        node_price_per_hour=args.node_price)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -90,6 +93,19 @@ def add_server_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--advertise-address", default=None, metavar="HOST",
                         help="address replicas on other machines use to reach this server "
                              "(hints); default: the bound address (127.0.0.1 for 0.0.0.0)")
+    scaling = parser.add_argument_group("cloud autoscaling")
+    scaling.add_argument("--autoscaler", default="none",
+                         metavar="{" + ",".join(autoscaler_names()) + "}",
+                         help="compute the desired cluster size every round and pass it to "
+                              "the backend: pollux (goodput-aware), throughput, or none "
+                              "(default)")
+    scaling.add_argument("--min-nodes", type=int, default=1,
+                         help="autoscaling: fewest nodes (default: %(default)s)")
+    scaling.add_argument("--max-nodes", type=int, default=None,
+                         help="autoscaling: most nodes (default: the nodes at startup)")
+    scaling.add_argument("--node-price", type=float, default=DEFAULT_NODE_PRICE_PER_HOUR,
+                         help="autoscaling: price of a node-hour, shown with the desired "
+                              "size (default: %(default)s)")
     ray = parser.add_argument_group("ray backend")
     ray.add_argument("--ray-address", default=None, metavar="ADDR",
                      help="an existing Ray cluster (auto, HOST:PORT); default: start a "

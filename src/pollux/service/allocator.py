@@ -65,6 +65,9 @@ class AllocatorConfig:
     """Seconds replicas get to checkpoint and exit after SIGTERM before SIGKILL."""
     hints_url: str | None = None
     """Hints endpoint with a ``{job_id}`` placeholder; None: no hints target."""
+    schedule_when_idle: bool = False
+    """Ask the policy every round even with no active jobs (an autoscaling policy then
+    shrinks the cluster)."""
 
 
 def job_dir(data_dir: Path, job_id: str) -> Path:
@@ -144,7 +147,7 @@ class Allocator:
     def schedule_round(self, now: float) -> None:
         records = self.store.list_jobs(ACTIVE_STATES)
         snapshot = build_snapshot(records, self.backend.nodes(), now, self._hints)
-        if not snapshot.jobs:
+        if not snapshot.jobs and not self.config.schedule_when_idle:
             return
         decision = self.policy.optimize(list(snapshot.jobs), list(snapshot.nodes),
                                         dict(snapshot.previous_allocations))

@@ -123,6 +123,10 @@ def create_app(service: SchedulerService, token: str | None = None) -> FastAPI:
     def nodes() -> list[dict[str, Any]]:
         return service.nodes()
 
+    @app.get("/api/cluster")
+    def cluster() -> dict[str, Any]:
+        return service.cluster()
+
     @app.get("/api/jobs")
     def list_jobs() -> list[dict[str, Any]]:
         return service.list_jobs()

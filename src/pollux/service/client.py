@@ -136,6 +136,11 @@ class PolluxClient:
         result: list[dict[str, Any]] = self._call("GET", "/api/nodes")
         return result
 
+    def cluster(self) -> dict[str, Any]:
+        """Nodes now and the autoscaler's desired size (see ``GET /api/cluster``)."""
+        result: dict[str, Any] = self._call("GET", "/api/cluster")
+        return result
+
     def logs(self, ref: str, replica: int = 0, offset: int = 0,
              limit: int = 65536) -> dict[str, Any]:
         result: dict[str, Any] = self._call(

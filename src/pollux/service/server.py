@@ -23,6 +23,14 @@ from pollux.backends.base import Backend
 from pollux.backends.registry import make_backend
 from pollux.errors import ConfigError, JobSpecError, PolluxError
 from pollux.models.hints import JobHints
+from pollux.policies.autoscaling import (
+    DEFAULT_NODE_PRICE_PER_HOUR,
+    AutoscaledPolicy,
+    AutoscalerConfig,
+    check_autoscaler_name,
+    make_autoscaler,
+    template_from_nodes,
+)
 from pollux.policies.base import Allocations, JobInfo, NodeInfo, Policy, PolicyDecision
 from pollux.policies.registry import make_policy
 from pollux.service.allocator import Allocator, AllocatorConfig, job_dir
@@ -66,8 +74,18 @@ class ServerConfig:
     advertise_host: str | None = None
     """Address replicas use to reach the server (hints URL); default: the bound address,
     or 127.0.0.1 when binding every interface."""
+    autoscaler: str = "none"
+    """Registered autoscaler computing the desired cluster size every round ("none": no
+    desired size); the size goes to the backend's ``request_cluster_size``."""
+    min_nodes: int = 1
+    """Autoscaling: the fewest nodes to ask for."""
+    max_nodes: int | None = None
+    """Autoscaling: the most nodes to ask for (None: the nodes there are at startup)."""
+    node_price_per_hour: float = DEFAULT_NODE_PRICE_PER_HOUR
+    """Autoscaling: price of a node-hour (shown with the desired size)."""
 
     def __post_init__(self) -> None:
+        check_autoscaler_name(self.autoscaler)
         if not is_loopback(self.host) and not self.token:
             raise ConfigError("host", self.host, "binding beyond 127.0.0.1 needs a token: "
                                                  "pass --token or --token-file")
@@ -137,13 +155,14 @@ class SchedulerService:
 
     def __init__(self, store: JobStore, backend: Backend, allocator: Allocator,
                  data_dir: Path, policy_name: str,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, autoscaler: str = "none") -> None:
         self.store = store
         self.backend = backend
         self.allocator = allocator
         self.data_dir = data_dir
         self.policy_name = policy_name
         self.clock = clock
+        self.autoscaler_name = autoscaler
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -185,6 +204,14 @@ class SchedulerService:
 
     def nodes(self) -> list[dict[str, Any]]:
         return node_views(self.backend.nodes(), self.store.list_jobs())
+
+    def cluster(self) -> dict[str, Any]:
+        """Nodes now and, with an autoscaler, the size it asked for in the latest round."""
+        decision = self.allocator.last_decision
+        view = {} if decision is None else dict(decision.info.get("autoscaler") or {})
+        view.update(autoscaler=self.autoscaler_name, num_nodes=len(self.backend.nodes()),
+                    desired_num_nodes=None if decision is None else decision.desired_num_nodes)
+        return view
 
     def health(self) -> dict[str, Any]:
         return {"status": "ok", "policy": self.policy_name, "backend": self.backend.name,
@@ -247,6 +274,16 @@ def data_dir_lock(data_dir: Path) -> Iterator[None]:
         handle.close()
 
 
+def autoscaled_policy(policy: Policy, config: ServerConfig, nodes: Sequence[NodeInfo]
+                      ) -> AutoscaledPolicy:
+    """``policy`` with ``config``'s autoscaler; new nodes copy the most common node."""
+    max_nodes = (max(config.min_nodes, 1, len(nodes)) if config.max_nodes is None
+                 else config.max_nodes)
+    scaling = AutoscalerConfig(template_from_nodes(nodes, config.node_price_per_hour),
+                               config.min_nodes, max_nodes)
+    return AutoscaledPolicy(policy, make_autoscaler(config.autoscaler, scaling))
+
+
 def build_service(config: ServerConfig, hints_url: str | None,
                   backend: Backend | None = None) -> SchedulerService:
     """Store, backend, policy and allocation loop for ``config`` (no HTTP)."""
@@ -259,14 +296,17 @@ def build_service(config: ServerConfig, hints_url: str | None,
                            device=config.device)
         backend = make_backend(config.backend, instance_id=instance_id, **options)
     policy = load_policy(config.policy)
-    request_size = getattr(backend, "request_cluster_size", None)
-    if callable(request_size):
-        policy = ClusterSizeRelay(policy, request_size)
+    autoscaling = config.autoscaler != "none"
+    if autoscaling:
+        policy = autoscaled_policy(policy, config, backend.nodes())
+    if type(backend).request_cluster_size is not Backend.request_cluster_size:
+        policy = ClusterSizeRelay(policy, backend.request_cluster_size)
     allocator = Allocator(store, backend, policy, AllocatorConfig(
         data_dir=config.data_dir, interval_s=config.interval_s,
         poll_interval_s=config.poll_interval_s, stop_grace_s=config.stop_grace_s,
-        hints_url=hints_url))
-    return SchedulerService(store, backend, allocator, config.data_dir, config.policy)
+        hints_url=hints_url, schedule_when_idle=autoscaling))
+    return SchedulerService(store, backend, allocator, config.data_dir, config.policy,
+                            autoscaler=config.autoscaler)
 
 
 def write_server_file(config: ServerConfig, url: str) -> None:

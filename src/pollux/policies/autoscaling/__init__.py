@@ -3,8 +3,9 @@
 :func:`cluster_utility` measures how close an allocation comes to ideal scaling;
 :class:`PolluxAutoscaler` (``pollux``) keeps it inside a band, :class:`ThroughputAutoscaler`
 (``throughput``) is the throughput-based baseline and :class:`FixedSizeAutoscaler`
-(``none``) keeps the size. Pure functions of the job records, like the policies: the
-simulator and the service drive them.
+(``none``) keeps the size; :class:`AutoscaledPolicy` adds the desired size to any
+policy's decisions. Pure functions of the job records, like the policies: the simulator
+and the service drive them.
 """
 
 from __future__ import annotations
@@ -22,6 +23,11 @@ from pollux.policies.autoscaling.autoscaler import (
     SizeEvaluator,
     ThroughputAutoscaler,
 )
+from pollux.policies.autoscaling.policy import (
+    AutoscaledPolicy,
+    scaling_view,
+    template_from_nodes,
+)
 from pollux.policies.autoscaling.registry import (
     autoscaler_names,
     check_autoscaler_name,
@@ -37,6 +43,7 @@ from pollux.policies.autoscaling.utility import (
 __all__ = [
     "DEFAULT_NODE_PRICE_PER_HOUR",
     "THROUGHPUT_SPEEDUP_KEY",
+    "AutoscaledPolicy",
     "Autoscaler",
     "AutoscalerConfig",
     "FixedSizeAutoscaler",
@@ -52,5 +59,7 @@ __all__ = [
     "cluster_utility",
     "make_autoscaler",
     "scaling_efficiencies",
+    "scaling_view",
+    "template_from_nodes",
     "throughput_speedup_function",
 ]

@@ -1,0 +1,121 @@
+"""Autoscaling in the service: the desired cluster size is computed every round (idle
+rounds too), handed to the backend's ``request_cluster_size``, and shown by the API and
+``pollux ls``."""
+
+from __future__ import annotations
+
+import argparse
+import warnings
+from pathlib import Path
+
+import pytest
+
+from pollux.backends.fake import FakeBackend
+from pollux.cli.jobs import cluster_line
+from pollux.cli.server import add_server_arguments, config_from_args
+from pollux.errors import ConfigError, UnknownPluginError
+from pollux.policies.autoscaling import (
+    AutoscaledPolicy,
+    AutoscalerConfig,
+    NodeTemplate,
+    PolluxAutoscaler,
+    template_from_nodes,
+)
+from pollux.policies.base import JobInfo, NodeInfo
+from pollux.service.api import create_app
+from pollux.service.server import ServerConfig, build_service
+from pollux.service.states import JobState
+from tests.service.e2e_helpers import EQUAL_SHARE
+from tests.service.service_builders import make_nodes, make_spec
+from tests.service.service_test_policies import EqualSharePolicy
+
+with warnings.catch_warnings():  # starlette 1.0 asks for the httpx2 fork; httpx works
+    warnings.simplefilter("ignore", UserWarning)
+    from fastapi.testclient import TestClient
+
+
+class SizedBackend(FakeBackend):
+    """The fake backend, recording every cluster size it is asked for."""
+
+    def __init__(self) -> None:
+        super().__init__(make_nodes(2, 2))
+        self.requested: list[int | None] = []
+
+    def request_cluster_size(self, num_nodes: int | None) -> None:
+        self.requested.append(num_nodes)
+
+
+def test_the_autoscaled_policy_adds_the_desired_size_to_decisions() -> None:
+    nodes = make_nodes(2, 2)
+    scaler = PolluxAutoscaler(AutoscalerConfig(template_from_nodes(nodes, 1.5), 1, 6, 1))
+    policy = AutoscaledPolicy(EqualSharePolicy(), scaler)
+    decision = policy.optimize([], nodes, {})  # no jobs: only the autoscaler is asked
+    assert decision.allocations == {} and decision.desired_num_nodes == 1
+    assert decision.info["autoscaler"]["reason"] == "no active jobs"
+    assert decision.info["autoscaler"]["price_per_hour"] == pytest.approx(1.5)
+    job = JobInfo("a", {"gpu": 1.0}, max_replicas=8)  # perfect scaling: as big as useful
+    decision = policy.optimize([job], nodes, {})
+    assert len(decision.allocations["a"]) == 4 and decision.desired_num_nodes == 4
+    assert policy.last_scaling is not None and policy.last_scaling.utility == 1.0
+
+
+def test_the_template_is_the_most_common_node() -> None:
+    nodes = [NodeInfo("head", {"cpu": 8.0}), *make_nodes(3, 4)]
+    assert dict(template_from_nodes(nodes, 2.0).resources) == dict(make_nodes(1, 4)[0].resources)
+    with pytest.raises(ConfigError, match="at least one node"):
+        template_from_nodes([NodeInfo("empty", {})], 2.0)
+
+
+def test_the_service_hands_the_desired_size_to_the_backend_every_round(tmp_path: Path) -> None:
+    backend = SizedBackend()
+    config = ServerConfig(data_dir=tmp_path, policy=EQUAL_SHARE, interval_s=10.0,
+                          autoscaler="pollux", max_nodes=4, node_price_per_hour=3.0)
+    service = build_service(config, None, backend)
+    try:
+        assert service.cluster() == {"autoscaler": "pollux", "num_nodes": 2,
+                                     "desired_num_nodes": None}
+        job = service.submit(make_spec("a", working_dir=str(tmp_path), max_replicas=8).to_dict())
+        for second in range(0, 50, 10):  # a window of 5 rounds before the size changes
+            service.allocator.tick(float(second))
+        # no hints yet: perfect scaling assumed, 8 replicas of 1 slot fill 4 nodes of 2
+        assert backend.requested == [2, 2, 2, 2, 4]
+        with TestClient(create_app(service)) as client:
+            view = client.get("/api/cluster").json()
+        assert view["desired_num_nodes"] == 4 and view["num_nodes"] == 2
+        assert view["autoscaler"] == "pollux" and view["utility"] == pytest.approx(1.0)
+        assert view["price_per_hour"] == pytest.approx(12.0)
+        line = cluster_line(view)
+        assert line is not None and line.startswith("cluster: 2 nodes; pollux autoscaler "
+                                                    "wants 4")
+        backend.finish(job["id"])
+        for second in range(50, 120, 10):  # idle rounds still ask: the cluster shrinks
+            service.allocator.tick(float(second))
+        assert service.store.get_job(job["id"]).state is JobState.SUCCEEDED
+        assert backend.requested[-1] == 1 and service.cluster()["desired_num_nodes"] == 1
+    finally:
+        service.store.close()
+
+
+def test_without_an_autoscaler_nothing_changes(tmp_path: Path) -> None:
+    service = build_service(ServerConfig(data_dir=tmp_path, policy="fifo"), None,
+                            FakeBackend(make_nodes()))
+    try:
+        assert service.allocator.policy.name == "fifo"
+        assert not service.allocator.config.schedule_when_idle
+        assert cluster_line(service.cluster()) is None
+    finally:
+        service.store.close()
+
+
+def test_server_flags_and_unknown_autoscalers(tmp_path: Path) -> None:
+    parser = argparse.ArgumentParser()
+    add_server_arguments(parser)
+    args = parser.parse_args(["--data-dir", str(tmp_path), "--autoscaler", "throughput",
+                              "--min-nodes", "2", "--max-nodes", "9", "--node-price", "1.25"])
+    config = config_from_args(args)
+    assert (config.autoscaler, config.min_nodes, config.max_nodes,
+            config.node_price_per_hour) == ("throughput", 2, 9, 1.25)
+    with pytest.raises(UnknownPluginError, match="choose from: none, pollux, throughput"):
+        ServerConfig(data_dir=tmp_path, autoscaler="cheap")
+    template = NodeTemplate({"gpu": 2.0})
+    assert AutoscalerConfig(template, 0, 3).min_nodes == 0  # scale to zero is allowed
