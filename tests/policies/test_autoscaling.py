@@ -173,8 +173,9 @@ class Scripted(Autoscaler):
         return Proposal(self.sizes.pop(0), "scripted")
 
 
-def run_script(sizes: Sequence[int], start: int, window: int) -> list[int]:
-    scaler = Scripted(config(1, 16, window), sizes)
+def run_script(sizes: Sequence[int], start: int, window: int,
+               grow_window: int | None = None) -> list[int]:
+    scaler = Scripted(AutoscalerConfig(TEMPLATE, 1, 16, window, grow_window), sizes)
     out, current = [], start
     for _ in sizes:
         current = scaler.decide([], current).num_nodes
@@ -189,6 +190,8 @@ def test_smoothing_needs_a_whole_window_of_agreement() -> None:
     assert run_script([1, 3, 2, 9], start=6, window=3) == [6, 6, 3, 3]  # the largest
     assert run_script([30, 30], start=2, window=1) == [16, 16]  # bounded
     assert run_script([5], start=40, window=4) == [16]  # brought inside the bounds at once
+    # growing faster than shrinking
+    assert run_script([6, 1, 1, 1], start=2, window=3, grow_window=1) == [6, 6, 6, 1]
 
 
 # -- the throughput baseline -------------------------------------------------------------

@@ -51,7 +51,8 @@ class RunTask:
     autoscaler: str = "none"
     """Registered autoscaler deciding the cluster's size; "none": ``num_nodes`` fixed."""
     autoscaler_options: Mapping[str, Any] = field(default_factory=dict)
-    """Keyword options of the autoscaler (``window_rounds`` goes to its config)."""
+    """Keyword options of the autoscaler (``window_rounds`` and ``grow_window_rounds`` go
+    to its config)."""
 
 
 @dataclass(frozen=True)
@@ -148,11 +149,11 @@ def build_autoscaler(task: RunTask) -> Autoscaler | None:
         return None
     cfg = task.config
     options = dict(task.autoscaler_options)
-    window = options.pop("window_rounds", None)
+    windows = {name: int(options.pop(name)) for name in ("window_rounds", "grow_window_rounds")
+               if name in options}
     config = AutoscalerConfig(
         template=NodeTemplate({GPU: float(cfg.gpus_per_node)}, cfg.node_price_per_hour),
-        min_nodes=cfg.min_nodes, max_nodes=cfg.scaling_max_nodes,
-        **({} if window is None else {"window_rounds": int(window)}))
+        min_nodes=cfg.min_nodes, max_nodes=cfg.scaling_max_nodes, **windows)
     return make_autoscaler(task.autoscaler, config, **options)
 
 

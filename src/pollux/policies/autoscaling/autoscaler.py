@@ -92,7 +92,9 @@ class AutoscalerConfig:
     max_nodes: int = 16
     """Never more nodes than this (>= max(min_nodes, 1))."""
     window_rounds: int = 5
-    """Proposals of this many recent rounds must agree before the size changes."""
+    """Proposals of this many recent rounds must agree before the cluster shrinks."""
+    grow_window_rounds: int | None = None
+    """... and before it grows (None: ``window_rounds``)."""
 
     def __post_init__(self) -> None:
         if not (isinstance(self.min_nodes, int) and self.min_nodes >= 0):
@@ -100,8 +102,15 @@ class AutoscalerConfig:
         if not (isinstance(self.max_nodes, int) and self.max_nodes >= max(self.min_nodes, 1)):
             raise ConfigError("max_nodes", self.max_nodes,
                               f"use a whole number >= min_nodes ({self.min_nodes}) and >= 1")
-        if not (isinstance(self.window_rounds, int) and self.window_rounds >= 1):
-            raise ConfigError("window_rounds", self.window_rounds, "use a whole number >= 1")
+        for name in ("window_rounds", "grow_window_rounds"):
+            value = getattr(self, name)
+            if not (value is None and name == "grow_window_rounds"
+                    or isinstance(value, int) and value >= 1):
+                raise ConfigError(name, value, "use a whole number >= 1")
+
+    @property
+    def grow_window(self) -> int:
+        return self.window_rounds if self.grow_window_rounds is None else self.grow_window_rounds
 
     def clamp(self, num_nodes: int) -> int:
         return int(min(max(num_nodes, self.min_nodes), self.max_nodes))
@@ -200,7 +209,7 @@ class Autoscaler(ABC):
     def __init__(self, config: AutoscalerConfig, estimator: Policy | None = None) -> None:
         self.config = config
         self.estimator = default_estimator() if estimator is None else estimator
-        self._recent: deque[int] = deque(maxlen=config.window_rounds)
+        self._recent: deque[int] = deque(maxlen=max(config.window_rounds, config.grow_window))
 
     @abstractmethod
     def propose(self, jobs: Sequence[JobInfo], num_nodes: int) -> Proposal:
@@ -209,10 +218,10 @@ class Autoscaler(ABC):
     def decide(self, jobs: Sequence[JobInfo], num_nodes: int) -> ScalingDecision:
         """The desired size: this round's proposal, smoothed and bounded.
 
-        Smoothing: once ``window_rounds`` proposals have been made, the size grows only
-        when every one of the last ``window_rounds`` exceeds it (to the smallest of them)
-        and shrinks only when every one is below it (to the largest of them); otherwise
-        it stays. A lone round never moves the cluster, and a size that proposals
+        Smoothing: the size grows only when each of the last ``grow_window_rounds``
+        proposals exceeds it (to the smallest of them) and shrinks only when each of the
+        last ``window_rounds`` is below it (to the largest of them); otherwise it stays.
+        A lone round never moves the cluster (with windows > 1), and a size that proposals
         straddle is kept. A size outside [min_nodes, max_nodes] is brought inside at once.
         """
         cfg = self.config
@@ -220,11 +229,13 @@ class Autoscaler(ABC):
         proposal = self.propose(jobs, current)
         proposed = cfg.clamp(proposal.num_nodes)
         self._recent.append(proposed)
-        full = len(self._recent) == self._recent.maxlen
-        if full and min(self._recent) > current:
-            desired, how = min(self._recent), "grow"
-        elif full and max(self._recent) < current:
-            desired, how = max(self._recent), "shrink"
+        recent = list(self._recent)
+        up = recent[-cfg.grow_window:] if len(recent) >= cfg.grow_window else []
+        down = recent[-cfg.window_rounds:] if len(recent) >= cfg.window_rounds else []
+        if up and min(up) > current:
+            desired, how = min(up), "grow"
+        elif down and max(down) < current:
+            desired, how = max(down), "shrink"
         else:
             desired, how = current, "hold"
         desired = cfg.clamp(desired)
