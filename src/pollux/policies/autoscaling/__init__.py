@@ -19,10 +19,9 @@ from pollux.policies.autoscaling.autoscaler import (
     PolluxAutoscaler,
     Proposal,
     ScalingDecision,
-    SizeEstimate,
-    SizeEvaluator,
     ThroughputAutoscaler,
 )
+from pollux.policies.autoscaling.estimate import SizeEstimate, SizeEvaluator
 from pollux.policies.autoscaling.policy import (
     AutoscaledPolicy,
     scaling_view,

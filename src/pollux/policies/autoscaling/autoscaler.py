@@ -40,13 +40,14 @@ from typing import Any, ClassVar
 import numpy as np
 
 from pollux.errors import ConfigError
-from pollux.policies.autoscaling.utility import (
-    THROUGHPUT_SPEEDUP_KEY,
-    cluster_utility,
-    linear_speedup,
-    total_speedup,
+from pollux.policies.autoscaling.estimate import (
+    SizeEstimate,
+    SizeEvaluator,
+    default_estimator,
+    identical_nodes,
 )
-from pollux.policies.base import Allocations, JobInfo, NodeInfo, Policy
+from pollux.policies.autoscaling.utility import THROUGHPUT_SPEEDUP_KEY, linear_speedup
+from pollux.policies.base import JobInfo, NodeInfo, Policy
 
 logger = logging.getLogger(__name__)
 
@@ -79,7 +80,7 @@ class NodeTemplate:
 
     def nodes(self, count: int, prefix: str = "virtual") -> list[NodeInfo]:
         """``count`` nodes made from the template."""
-        return [NodeInfo(f"{prefix}-{i:04d}", dict(self.resources)) for i in range(count)]
+        return identical_nodes(self.resources, count, prefix)
 
 
 @dataclass(frozen=True)
@@ -145,62 +146,6 @@ class ScalingDecision:
     info: Mapping[str, Any] = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
-class SizeEstimate:
-    """The estimator's best allocation on ``num_nodes`` template nodes, summarized."""
-
-    num_nodes: int
-    num_used_nodes: int
-    """Nodes holding at least one replica."""
-    utility: float | None
-    """Cluster utility of the allocation (None: nobody got anything)."""
-    total_speedup: float
-    """Sum of the jobs' speedups (as the estimator's jobs report them)."""
-    num_replicas: int
-
-
-class SizeEvaluator:
-    """Best allocations of fixed jobs on ``n`` template nodes, memoized per ``n``."""
-
-    def __init__(self, estimator: Policy, jobs: Sequence[JobInfo], template: NodeTemplate
-                 ) -> None:
-        self.estimator = estimator
-        self.jobs = list(jobs)
-        self.template = template
-        self._cache: dict[int, SizeEstimate] = {}
-
-    @property
-    def num_evaluations(self) -> int:
-        return len(self._cache)
-
-    def allocations(self, num_nodes: int) -> tuple[list[NodeInfo], Allocations]:
-        nodes = self.template.nodes(num_nodes)
-        if num_nodes <= 0 or not self.jobs:
-            return nodes, {}
-        return nodes, self.estimator.optimize(self.jobs, nodes, {}).allocations
-
-    def estimate(self, num_nodes: int) -> SizeEstimate:
-        found = self._cache.get(num_nodes)
-        if found is None:
-            nodes, allocations = self.allocations(num_nodes)
-            used = {node for alloc in allocations.values() for node in alloc}
-            found = SizeEstimate(
-                num_nodes=num_nodes, num_used_nodes=len(used),
-                utility=cluster_utility(self.jobs, allocations, nodes),
-                total_speedup=total_speedup(self.jobs, allocations),
-                num_replicas=sum(len(a) for a in allocations.values()))
-            self._cache[num_nodes] = found
-        return found
-
-
-def default_estimator() -> Policy:
-    """The Pollux policy (default optimizer), restart penalty off: the allocation a size
-    would get, not the cost of moving there."""
-    from pollux.policies.pollux import PolluxPolicy
-
-    return PolluxPolicy(restart_penalty=False)
-
-
 class Autoscaler(ABC):
     """Desired cluster size per round. Instances keep the recent proposals (smoothing)."""
 
@@ -249,7 +194,7 @@ class Autoscaler(ABC):
             info={"window": list(self._recent), **proposal.info})
 
     def evaluator(self, jobs: Sequence[JobInfo]) -> SizeEvaluator:
-        return SizeEvaluator(self.estimator, jobs, self.config.template)
+        return SizeEvaluator(self.estimator, jobs, self.config.template.resources)
 
     def useful_nodes(self, evaluator: SizeEvaluator) -> int:
         """Most nodes worth having: those the best allocation on ``max_nodes`` occupies."""
