@@ -14,8 +14,10 @@ of the jobs on ``n`` empty template nodes: a pure "what if", memoized for the ro
   (:func:`~pollux.policies.autoscaling.utility.cluster_utility`) of that best allocation
   inside a band ``[low_util, high_util]``. Above the band jobs still scale well, so it
   grows; below it they waste what they hold, so it shrinks; either way it moves to the
-  size whose utility lands nearest the middle of the band. Utility falls as the cluster
-  grows (each job gets more replicas, each worth less), so a binary search finds it.
+  size whose utility lands nearest the middle of the band. Inside the band the size is
+  kept (hysteresis). Utility falls as the cluster grows (each job gets more replicas,
+  each worth less), so a binary search finds it. The band trades cost for time: a
+  higher band keeps fewer nodes busier and finishes later (``bench/autoscale.py``).
 - :class:`ThroughputAutoscaler` (``throughput``, the baseline, after Or et al., MLSys'20):
   grows while another node still adds at least ``min_marginal_efficiency`` of its ideal
   throughput (samples per second, statistical efficiency ignored) and shrinks while the
