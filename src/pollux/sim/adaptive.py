@@ -4,6 +4,14 @@ Like the real agent, a simulated adaptive job records every configuration it has
 (nodes, replicas, atomic batch) with its true step and sync times, refits the step-time
 model whenever a new configuration appears, keeps its latest gradient statistics, and
 from them picks its batch size and reports a speedup function to the policy.
+
+What the batch size maximizes is the profile's ``objective``: goodput (Pollux, the
+default) or throughput, statistical efficiency ignored (the jobs of a throughput-based
+autoscaler). Efficiency is ignored with the same model by gradient statistics of
+infinite noise scale (``sqr = 0``, ``var > 0``), for which every batch is fully efficient
+(gain equals the batch scale), so goodput becomes throughput over the initial batch size.
+Only the choice (and the reported speedup) changes: the job's true progress always
+follows its true gradient statistics.
 """
 
 from __future__ import annotations
@@ -21,6 +29,7 @@ from pollux.models import (
     fit_throughput_params,
 )
 from pollux.models.throughput import FloatArray
+from pollux.policies.autoscaling.objective import BatchObjective
 from pollux.sim.applications import ApplicationSpec
 
 MAX_EXPLORATION_REPLICAS = 64
@@ -30,6 +39,8 @@ ConfigKey = tuple[int, int, int]
 """(num_nodes, num_replicas, atomic batch size)."""
 FitRows = tuple[tuple[float, float, float, float, float], ...]
 """Observations as (num_nodes, num_replicas, atomic batch, compute s, step s) rows."""
+EFFICIENCY_IGNORED = GradientStats(sqr=0.0, var=1.0)
+"""Gradient statistics for which every batch size is fully efficient (gain = scale)."""
 
 
 class FitCache:
@@ -63,8 +74,11 @@ def optimistic_speedup(num_nodes: ArrayLike, num_replicas: ArrayLike) -> FloatAr
 class JobProfile:
     """Configurations run so far, the fitted step-time model and the latest gradient stats."""
 
-    def __init__(self, spec: ApplicationSpec, fits: FitCache | None = None) -> None:
+    def __init__(self, spec: ApplicationSpec, fits: FitCache | None = None,
+                 objective: BatchObjective = BatchObjective.GOODPUT) -> None:
         self.spec = spec
+        self.objective = objective
+        """What the chosen batch size maximizes (and the reported speedup measures)."""
         self._fits = FitCache() if fits is None else fits
         self.observations: dict[ConfigKey, tuple[float, float]] = {}
         """Config -> (step seconds, sync seconds) as first measured."""
@@ -99,9 +113,17 @@ class JobProfile:
         stats = self.grad_stats if self.grad_stats is not None else GradientStats(1.0, 0.0)
         return GoodputFunction(self.params, stats, self.spec.init_batch_size)
 
+    def objective_function(self) -> GoodputFunction | None:
+        """What the job maximizes: its goodput function, or under the THROUGHPUT objective
+        the same throughput model with efficiency ignored; None without a profile."""
+        if self.objective is BatchObjective.GOODPUT or self.params is None:
+            return self.goodput_function()
+        return GoodputFunction(self.params, EFFICIENCY_IGNORED, self.spec.init_batch_size)
+
     def best_batch(self, num_nodes: int, num_replicas: int) -> tuple[int, int] | None:
-        """Goodput-optimal (atomic batch, accumulation steps), or None without a profile."""
-        goodput = self.goodput_function()
+        """The (atomic batch, accumulation steps) maximizing the objective (goodput or
+        throughput) by the fitted model, or None without a profile."""
+        goodput = self.objective_function()
         if goodput is None:
             return None
         _, bsz, steps = goodput.optimize(num_nodes, num_replicas, self.spec.max_batch_size,
@@ -110,11 +132,12 @@ class JobProfile:
         return int(bsz), int(steps)
 
     def speedup_fn(self) -> Callable[[ArrayLike, ArrayLike], FloatArray]:
-        """The speedup function to report; rebuilt only when the model or stats changed."""
-        goodput = self.goodput_function()
+        """The speedup function to report (of the objective: goodput, or throughput with
+        efficiency ignored); rebuilt only when the model or the stats it uses changed."""
+        goodput = self.objective_function()
         if goodput is None:
             return optimistic_speedup
-        key = (self.params, self.grad_stats)
+        key = (self.params, goodput.grad_stats)
         if self._speedup is None or key != self._speedup_key:
             self._speedup = SpeedupFunction(
                 goodput, self.spec.max_batch_size,

@@ -14,6 +14,7 @@ from enum import Enum
 
 import numpy as np
 
+from pollux.policies.autoscaling.objective import BatchObjective
 from pollux.sim.adaptive import FitCache, JobProfile
 from pollux.sim.applications import Application
 from pollux.sim.placement import Placement
@@ -28,7 +29,8 @@ class BatchMode(Enum):
     FIXED = "fixed"
     """The tuned (or pinned) total batch size, whatever the allocation (baselines)."""
     ADAPTIVE = "adaptive"
-    """Goodput-optimal from the job's own fitted model and gradient statistics (Pollux)."""
+    """Goodput-optimal from the job's own fitted model and gradient statistics (Pollux), or
+    throughput-optimal from its fitted model (the THROUGHPUT batch objective)."""
     ORACLE = "oracle"
     """Goodput-optimal from the application's true behaviour (isolated reference runs)."""
 
@@ -59,7 +61,8 @@ class SimJob:
     """Mutable state of one job during a simulation."""
 
     def __init__(self, spec: JobSpec, app: Application, mode: BatchMode,
-                 fits: FitCache | None = None) -> None:
+                 fits: FitCache | None = None,
+                 batch_objective: BatchObjective = BatchObjective.GOODPUT) -> None:
         self.spec = spec
         self.app = app
         self.mode = mode
@@ -69,7 +72,8 @@ class SimJob:
             self.target_batch_size = pinned_bsz
         elif mode is BatchMode.FIXED:
             self.target_batch_size = int(spec.batch_size)
-        self.profile = JobProfile(app.spec, fits) if mode is BatchMode.ADAPTIVE else None
+        self.profile = (JobProfile(app.spec, fits, batch_objective)
+                        if mode is BatchMode.ADAPTIVE else None)
         self.allocation: tuple[str, ...] = ()
         self.placement: Placement = ()
         self.atomic_bsz = 0

@@ -19,6 +19,12 @@ lose their allocation (the policy places them again, a restart). Adaptive jobs t
 carry their throughput speedup in ``JobInfo.extras["throughput_speedup_fn"]`` (their
 fitted throughput model, statistical efficiency ignored), for the throughput autoscaler.
 Without an autoscaler the cluster keeps ``num_nodes`` nodes and nothing else changes.
+
+What adaptive jobs maximize when they pick their batch size comes from the autoscaler's
+class attribute ``batch_objective``: goodput (no autoscaler, the Pollux autoscaler) or
+throughput, statistical efficiency ignored (the throughput-based baseline, whose jobs then
+also report their throughput speedup to the policy). ``batch_objective=`` overrides it.
+A job's true progress always follows its true gradient statistics.
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ from pollux.policies.autoscaling import (
     DEFAULT_NODE_PRICE_PER_HOUR,
     THROUGHPUT_SPEEDUP_KEY,
     Autoscaler,
+    BatchObjective,
     throughput_speedup_function,
 )
 from pollux.policies.base import GPU, JobInfo, NodeInfo, Policy, SpeedupFn, TunedConfig
@@ -146,6 +153,8 @@ class SimulationResult:
     """Registered name of the autoscaler ("none": the fixed cluster of ``num_nodes``)."""
     cluster_sizes: tuple[ClusterSize, ...] = ()
     """The cluster's size from time 0, as change points."""
+    batch_objective: BatchObjective = BatchObjective.GOODPUT
+    """What the adaptive jobs' batch sizes maximized."""
 
 
 class Simulator:
@@ -154,7 +163,8 @@ class Simulator:
     def __init__(self, workload: Workload, applications: Mapping[str, Application],
                  policy: Policy, config: ClusterConfig | None = None,
                  adaptive_jobs: bool | None = None,
-                 autoscaler: Autoscaler | None = None) -> None:
+                 autoscaler: Autoscaler | None = None,
+                 batch_objective: BatchObjective | None = None) -> None:
         self.workload = workload
         self.policy = policy
         self.config = config or ClusterConfig()
@@ -163,13 +173,21 @@ class Simulator:
             adaptive_jobs = bool(getattr(type(policy), "adaptive_jobs", True))
         self.adaptive_jobs = adaptive_jobs
         mode = BatchMode.ADAPTIVE if adaptive_jobs else BatchMode.FIXED
+        if batch_objective is None:
+            batch_objective = (BatchObjective.GOODPUT if autoscaler is None
+                               else type(autoscaler).batch_objective)
+        if not isinstance(batch_objective, BatchObjective):
+            raise ConfigError("batch_objective", batch_objective,
+                              f"use one of {', '.join(o.name for o in BatchObjective)}")
+        self.batch_objective = batch_objective
         missing = sorted({j.application for j in workload.jobs} - set(applications))
         if missing:
             raise ConfigError("application", missing[0],
                               f"no model for it; known: {', '.join(sorted(applications))}")
         self.fits = FitCache()
         """Throughput fits shared by the run's adaptive jobs (memoized, deterministic)."""
-        self.jobs = tuple(SimJob(spec, applications[spec.application], mode, self.fits)
+        self.jobs = tuple(SimJob(spec, applications[spec.application], mode, self.fits,
+                                 batch_objective)
                           for spec in workload.jobs)
         self.cluster: ElasticCluster | None = None
         if autoscaler is None:
@@ -324,7 +342,7 @@ class Simulator:
             jobs=self.jobs, rounds=tuple(rounds), adaptive_jobs=self.adaptive_jobs,
             wall_s=time.perf_counter() - start,
             autoscaler="none" if self.autoscaler is None else self.autoscaler.name,
-            cluster_sizes=sizes)
+            cluster_sizes=sizes, batch_objective=self.batch_objective)
 
     # -- autoscaling ---------------------------------------------------------------------
     def _throughput_fn(self, job: SimJob) -> SpeedupFn | None:
@@ -393,7 +411,9 @@ class Simulator:
 def run_simulation(workload: Workload, applications: Mapping[str, Application],
                    policy: Policy, config: ClusterConfig | None = None,
                    adaptive_jobs: bool | None = None,
-                   autoscaler: Autoscaler | None = None) -> SimulationResult:
+                   autoscaler: Autoscaler | None = None,
+                   batch_objective: BatchObjective | None = None) -> SimulationResult:
     """Simulate ``workload`` under ``policy``; see :class:`Simulator`."""
-    return Simulator(workload, applications, policy, config, adaptive_jobs, autoscaler).run()
+    return Simulator(workload, applications, policy, config, adaptive_jobs, autoscaler,
+                     batch_objective).run()
 

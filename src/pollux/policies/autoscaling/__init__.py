@@ -22,6 +22,7 @@ from pollux.policies.autoscaling.autoscaler import (
     ThroughputAutoscaler,
 )
 from pollux.policies.autoscaling.estimate import SizeEstimate, SizeEvaluator
+from pollux.policies.autoscaling.objective import BatchObjective
 from pollux.policies.autoscaling.policy import (
     AutoscaledPolicy,
     scaling_view,
@@ -45,6 +46,7 @@ __all__ = [
     "AutoscaledPolicy",
     "Autoscaler",
     "AutoscalerConfig",
+    "BatchObjective",
     "FixedSizeAutoscaler",
     "NodeTemplate",
     "PolluxAutoscaler",

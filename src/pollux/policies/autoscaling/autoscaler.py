@@ -48,6 +48,7 @@ from pollux.policies.autoscaling.estimate import (
     default_estimator,
     identical_nodes,
 )
+from pollux.policies.autoscaling.objective import BatchObjective
 from pollux.policies.autoscaling.utility import THROUGHPUT_SPEEDUP_KEY, linear_speedup
 from pollux.policies.base import JobInfo, NodeInfo, Policy
 
@@ -152,6 +153,9 @@ class Autoscaler(ABC):
     """Desired cluster size per round. Instances keep the recent proposals (smoothing)."""
 
     name: ClassVar[str]
+    batch_objective: ClassVar[BatchObjective] = BatchObjective.GOODPUT
+    """What the adaptive jobs of a cluster run by this autoscaler maximize when they pick
+    their batch size (see :mod:`~pollux.policies.autoscaling.objective`)."""
 
     def __init__(self, config: AutoscalerConfig, estimator: Policy | None = None) -> None:
         self.config = config
@@ -302,9 +306,13 @@ class ThroughputAutoscaler(Autoscaler):
     (see :data:`~pollux.policies.autoscaling.utility.THROUGHPUT_SPEEDUP_KEY`), else its
     ``speedup_fn``, else perfect scaling. The estimator allocates by those speedups; a
     node's marginal efficiency is the throughput it adds over the replicas it adds.
+
+    Its jobs ignore statistical efficiency as well (``batch_objective`` THROUGHPUT): each
+    trains at its throughput-optimal batch size, as in the system of Or et al.
     """
 
     name = "throughput"
+    batch_objective = BatchObjective.THROUGHPUT
 
     def __init__(self, config: AutoscalerConfig, estimator: Policy | None = None, *,
                  min_marginal_efficiency: float = 0.5) -> None:
