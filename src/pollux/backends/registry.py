@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
 from pollux.backends.base import Backend
-from pollux.errors import UnknownPluginError
+from pollux.plugins import load_plugin_class
 
 BACKEND_CLASSES: dict[str, str] = {
     "local": "pollux.backends.local:LocalBackend",
@@ -23,10 +22,6 @@ def backend_names() -> list[str]:
 
 def make_backend(name: str, **options: Any) -> Backend:
     """Instantiate a registered backend; unknown names list the valid choices."""
-    target = BACKEND_CLASSES.get(name)
-    if target is None:
-        raise UnknownPluginError("backend", name, BACKEND_CLASSES)
-    module_name, class_name = target.split(":")
-    cls = getattr(importlib.import_module(module_name), class_name)
+    cls = load_plugin_class("backend", name, BACKEND_CLASSES)
     backend: Backend = cls(**options)
     return backend

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
-from pollux.errors import UnknownPluginError
+from pollux.plugins import load_plugin_class
 from pollux.policies.base import Policy
 
 POLICY_CLASSES: dict[str, str] = {
@@ -24,10 +23,6 @@ def policy_names() -> list[str]:
 
 def make_policy(name: str, **options: Any) -> Policy:
     """Instantiate a registered policy; unknown names list the valid choices."""
-    target = POLICY_CLASSES.get(name)
-    if target is None:
-        raise UnknownPluginError("policy", name, POLICY_CLASSES)
-    module_name, class_name = target.split(":")
-    cls = getattr(importlib.import_module(module_name), class_name)
+    cls = load_plugin_class("policy", name, POLICY_CLASSES)
     policy: Policy = cls(**options)
     return policy
