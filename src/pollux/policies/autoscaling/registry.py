@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
-from pollux.errors import UnknownPluginError
+from pollux.plugins import load_plugin_class
 from pollux.policies.autoscaling.autoscaler import Autoscaler, AutoscalerConfig
 
 AUTOSCALER_CLASSES: dict[str, str] = {
@@ -22,14 +21,12 @@ def autoscaler_names() -> list[str]:
 
 def check_autoscaler_name(name: str) -> str:
     """``name`` when registered; otherwise UnknownPluginError listing the choices."""
-    if name not in AUTOSCALER_CLASSES:
-        raise UnknownPluginError("autoscaler", name, AUTOSCALER_CLASSES)
+    load_plugin_class("autoscaler", name, AUTOSCALER_CLASSES)
     return name
 
 
 def make_autoscaler(name: str, config: AutoscalerConfig, **options: Any) -> Autoscaler:
     """Instantiate a registered autoscaler; unknown names list the valid choices."""
-    module_name, class_name = AUTOSCALER_CLASSES[check_autoscaler_name(name)].split(":")
-    cls = getattr(importlib.import_module(module_name), class_name)
+    cls = load_plugin_class("autoscaler", name, AUTOSCALER_CLASSES)
     autoscaler: Autoscaler = cls(config, **options)
     return autoscaler
