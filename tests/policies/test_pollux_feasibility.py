@@ -49,6 +49,25 @@ def test_repair_maps_any_state_onto_a_feasible_one(snapshot: Snapshot) -> None:
     repaired = repair(problem, states, rng, interference_avoidance=True)
     for state in repaired:
         assert state_violations(problem, state, interference_avoidance=True) == []
-    # Feasible states are fixed points of repair when they respect job order priorities.
+    # Feasible states are fixed points of repair.
     base = repair(problem, problem.base_state[None], rng)[0]
     assert np.array_equal(repair(problem, base[None], rng)[0], base)
+    decided = PolluxPolicy().optimize(jobs, cluster, previous).allocations
+    index = {node.name: n for n, node in enumerate(problem.nodes)}
+    state = np.zeros(problem.shape, dtype=np.int64)
+    for j, info in enumerate(problem.jobs):
+        for name in decided[info.name]:
+            state[j, index[name]] += 1
+    for small_first in (False, True):
+        assert np.array_equal(repair(problem, state[None], rng, True, small_first)[0], state)
+
+
+def test_repair_keeps_single_node_jobs_beside_distributed_ones() -> None:
+    # Two distributed jobs meet on node 0; the one-node job after them is not in conflict.
+    cluster = [NodeInfo(f"n{i}", {"gpu": 4}) for i in range(3)]
+    jobs = [JobInfo(name=f"j{i}", resources={"gpu": 1}, submission_time_s=float(i))
+            for i in range(3)]
+    problem = build_problem(jobs, cluster, {})
+    state = np.array([[[1, 1, 0], [1, 0, 1], [1, 0, 0]]])
+    repaired = repair(problem, state, np.random.default_rng(0))[0]
+    assert repaired.tolist() == [[1, 1, 0], [0, 0, 1], [1, 0, 0]]

@@ -60,6 +60,7 @@ def repair(
     states: IntArray,
     rng: np.random.Generator,
     interference_avoidance: bool = True,
+    small_first: bool = False,
 ) -> IntArray:
     """Feasible states (P, J, N) close to ``states``; conflicts go to earlier jobs.
 
@@ -67,7 +68,9 @@ def repair(
     node can hold for the job; restore pinned rows; drop the replicas of a distributed job
     on any node an earlier distributed job already uses; cap each job at its maximum by
     dropping replicas on randomly ordered nodes; fit node capacity job by job in priority
-    order; finally clear jobs left below their minimum.
+    order (``small_first``: smallest allocations first, so that a job the mutation just
+    started is not cut back in favour of a big one); finally clear jobs left below their
+    minimum.
     """
     s = np.clip(np.asarray(states, dtype=np.int64), 0, problem.max_per_node[None])
     pinned = problem.pinned
@@ -75,7 +78,7 @@ def repair(
     if interference_avoidance:
         distributed = np.count_nonzero(s, axis=2) > 1
         occupied = (s > 0) & distributed[:, :, None]
-        conflict = np.cumsum(occupied, axis=1) > 1
+        conflict = occupied & (np.cumsum(occupied, axis=1) > 1)
         s[conflict & ~pinned[None, :, None]] = 0
     # At most max_replicas per job: keep a cumulative cap over a random node order.
     over = s.sum(axis=2) > problem.max_replicas[None, :]
@@ -87,16 +90,25 @@ def repair(
         capped = np.minimum(np.cumsum(shuffled, axis=1), limit[:, None])
         np.put_along_axis(rows, order, np.diff(capped, axis=1, prepend=0), axis=1)
         s[over] = rows
-    # Node capacity, resource by resource, earlier jobs first.
+    # Node capacity, resource by resource: pinned jobs first, then (with ``small_first``)
+    # the jobs with the smallest allocations, else in priority order.
     if problem.resource_types:
-        demand = problem.demand[None, :, None, :]
-        use = s[..., None] * demand
+        num_jobs = problem.num_jobs
+        key = np.broadcast_to(np.arange(num_jobs, dtype=np.float64), s.shape[:2])
+        if small_first:  # dominant shares of whole replicas differ by far more than 1e-6
+            key = key + problem.dominant_share[None, :] * s.sum(axis=2) * 1e6 * num_jobs
+        key = key + np.where(pinned, -1e18, 0.0)[None, :]
+        order = np.argsort(key, axis=1, kind="stable")
+        ordered = np.take_along_axis(s, order[:, :, None], axis=1)
+        demand = problem.demand[order][:, :, None, :]
+        use = ordered[..., None] * demand
         room = np.minimum(np.cumsum(use, axis=1), problem.capacity[None, None])
         granted = np.diff(room, axis=1, prepend=0.0)
         with np.errstate(divide="ignore", invalid="ignore"):
             ratio = np.where(demand > 0, granted / demand, np.inf)
         fits = np.floor(ratio * (1 + _TOLERANCE) + _TOLERANCE).min(axis=3)
-        s = np.minimum(s, np.maximum(fits, 0).astype(np.int64))
+        ordered = np.minimum(ordered, np.maximum(fits, 0).astype(np.int64))
+        np.put_along_axis(s, order[:, :, None], ordered, axis=1)
     totals = s.sum(axis=2)
     below = (totals < problem.min_replicas[None]) & ~pinned[None]
     s[below] = 0

@@ -46,6 +46,8 @@ class GAConfig:
     """Chance that a child's job row has some of its entries cleared ..."""
     clear_entry_probability: float = 0.1
     """... each entry of such a row being cleared with this chance."""
+    small_first: bool = True
+    """Repair gives node capacity to the smallest allocations first (else job order)."""
 
     def __post_init__(self) -> None:
         if self.population_size < 2:
@@ -149,7 +151,8 @@ class GeneticOptimizer:
             parents = self._select(fitness, 2 * ((size + 1) // 2))
             children = self._crossover(population[parents[0::2]], population[parents[1::2]])
             children = self._mutate(problem, children)
-            children = repair(problem, children, self.rng, self.interference_avoidance)
+            children = repair(problem, children, self.rng, self.interference_avoidance,
+                              self.config.small_first)
             merged = np.concatenate([population, children])
             merged_fitness = np.concatenate([fitness, objective.evaluate(children)])
             _, first = np.unique(merged.reshape(len(merged), -1) @ weights, return_index=True)
