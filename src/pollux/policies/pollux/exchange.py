@@ -70,10 +70,13 @@ class _Gains:
         if valid.any():
             totals = totals[valid]
             at = ks[valid]
-            new[at] = self.utility(j, np.full(at.shape, num_nodes + 1), totals) - self.current[j]
+            # One lookup for both cases: on one node more, and on the nodes it has.
+            nodes = np.concatenate([np.full(at.shape, num_nodes + 1),
+                                    np.full(at.shape, max(num_nodes, 1))])
+            value = self.utility(j, nodes, np.concatenate([totals, totals])) - self.current[j]
+            new[at] = value[: at.size]
             if num_nodes:
-                own[at] = (self.utility(j, np.full(at.shape, num_nodes), totals)
-                           - self.current[j])
+                own[at] = value[at.size:]
         # Best gain using at most k replicas (the receiver may take fewer than fit).
         self.own[j] = np.maximum.accumulate(own)
         self.new[j] = np.maximum.accumulate(new)
@@ -143,7 +146,7 @@ def exchange(placement: Placement, objective: PolluxObjective, movable: list[int
     while improved and moves < max_moves:
         improved = False
         for n in scan:
-            holders = [a for a in np.flatnonzero(placement.state[:, n]) if gains.movable[a]]
+            holders = [int(a) for a in np.flatnonzero(placement.state[:, n]) if gains.movable[a]]
             for a in holders:
                 row = placement.state[a]
                 replicas, num_nodes = int(row.sum()), int(np.count_nonzero(row))

@@ -1,16 +1,18 @@
-"""The default optimizer (``pollux``): marginal-gain allocation, placement, then fill.
+"""The default optimizer (``pollux``): marginal-gain counts, placement, fill, exchanges.
 
 The objective is a power mean, so maximizing it means maximizing a *sum* of per-job
 utilities (:func:`pollux.policies.pollux.objective.utility`): the problem separates into
 one choice per job (how many replicas, kept where they are or moved) coupled only by the
-cluster's capacity. The optimizer works in three steps:
+cluster's capacity. Gains are compared job by job, so the ``eps^p`` of a job without GPUs
+never swamps them numerically. The optimizer works in four steps:
 
-1. **Counts.** For every job and every replica count it may get, the utility of that count
+1. **Counts.** For every job and every candidate replica count, the utility of that count
    on as few nodes as can hold it, with the restart factor applied; at its current count
-   the job may instead keep its exact placement, unpenalized. A greedy multiple-choice
-   knapsack then grows, one jump at a time, the job whose next jump (to any larger count)
-   gains the most utility per unit of dominant resource, while the cluster's aggregate
-   capacity allows. Jumps, not single steps, let a job cross a valley in its utility
+   the job may instead keep its exact placement, unpenalized. A multiple-choice knapsack
+   over the cluster's aggregate capacity picks one count per job: a Lagrangian start (the
+   cheapest price per unit of dominant resource at which every job's preferred count fits)
+   followed by a greedy that spends what is left on the jump (to any larger count) with
+   the most utility per unit. Jumps, not single steps, cross valleys in a job's utility
    (a second node, leaving the penalty-free current placement).
 2. **Placement.** Jobs that keep their placement are put back first; the others, largest
    first, go on one node if any can hold them (tightest fit, non-preemptible nodes and
@@ -18,6 +20,8 @@ cluster's capacity. The optimizer works in three steps:
    no other distributed job uses. A job that does not fit drops to its next smaller count.
 3. **Fill.** Whatever fragmentation left free goes, by lazy greedy on the exact objective
    of the actual placement, to the jobs that gain most from it.
+4. **Exchange** (:mod:`pollux.policies.pollux.exchange`): replicas move from one job to
+   another on a node while that raises the exact objective (fixes packing losses).
 
 The result is compared with the current allocation (repaired to feasibility) and the better
 of the two is returned. Every step keeps the state feasible; no randomness is involved.
