@@ -328,6 +328,9 @@ def run_server(config: ServerConfig, ready: Callable[[str], None] | None = None)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((config.host, config.port))
+            # Listen now, so that clients reading server.json queue in the backlog instead of
+            # being refused until uvicorn's event loop starts accepting.
+            sock.listen(2048)
         except OSError as exc:
             raise ConfigError("port", config.port, f"cannot bind {config.host}: {exc}") from exc
         port = sock.getsockname()[1]
