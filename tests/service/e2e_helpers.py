@@ -28,6 +28,19 @@ NUM_TRAIN_SAMPLES = 1797 - 360
 """scikit-learn digits minus the example's validation split."""
 
 
+FINAL_STATES = ("Succeeded", "Failed", "Cancelled")
+"""Job states that never change again."""
+
+
+def states(client: PolluxClient) -> dict[str, str]:
+    """Job id -> state, as the server reports them."""
+    return {job["id"]: job["state"] for job in client.jobs()}
+
+
+def all_final(client: PolluxClient) -> bool:
+    return all(state in FINAL_STATES for state in states(client).values())
+
+
 def wait_until(predicate: Callable[[], Any], timeout_s: float, what: str,
                interval_s: float = 0.2) -> Any:
     deadline = time.monotonic() + timeout_s

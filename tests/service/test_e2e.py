@@ -13,6 +13,7 @@ from tests.service.e2e_helpers import (
     EXAMPLE,
     ServerProcess,
     agent_events,
+    all_final,
     check_sample_accounting,
     checkpointed_after_an_epoch,
     example_spec,
@@ -20,6 +21,7 @@ from tests.service.e2e_helpers import (
     replica_intervals,
     replica_pid,
     started,
+    states,
     wait_until,
 )
 
@@ -27,7 +29,6 @@ pytestmark = [
     pytest.mark.timeout(240),
     pytest.mark.skipif(not EXAMPLE.exists(), reason="needs examples/train_digits.py"),
 ]
-FINAL = ("Succeeded", "Failed", "Cancelled")
 
 
 @pytest.fixture
@@ -37,12 +38,6 @@ def server(tmp_path: Path):
     process.cleanup()
 
 
-def states(client) -> dict[str, str]:
-    return {job["id"]: job["state"] for job in client.jobs()}
-
-
-def all_final(client) -> bool:
-    return all(state in FINAL for state in states(client).values())
 
 
 def test_three_jobs_resized_and_a_killed_replica(server):

@@ -24,12 +24,14 @@ from tests.service.e2e_helpers import (  # noqa: E402
     EXAMPLE,
     ServerProcess,
     agent_events,
+    all_final,
     check_sample_accounting,
     checkpointed_after_an_epoch,
     example_spec,
     finished_an_epoch,
     instance_id,
     started,
+    states,
     wait_until,
 )
 
@@ -37,7 +39,6 @@ pytestmark = [
     pytest.mark.timeout(150),
     pytest.mark.skipif(not EXAMPLE.exists(), reason="needs examples/train_digits.py"),
 ]
-FINAL = ("Succeeded", "Failed", "Cancelled")
 
 
 class RayServerProcess(ServerProcess):
@@ -69,12 +70,6 @@ def server(tmp_path: Path, ray_workers):
     process.cleanup()
 
 
-def states(client) -> dict[str, str]:
-    return {job["id"]: job["state"] for job in client.jobs()}
-
-
-def all_final(client) -> bool:
-    return all(state in FINAL for state in states(client).values())
 
 
 def launch_nodes(data_dir: Path, job_id: str, generation: int) -> list[str]:
