@@ -197,12 +197,19 @@ class MarginalGainOptimizer:
         """Jobs x nodes up to which the exchange search scans every node."""
 
     def _exchange_nodes(self, placement: Placement, shrunk: list[int]) -> list[int] | None:
-        """Nodes the exchange search scans: all of them in small problems; in large ones
-        only those with room left or holding a job that got less than its target count."""
+        """Nodes the exchange search scans: none when packing lost nothing (no job got less
+        than its target count, no room left for any job, no distributed job on part of a
+        node); else all of them (None) in small problems, and in large ones only those with
+        room left or holding a job that got less."""
         problem = placement.problem
+        fits = problem.replicas_fitting(placement.free).any(axis=0)
+        state = placement.state
+        spread = np.count_nonzero(state, axis=1) > 1
+        partial = ((state[spread] > 0) & (state[spread] < problem.node_size[spread, None])).any()
+        if not shrunk and not fits.any() and not partial:
+            return []
         if problem.num_jobs * problem.num_nodes <= self.full_scan_size:
             return None
-        fits = problem.replicas_fitting(placement.free).any(axis=0)
         hosts = (placement.state[shrunk] > 0).any(axis=0) if shrunk else fits & False
         return [int(n) for n in np.flatnonzero(fits | hosts)]
 
@@ -243,9 +250,11 @@ class MarginalGainOptimizer:
 
         current = repair(problem, problem.base_state[None], np.random.default_rng(0),
                          self.interference_avoidance)[0]
-        values = objective.evaluate(np.stack([placement.state, current]))
-        state = placement.state if values[0] >= values[1] else current
+        kept_current = False
+        if not np.array_equal(placement.state, current):
+            values = objective.evaluate(np.stack([placement.state, current]))
+            kept_current = bool(values[0] < values[1])
+        state = current if kept_current else placement.state
         stats = {"placement_shrinks": len(shrunk), "fill_additions": num_filled,
-                 "exchanges": num_exchanged,
-                 "kept_current": bool(values[0] < values[1])}
+                 "exchanges": num_exchanged, "kept_current": kept_current}
         return state.copy(), stats

@@ -263,13 +263,18 @@ class PolluxObjective:
 
     def evaluate(self, states: IntArray) -> FloatArray:
         """(P,) fitness of states shaped (P, J, N); higher is better."""
+        return self.score(states)[0]
+
+    def score(self, states: IntArray) -> tuple[FloatArray, FloatArray]:
+        """(P,) fitness and (P, J) penalized speedups of states shaped (P, J, N)."""
         states = np.asarray(states)
         if self.problem.num_jobs == 0:
-            return np.zeros(states.shape[0])
-        value = self.fitness_of_speedups(self.state_speedups(states))
+            return np.zeros(states.shape[0]), np.zeros((states.shape[0], 0))
+        speedups = self.state_speedups(states)
+        value = self.fitness_of_speedups(speedups)
         if self.config.preemptible_penalty and self.problem.node_preemptible.any():
             total = states.sum(axis=(1, 2))
             spot = states[:, :, self.problem.node_preemptible].sum(axis=(1, 2))
             value = value * (1.0 - self.config.preemptible_penalty
                              * spot / np.maximum(total, 1))
-        return np.asarray(value)
+        return np.asarray(value), speedups

@@ -71,8 +71,8 @@ class _PolluxPolicyBase(Policy):
                                                         "objective": 0.0, "optimize_s": 0.0})
         objective = PolluxObjective(problem, self.objective_config)
         state, stats = self._solve(problem, objective)
-        speedups = objective.state_speedups(state[None])[0]
-        value = float(objective.evaluate(state[None])[0])
+        values, speedups_all = objective.score(state[None])
+        value, speedups = float(values[0]), speedups_all[0]
         allocations = problem.to_allocations(state, previous_allocations)
         changed = int(np.sum(np.any(state != problem.base_state, axis=1)))
         elapsed = time.perf_counter() - start

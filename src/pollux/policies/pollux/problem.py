@@ -95,20 +95,24 @@ class AllocationProblem:
 def candidate_counts(problem: AllocationProblem, j: int) -> IntArray:
     """Replica counts worth considering for job ``j``: 0, then its minimum up to its maximum.
 
-    Every count up to two nodes' worth, then steps of half a node (jumps need no finer
-    grain there), plus the maximum and the current count.
+    Every count up to two nodes' worth; then steps of half a node up to four nodes, of a
+    node up to eight, of two nodes beyond (a job that large changes little per replica,
+    and the fill and exchange steps still adjust by single replicas); plus the maximum and
+    the current count.
     """
     cap = int(problem.max_replicas[j])
     smallest = max(int(problem.min_replicas[j]), 1)
     size = int(problem.node_size[j])
-    fine = np.arange(smallest, min(cap, 2 * size) + 1)
-    step = max(size // 2, 1)
-    coarse = np.arange(2 * size + step, cap + 1, step)
+    half = max(size // 2, 1)
+    parts = [np.arange(smallest, min(cap, 2 * size) + 1),
+             np.arange(2 * size + half, min(cap, 4 * size) + 1, half),
+             np.arange(4 * size + size, min(cap, 8 * size) + 1, size),
+             np.arange(8 * size + 2 * size, cap + 1, 2 * size)]
     current = int(problem.base_state[j].sum())
     extra = [cap] if cap >= smallest else []
     if smallest <= current <= cap:
         extra.append(current)
-    return np.unique(np.concatenate([[0], fine, coarse, extra])).astype(np.int64)
+    return np.unique(np.concatenate([[0], *parts, extra])).astype(np.int64)
 
 
 def fitting_replicas(demand: FloatArray, free: FloatArray, cap: IntArray) -> IntArray:
