@@ -120,17 +120,6 @@ def _apply_gain(gains: _Gains, j: int, n: int) -> None:
         placement.assign(j, addition)
 
 
-def _remove(placement: Placement, j: int, n: int, k: int) -> None:
-    problem = placement.problem
-    placement.state[j, n] -= k
-    placement.free[n] += k * problem.demand[j]
-    row = placement.state[j]
-    if row[n] == 0 and placement.owner[n] == j:
-        placement.owner[n] = -1
-    if np.count_nonzero(row) <= 1:
-        placement.owner[(placement.owner == j)] = -1
-
-
 def exchange(placement: Placement, objective: PolluxObjective, movable: list[int],
              max_moves: int, nodes: list[int] | None = None) -> int:
     """Improve ``placement`` in place by exchanges on ``nodes`` (default: all); returns the
@@ -167,7 +156,7 @@ def exchange(placement: Placement, objective: PolluxObjective, movable: list[int
                         best = (gain - loss, k, b)
                 if best is not None:
                     _, k, b = best
-                    _remove(placement, a, n, k)
+                    placement.remove(a, n, k)
                     _apply_gain(gains, b, n)
                     gains.update(a)
                     gains.update(b)

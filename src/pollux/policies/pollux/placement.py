@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from pollux.policies.pollux.objective import PolluxObjective
-from pollux.policies.pollux.problem import AllocationProblem, FloatArray, IntArray
+from pollux.policies.pollux.problem import AllocationProblem, IntArray
 
 _GAIN_TOLERANCE = 1e-12
 
@@ -71,6 +71,16 @@ class Placement:
         self.free -= row[:, None] * self.problem.demand[j][None, :]
         if np.count_nonzero(self.state[j]) > 1:
             self.owner[self.state[j] > 0] = j
+
+    def remove(self, j: int, n: int, count: int) -> None:
+        """Take ``count`` replicas of job ``j`` off node ``n``."""
+        self.state[j, n] -= count
+        self.free[n] += count * self.problem.demand[j]
+        row = self.state[j]
+        if row[n] == 0 and self.owner[n] == j:
+            self.owner[n] = -1
+        if np.count_nonzero(row) <= 1:
+            self.owner[self.owner == j] = -1
 
     def place(self, j: int, count: int) -> IntArray | None:
         """A row with ``count`` replicas for job ``j`` (empty so far), or None.
@@ -194,10 +204,3 @@ def fill(placement: Placement, objective: PolluxObjective, jobs: Sequence[int]) 
         if found is not None:
             heapq.heappush(heap, (-found[0], j, versions[j]))
     return made
-
-
-def used_fraction(placement: Placement) -> FloatArray:
-    """(R,): fraction of each resource in use."""
-    total = placement.problem.capacity.sum(axis=0)
-    used = total - placement.free.sum(axis=0)
-    return np.asarray(np.where(total > 0, used / np.where(total > 0, total, 1), 0.0))
