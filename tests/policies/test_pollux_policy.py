@@ -163,3 +163,18 @@ def test_speedup_function_of_builders_is_plausible() -> None:
     fn = speedup_function(0)
     values = fn(np.array([1, 1, 2]), np.array([1, 4, 8]))
     assert values[0] == pytest.approx(1.0) and values[1] > 1.0
+
+
+@pytest.mark.parametrize("name", sorted(POLICIES))
+def test_degenerate_snapshots(name: str) -> None:
+    free_rider = job("free", seed=None, resources={}, max_replicas=3)
+    unusable = job("zero", seed=None, max_replicas=0)
+    plain = job("plain", seed=None)
+    policy = POLICIES[name]()
+    assert policy.optimize([], nodes(1), {}).allocations == {}
+    assert policy.optimize([plain, free_rider], [], {}).allocations == {"plain": (),
+                                                                      "free": ()}
+    decision = policy.optimize([plain, free_rider, unusable], nodes(1, 2), {})
+    assert len(decision.allocations["free"]) == 3  # needs nothing, so only its max limits
+    assert decision.allocations["zero"] == ()
+    assert len(decision.allocations["plain"]) == 2

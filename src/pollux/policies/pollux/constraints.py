@@ -107,6 +107,7 @@ def repair(
         with np.errstate(divide="ignore", invalid="ignore"):
             ratio = np.where(demand > 0, granted / demand, np.inf)
         fits = np.floor(ratio * (1 + _TOLERANCE) + _TOLERANCE).min(axis=3)
+        fits = np.where(np.isfinite(fits), fits, ordered)  # jobs that request nothing
         ordered = np.minimum(ordered, np.maximum(fits, 0).astype(np.int64))
         np.put_along_axis(s, order[:, :, None], ordered, axis=1)
     totals = s.sum(axis=2)

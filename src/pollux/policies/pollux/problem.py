@@ -117,6 +117,9 @@ def candidate_counts(problem: AllocationProblem, j: int) -> IntArray:
 
 def fitting_replicas(demand: FloatArray, free: FloatArray, cap: IntArray) -> IntArray:
     """(J, N): ``min_r floor(free[n, r] / demand[j, r])`` over requested types, capped."""
+    if demand.shape[1] == 0:  # nothing requested: only the cap limits
+        return np.broadcast_to(np.maximum(cap, 0)[:, None],
+                               (demand.shape[0], free.shape[0])).astype(np.int64)
     with np.errstate(divide="ignore", invalid="ignore"):
         ratio = free[None, :, :] / demand[:, None, :]
     ratio = np.where(demand[:, None, :] > 0, ratio, np.inf)
