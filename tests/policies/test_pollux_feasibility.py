@@ -12,7 +12,7 @@ from pollux.policies.pollux import violations as state_violations
 from tests.policies.pollux_builders import snapshots, violations
 
 Snapshot = tuple[list[JobInfo], list[NodeInfo], dict[str, Allocation]]
-SETTINGS = settings(max_examples=40, deadline=None,
+SETTINGS = settings(max_examples=100, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 
