@@ -208,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     event("start")
     loss_fn = torch.nn.CrossEntropyLoss()
     start = time.perf_counter()
-    accuracy, reached = 0.0, False
+    accuracy, reached, evaluated = 0.0, False, False
     try:
         for epoch in pt.remaining_epochs_until(args.epochs, job):
             for images, labels, indices in loader:
@@ -221,6 +221,7 @@ def main(argv: list[str] | None = None) -> int:
                 if args.step_delay_s:
                     time.sleep(args.step_delay_s)
             accuracy = evaluate(model, validation, job)
+            evaluated = True
             if chief and not args.quiet:
                 print(f"epoch {epoch:3d}  accuracy {accuracy:.3f}  batch "
                       f"{loader.current_batch_size}  noise scale {model.noise_scale() or 0:.0f}"
@@ -236,6 +237,10 @@ def main(argv: list[str] | None = None) -> int:
             event("stop")
         raise
     elapsed = time.perf_counter() - start
+    if model.optimizer_steps and not evaluated:
+        # Relaunched after the last epoch (e.g. rescaled while finishing): report the
+        # restored model's accuracy rather than none.
+        accuracy = evaluate(model, validation, job)
     if chief and out_dir is not None:
         write_jsonl(out_dir / "samples.jsonl", samples.history)
     event("end", accuracy=accuracy)

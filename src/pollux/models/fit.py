@@ -109,58 +109,82 @@ class ThroughputFit:
     """Names of the parameters set by priors instead of the data."""
 
 
+@dataclass(frozen=True)
+class _FitDesign:
+    """What the loss needs from the observations, computed once per fit."""
+
+    x: FloatArray
+    multi: FloatArray
+    """1.0 where the step synchronizes (more than one replica), else 0.0."""
+    inter: FloatArray
+    intra: FloatArray
+    extra: FloatArray
+    """``max(K - 2, 0)`` per observation."""
+    not_multi: FloatArray
+    log_compute: FloatArray
+    log_step: FloatArray
+    n_obs: int
+
+    @classmethod
+    def of(cls, obs: ThroughputObservations) -> _FitDesign:
+        multi = obs.num_replicas > 1
+        inter = multi & (obs.num_nodes > 1)
+        return cls(x=obs.local_bsz, multi=multi.astype(np.float64),
+                   inter=inter.astype(np.float64), intra=(multi & ~inter).astype(np.float64),
+                   extra=np.maximum(obs.num_replicas - 2.0, 0.0),
+                   not_multi=(~multi).astype(np.float64),
+                   log_compute=np.log(obs.compute_time), log_step=np.log(obs.step_time),
+                   n_obs=int(obs.local_bsz.size))
+
+
 def _loss_and_grad(
-    p: FloatArray, obs: ThroughputObservations
+    p: FloatArray, obs: ThroughputObservations | _FitDesign
 ) -> tuple[float, FloatArray]:
     """The fit objective and its gradient with respect to the 7 parameters."""
-    x = obs.local_bsz
-    n_obs = x.size
-    multi = obs.num_replicas > 1
-    inter = multi & (obs.num_nodes > 1)
-    intra = multi & ~inter
-    extra = np.maximum(obs.num_replicas - 2.0, 0.0)
+    d = obs if isinstance(obs, _FitDesign) else _FitDesign.of(obs)
+    x, multi, inter, intra, extra = d.x, d.multi, d.inter, d.intra, d.extra
     g = p[GAMMA]
 
     t_c = p[ALPHA_C] + p[BETA_C] * x
-    t_s = np.where(inter, p[ALPHA_N] + p[BETA_N] * extra,
-                   np.where(intra, p[ALPHA_R] + p[BETA_R] * extra, 0.0))
+    # Sync time where the step synchronizes; 1.0 elsewhere keeps the logs finite (those
+    # entries are masked out by ``multi`` below).
+    t_s = (inter * (p[ALPHA_N] + p[BETA_N] * extra) + intra * (p[ALPHA_R] + p[BETA_R] * extra)
+           + d.not_multi)
     log_c = np.log(t_c)
-    with np.errstate(divide="ignore"):
-        log_s = np.log(t_s)
-    log_o = np.logaddexp(g * log_c, g * log_s) / g
+    log_s = np.log(t_s)
+    log_o = log_c + multi * (np.logaddexp(g * log_c, g * log_s) / g - log_c)
     w_c = np.exp(g * (log_c - log_o))
-    w_s = np.where(multi, np.exp(g * (np.where(multi, log_s, 0.0) - log_o)), 0.0)
+    w_s = multi * np.exp(g * (log_s - log_o))
 
-    e_c = log_c - np.log(obs.compute_time)
-    e_s = log_o - np.log(obs.step_time)
-    rms_c = float(np.sqrt(np.mean(e_c**2)))
-    rms_s = float(np.sqrt(np.mean(e_s**2)))
-    d_c = e_c / (n_obs * rms_c) if rms_c > 0 else np.zeros_like(e_c)
-    d_s = e_s / (n_obs * rms_s) if rms_s > 0 else np.zeros_like(e_s)
+    e_c = log_c - d.log_compute
+    e_s = log_o - d.log_step
+    rms_c = float(np.sqrt(e_c @ e_c / d.n_obs))
+    rms_s = float(np.sqrt(e_s @ e_s / d.n_obs))
+    d_c = e_c / (d.n_obs * rms_c) if rms_c > 0 else 0.0 * e_c
+    d_s = e_s / (d.n_obs * rms_s) if rms_s > 0 else 0.0 * e_s
 
-    safe_s = np.where(multi, t_s, 1.0)
     grad_tc = (d_c + d_s * w_c) / t_c
-    grad_ts = np.where(multi, d_s * w_s / safe_s, 0.0)
-    d_log_o_d_g = (w_c * log_c + w_s * np.where(multi, log_s, 0.0) - log_o) / g
+    grad_ts = d_s * w_s / t_s
+    d_log_o_d_g = (w_c * log_c + w_s * log_s - log_o) / g
 
     ratio_r = p[BETA_R] / p[ALPHA_R]
     ratio_n = p[BETA_N] / p[ALPHA_N]
     loss = (rms_c + rms_s + GAMMA_REGULARIZATION * (g - 1.0) ** 2
             + RETROGRESSION_REGULARIZATION * (ratio_r**2 + ratio_n**2))
 
-    grad = np.empty(7)
-    grad[ALPHA_C] = grad_tc.sum()
-    grad[BETA_C] = (grad_tc * x).sum()
-    grad[ALPHA_N] = (grad_ts * inter).sum()
-    grad[BETA_N] = (grad_ts * inter * extra).sum()
-    grad[ALPHA_R] = (grad_ts * intra).sum()
-    grad[BETA_R] = (grad_ts * intra * extra).sum()
-    grad[GAMMA] = (d_s * d_log_o_d_g).sum() + 2 * GAMMA_REGULARIZATION * (g - 1.0)
+    grad_inter = grad_ts @ inter
+    grad_intra = grad_ts @ intra
+    grad_ts_extra = grad_ts * extra
     reg = 2 * RETROGRESSION_REGULARIZATION
-    grad[BETA_R] += reg * ratio_r / p[ALPHA_R]
-    grad[ALPHA_R] -= reg * ratio_r**2 / p[ALPHA_R]
-    grad[BETA_N] += reg * ratio_n / p[ALPHA_N]
-    grad[ALPHA_N] -= reg * ratio_n**2 / p[ALPHA_N]
+    grad = np.array([
+        grad_tc.sum(),
+        grad_tc @ x,
+        grad_inter - reg * ratio_n**2 / p[ALPHA_N],
+        grad_ts_extra @ inter + reg * ratio_n / p[ALPHA_N],
+        grad_intra - reg * ratio_r**2 / p[ALPHA_R],
+        grad_ts_extra @ intra + reg * ratio_r / p[ALPHA_R],
+        d_s @ d_log_o_d_g + 2 * GAMMA_REGULARIZATION * (g - 1.0),
+    ])
     return loss, grad
 
 
@@ -244,10 +268,11 @@ def fit_throughput(
     def objective(z: FloatArray) -> tuple[float, FloatArray]:
         p = start.copy()
         p[free] = z * scale[free]
-        loss, grad = _loss_and_grad(p, obs)
+        loss, grad = _loss_and_grad(p, design)
         return loss, grad[free] * scale[free]
 
-    best_p, best_loss = start.copy(), float(_loss_and_grad(start, obs)[0])
+    design = _FitDesign.of(obs)
+    best_p, best_loss = start.copy(), float(_loss_and_grad(start, design)[0])
     if not free.any():
         return ThroughputFit(ThroughputParams.from_array(_apply_inter_node_prior(start, inter)),
                              best_loss, True, "every parameter set by priors",
@@ -262,7 +287,7 @@ def fit_throughput(
         try:
             with np.errstate(all="ignore"):
                 res = scipy.optimize.minimize(objective, z0, jac=True, method="L-BFGS-B",
-                                              bounds=bounds, options={"maxiter": 500})
+                                              bounds=bounds, options={"maxiter": 500, "ftol": 1e-7})
         except (ValueError, FloatingPointError, ArithmeticError) as exc:  # pragma: no cover
             message = f"optimizer raised {exc!r}"
             continue
