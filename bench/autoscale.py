@@ -3,7 +3,7 @@ cluster, the throughput-based autoscaler and the goodput-aware (Pollux) autoscal
 
     python bench/autoscale.py                       # one imagenet job, then workload-1
     python bench/autoscale.py --builtin             # the built-in catalog, not the traces
-    python bench/autoscale.py --workload workload-3 --bands 0.35:0.65,0.25:0.55
+    python bench/autoscale.py --workload workload-3 --bands 0.6:0.78,0.35:0.65
     python bench/autoscale.py --skip-workload
 
 Every run uses the Pollux policy on nodes of 4 GPUs (up to ``--max-nodes``, 16), a 60 s
@@ -150,9 +150,9 @@ def main() -> int:
                         help="shared workload to run (default workload-1)")
     parser.add_argument("--skip-workload", action="store_true")
     parser.add_argument("--max-nodes", type=int, default=16)
-    parser.add_argument("--bands", default="0.3:0.5,0.45:0.75,0.5:0.8",
+    parser.add_argument("--bands", default="0.35:0.65,0.5:0.8,0.65:0.8",
                         help="extra utility bands of the Pollux autoscaler for the single job "
-                             "(default 0.3:0.5,0.45:0.75,0.5:0.8; '' for none)")
+                             "(default 0.35:0.65,0.5:0.8,0.65:0.8; '' for none)")
     parser.add_argument("--processes", type=int, default=min(3, os.cpu_count() or 1))
     args = parser.parse_args()
     console = Console(width=max(Console().width, 120))
@@ -164,7 +164,7 @@ def main() -> int:
                   f"on {os.cpu_count()} cores; {args.processes} process(es)", highlight=False)
     console.print("baseline 'throughput': a node is added while it adds >= 50% of its ideal "
                   "throughput, and jobs train at their throughput-optimal batch (statistical "
-                  "efficiency ignored in both); 'pollux': utility band 0.35-0.65, jobs at "
+                  "efficiency ignored in both); 'pollux': utility band 0.6-0.78, jobs at "
                   "their goodput-optimal batch; 'fixed': all nodes, goodput-optimal batch",
                   highlight=False)
     start = time.perf_counter()

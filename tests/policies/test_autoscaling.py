@@ -140,9 +140,13 @@ def test_grows_for_jobs_that_scale_and_shrinks_for_jobs_that_do_not() -> None:
     assert scaler.decide(linear, 2).num_nodes == 8  # utility 1 everywhere: as big as useful
     # efficiency k ** -0.4: 0.57 on one node, 0.44 on two, 0.33 on four
     poor = [job("b", seed=None, max_replicas=64, speedup_fn=power_law_speedup(0.6))]
-    decision = PolluxAutoscaler(config(1, 8)).decide(poor, 8)
+    decision = PolluxAutoscaler(config(1, 8), low_util=0.35, high_util=0.65).decide(poor, 8)
     assert decision.num_nodes == 2
     assert decision.utility == pytest.approx(8 ** -0.4)
+    # the default band (0.6-0.78) holds no size: the one nearest its middle, one node
+    decision = PolluxAutoscaler(config(1, 8)).decide(poor, 8)
+    assert decision.num_nodes == 1
+    assert decision.utility == pytest.approx(4 ** -0.4)
     # idle nodes go: one job of 4 replicas needs one node
     small = [job("c", seed=None, max_replicas=4)]
     assert PolluxAutoscaler(config(1, 8)).decide(small, 5).num_nodes == 1

@@ -222,19 +222,29 @@ class FixedSizeAutoscaler(Autoscaler):
                                price_per_hour=num_nodes * self.config.template.price_per_hour)
 
 
+DEFAULT_LOW_UTIL = 0.6
+DEFAULT_HIGH_UTIL = 0.78
+"""The default utility band. Chosen with ``bench/autoscale.py`` to save cost at a similar
+completion time: against the throughput autoscaler it spends 27% fewer node-hours on one
+imagenet job (JCT +6%) and 29% fewer on workload-1 (JCT -31%). A lower band (e.g.
+0.35-0.65) grows sooner and finishes sooner at a higher cost."""
+
+
 class PolluxAutoscaler(Autoscaler):
     """``pollux``: keeps the cluster utility of the best allocation inside a band."""
 
     name = "pollux"
 
     def __init__(self, config: AutoscalerConfig, estimator: Policy | None = None, *,
-                 low_util: float = 0.35, high_util: float = 0.65) -> None:
+                 low_util: float = DEFAULT_LOW_UTIL,
+                 high_util: float = DEFAULT_HIGH_UTIL) -> None:
         super().__init__(config, estimator)
         if not 0 < low_util < 1:
-            raise ConfigError("low_util", low_util, "use a utility in (0, 1), e.g. 0.35")
+            raise ConfigError("low_util", low_util,
+                              f"use a utility in (0, 1), e.g. {DEFAULT_LOW_UTIL}")
         if not low_util < high_util <= 1:
             raise ConfigError("high_util", high_util,
-                              f"use a utility in ({low_util}, 1], e.g. 0.65")
+                              f"use a utility in ({low_util}, 1], e.g. {DEFAULT_HIGH_UTIL}")
         self.low_util = float(low_util)
         self.high_util = float(high_util)
 
