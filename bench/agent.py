@@ -9,7 +9,8 @@
    over several seeds (process start-up excluded: the example times its training loop).
 2. Per-step time of the agent (AdaptiveDataParallel + AdaptiveDataLoader, fixed batch)
    against plain DistributedDataParallel + DistributedSampler on the same model and data,
-   interleaved (plain, agent, plain, agent, ...) so that machine load affects both alike.
+   alternating step by step (plain, agent, agent, plain, ...) so that machine load affects
+   both alike.
 """
 
 from __future__ import annotations
@@ -97,13 +98,14 @@ def _fmt(value: Any) -> str:
 
 def overhead(args: argparse.Namespace) -> None:
     argv = [str(Path(__file__).resolve()), "--worker", "--steps", str(args.steps),
-            "--rounds", str(args.rounds), "--backend", args.backend]
+            "--rounds", str(args.rounds), "--round-seconds", str(args.round_seconds),
+            "--backend", args.backend]
     result = last_json(launch(argv, args.replicas)[0])
     where = result.pop("_where")
     print(f"per-step time, {args.replicas} replicas ({where}), median of {args.rounds} "
-          f"interleaved rounds of {args.steps} steps")
-    print("(overhead: median over rounds of agent/plain - 1, each round's pair run back "
-          "to back)")
+          f"interleaved rounds of about {args.round_seconds:g} s (at most {args.steps} steps)")
+    print("(overhead: median over rounds of agent/plain - 1; within a round plain and agent "
+          "steps alternate one by one)")
     print(f"{'model':26}{'plain DDP ms':>14}{'agent ms':>12}{'overhead':>10}")
     for name, row in result.items():
         print(f"{name:26}{row['plain_ms']:>14.3f}{row['agent_ms']:>12.3f}"
@@ -119,24 +121,62 @@ def build_mlp(hidden: int) -> Any:
                                torch.nn.Linear(hidden, 10))
 
 
-def seconds_per_step(net: Any, optimizer: Any, loader: Any, loss_fn: Any) -> float:
-    """One pass over ``loader``; mean seconds per step after 5 warm-up steps."""
+def paired_seconds_per_step(plain: tuple[Any, Any, Any], agent: tuple[Any, Any, Any],
+                            loss_fn: Any) -> tuple[float, float]:
+    """One pass over both loaders in lockstep, one plain step then one agent step (the
+    order alternating every step), each timed with its batch loading; mean seconds per
+    step of each after 5 warm-up steps. Pairing step by step cancels machine drift."""
     import torch
     import torch.distributed as dist
 
     sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
     dist.barrier()
-    start, steps = 0.0, 0
-    for i, (x, y) in enumerate(loader):
-        if i == 5:
-            sync()
+    totals = {"plain": 0.0, "agent": 0.0}
+    parts = {"plain": plain, "agent": agent}
+    iterators = {"plain": iter(plain[2]), "agent": iter(agent[2])}
+    steps = 0
+    while True:
+        order = ("plain", "agent") if steps % 2 == 0 else ("agent", "plain")
+        try:
+            for which in order:
+                net, optimizer, _ = parts[which]
+                sync()
+                start = time.perf_counter()
+                x, y = next(iterators[which])
+                optimizer.zero_grad()
+                loss_fn(net(x), y).backward()
+                optimizer.step()
+                sync()
+                if steps >= 5:
+                    totals[which] += time.perf_counter() - start
+        except StopIteration:
+            break
+        steps += 1
+    counted = max(steps - 5, 1)
+    return totals["plain"] / counted, totals["agent"] / counted
+
+
+def calibrated_steps(net: Any, local_bsz: int, device: Any, args: argparse.Namespace) -> int:
+    """Steps per round so that one round of plain steps lasts about ``--round-seconds``
+    (the same on every rank: rank 0's estimate is broadcast), at most ``--steps``."""
+    import torch
+    import torch.distributed as dist
+
+    x = torch.randn(local_bsz, 64, device=device)
+    y = torch.randint(0, 10, (local_bsz,), device=device)
+    optimizer = torch.optim.SGD(net.parameters(), lr=0.01)
+    start = 0.0
+    for i in range(8):
+        if i == 3:
             start = time.perf_counter()
         optimizer.zero_grad()
-        loss_fn(net(x), y).backward()
+        torch.nn.functional.cross_entropy(net(x), y).backward()
         optimizer.step()
-        steps = i - 4
-    sync()
-    return (time.perf_counter() - start) / max(steps, 1)
+    per_step = (time.perf_counter() - start) / 5
+    steps = torch.tensor([min(args.steps, max(10, int(args.round_seconds / per_step)))],
+                         device=device)
+    dist.broadcast(steps, 0)
+    return int(steps.item())
 
 
 def overhead_worker(args: argparse.Namespace) -> None:
@@ -157,7 +197,8 @@ def overhead_worker(args: argparse.Namespace) -> None:
     results: dict[str, dict[str, float]] = {}
     for hidden, local_bsz in ((128, 32), (1024, 128), (2048, 256)):
         name = f"MLP 64-{hidden}-{hidden}-10 b={local_bsz}"
-        size = world * local_bsz * (args.steps + 5)
+        steps = calibrated_steps(build_mlp(hidden).to(device), local_bsz, device, args)
+        size = world * local_bsz * (steps + 5)
         data = TensorDataset(torch.randn(size, 64, generator=generator).to(device),
                              torch.randint(0, 10, (size,), generator=generator).to(device))
         plain_net = build_mlp(hidden).to(device)
@@ -177,8 +218,11 @@ def overhead_worker(args: argparse.Namespace) -> None:
         times: dict[str, list[float]] = {"plain": [], "agent": []}
         for round_number in range(args.rounds):
             sampler.set_epoch(round_number)
-            times["plain"].append(seconds_per_step(plain, plain_opt, plain_loader, loss_fn))
-            times["agent"].append(seconds_per_step(agent, agent_opt, agent_loader, loss_fn))
+            plain_s, agent_s = paired_seconds_per_step((plain, plain_opt, plain_loader),
+                                                       (agent, agent_opt, agent_loader),
+                                                       loss_fn)
+            times["plain"].append(plain_s)
+            times["agent"].append(agent_s)
             job.finish_epoch()
         ratios = [a / p for a, p in zip(times["agent"], times["plain"])]
         results[name] = {"plain_ms": 1000 * statistics.median(times["plain"]),
@@ -200,8 +244,11 @@ def main() -> None:
     parser.add_argument("--max-epochs", type=int, default=60)
     parser.add_argument("--control-interval-s", type=float, default=0.1,
                         help="agent agreement interval (short: training lasts seconds)")
-    parser.add_argument("--steps", type=int, default=200, help="steps per overhead round")
-    parser.add_argument("--rounds", type=int, default=7, help="interleaved overhead rounds")
+    parser.add_argument("--steps", type=int, default=200,
+                        help="most steps per overhead round")
+    parser.add_argument("--round-seconds", type=float, default=1.0,
+                        help="target length of one overhead round (sets its steps)")
+    parser.add_argument("--rounds", type=int, default=9, help="interleaved overhead rounds")
     parser.add_argument("--backend", choices=("auto", "gloo", "nccl"), default="gloo",
                         help="overhead part: auto picks nccl on a GPU (one replica per GPU)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
