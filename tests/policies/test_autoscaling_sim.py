@@ -138,3 +138,21 @@ def test_simulate_refuses_unknown_autoscalers_and_bounds_without_one(
             in capsys.readouterr().err)
     assert main(["simulate", "--min-nodes", "2"]) == 2
     assert "--min-nodes needs --autoscaler" in capsys.readouterr().err
+
+
+def test_simulate_utility_band_flag(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    workload = tmp_path / "small.csv"
+    workload.write_text(WORKLOAD_CSV)
+    assert main(["simulate", str(workload), "--utility-band", "0.5:0.8"]) == 2
+    assert "needs --autoscaler pollux" in capsys.readouterr().err
+    assert main(["simulate", str(workload), "--autoscaler", "pollux",
+                 "--utility-band", "half"]) == 2
+    assert "write LOW:HIGH" in capsys.readouterr().err
+    out = tmp_path / "out.json"
+    # a band no utility can exceed never grows the cluster past its first node
+    assert main(["simulate", str(workload), "--policy", "pollux", "--autoscaler", "pollux",
+                 "--nodes", "4", "--processes", "1", "--utility-band", "0.99:1",
+                 "--json", str(out)]) == 0
+    (run,) = json.loads(out.read_text())["runs"]
+    assert run["num_completed"] == 3
+    assert max(run["nodes_over_time"]["num_billed_nodes"]) == 1

@@ -26,6 +26,8 @@ from rich.table import Table
 
 from pollux.errors import ConfigError
 from pollux.policies.autoscaling import (
+    DEFAULT_HIGH_UTIL,
+    DEFAULT_LOW_UTIL,
     DEFAULT_NODE_PRICE_PER_HOUR,
     autoscaler_names,
     check_autoscaler_name,
@@ -135,14 +137,30 @@ def _workload_table(records: list[RunRecord]) -> Table:
     return table
 
 
+def _autoscaler_options(args: argparse.Namespace) -> dict[str, float]:
+    """``--utility-band LOW:HIGH`` as the Pollux autoscaler's options (checked there)."""
+    if args.utility_band is None:
+        return {}
+    if args.autoscaler != "pollux":
+        raise ConfigError("utility_band", args.utility_band, "needs --autoscaler pollux")
+    try:
+        low, high = (float(part) for part in args.utility_band.split(":"))
+    except ValueError:
+        raise ConfigError("utility_band", args.utility_band,
+                          "write LOW:HIGH, e.g. 0.6:0.78") from None
+    return {"low_util": low, "high_util": high}
+
+
 def run(args: argparse.Namespace) -> int:
     console = Console()
     policies = _policies(args.policy)
     config = _cluster_config(args)
     applications = set(load_applications(args.traces))
     workloads = _workloads(args, applications)
+    options = _autoscaler_options(args)
     tasks = [RunTask(policy, workload, config, args.traces, args.seed,
-                     timeline=args.plot is not None, autoscaler=args.autoscaler)
+                     timeline=args.plot is not None, autoscaler=args.autoscaler,
+                     autoscaler_options=options)
              for workload in workloads for policy in policies]
     processes = args.processes or min(len(tasks), os.cpu_count() or 1)
     source = args.traces or "built-in catalog"
@@ -212,6 +230,10 @@ def register(subparsers: Any) -> None:
     scaling.add_argument("--node-price", type=float, default=DEFAULT_NODE_PRICE_PER_HOUR,
                          help="price of a node-hour for the reported cost (default "
                               f"{DEFAULT_NODE_PRICE_PER_HOUR}, an AWS g4dn.12xlarge)")
+    scaling.add_argument("--utility-band", metavar="LOW:HIGH", default=None,
+                         help="pollux autoscaler: the cluster-utility band it keeps (default "
+                              f"{DEFAULT_LOW_UTIL}:{DEFAULT_HIGH_UTIL}; lower grows sooner, "
+                              "finishing sooner at a higher cost)")
     scaling.add_argument("--provision-delay-s", type=float, default=120.0,
                          help="autoscaling: seconds before a requested node is usable "
                               "(billed meanwhile; default 120)")

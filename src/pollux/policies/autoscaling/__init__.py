@@ -11,6 +11,8 @@ and the service drive them.
 from __future__ import annotations
 
 from pollux.policies.autoscaling.autoscaler import (
+    DEFAULT_HIGH_UTIL,
+    DEFAULT_LOW_UTIL,
     DEFAULT_NODE_PRICE_PER_HOUR,
     Autoscaler,
     AutoscalerConfig,
@@ -41,6 +43,8 @@ from pollux.policies.autoscaling.utility import (
 )
 
 __all__ = [
+    "DEFAULT_HIGH_UTIL",
+    "DEFAULT_LOW_UTIL",
     "DEFAULT_NODE_PRICE_PER_HOUR",
     "THROUGHPUT_SPEEDUP_KEY",
     "AutoscaledPolicy",
