@@ -258,9 +258,25 @@ def test_profile_separates_compute_and_sync_and_fits_in_the_background() -> None
     assert params is not None
     assert params.beta_c == pytest.approx(truth.beta_c, rel=0.1)
     assert params.alpha_r == pytest.approx(truth.alpha_r, rel=0.2)
+    # a refit on more data starts from the previous fit and still recovers the truth
+    for bsz in (16, 32, 64):
+        compute = truth.alpha_c + truth.beta_c * bsz
+        for _ in range(3):
+            profiler.record(MicroStepTiming((1, 4, bsz), True, 0.0,
+                                            compute + truth.alpha_r, compute_end=compute))
+    assert profiler.collect() == 9
+    assert profiler.maybe_refit()
+    profiler.wait_for_fit(30)
+    refit = profiler.params
+    assert refit is not None
+    assert refit.beta_c == pytest.approx(truth.beta_c, rel=0.1)
+    assert refit.alpha_r == pytest.approx(truth.alpha_r, rel=0.2)
+    params = refit
+    observations = profiler.observations()
+    assert observations is not None and len(observations) == 9
     restored = StepProfiler(torch.device("cpu"))
     restored.load_state_dict(profiler.state_dict())
-    assert restored.params == params and restored.max_profiled_replicas == 2
+    assert restored.params == params and restored.max_profiled_replicas == 4
     again = restored.observations()
     assert again is not None
     np.testing.assert_allclose(again.step_time, observations.step_time)
