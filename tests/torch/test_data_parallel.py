@@ -10,6 +10,7 @@ import torch
 import torch.distributed as dist
 
 import pollux.torch as pt
+from pollux.errors import ConfigError
 from pollux.torch.scaling_rules import ScalingRule
 
 
@@ -24,6 +25,7 @@ def process_group() -> Iterator[None]:
 
 
 def new_job(**config: float) -> pt.JobContext:
+    config.setdefault("noise_interval_steps", 1)  # statistics on every step unless asked
     return pt.init_process_group("gloo", config=pt.AgentConfig(**config),  # type: ignore[arg-type]
                                  install_signal_handler=False, environ={})
 
@@ -87,6 +89,33 @@ def test_zero_grad_after_step_keeps_accumulating() -> None:
     assert not torch.equal(grads[0], grads[1])  # the second one accumulated on the first
     assert model_net.weight.grad is None  # cleared once the real step was taken
     assert model.noise.num_updates == 1  # one replica, two micro-batches: one estimate
+
+
+def test_statistics_every_nth_step_decay_as_much_per_update() -> None:
+    def run(interval: int) -> pt.AdaptiveDataParallel:
+        job = new_job(noise_interval_steps=interval)
+        model = pt.AdaptiveDataParallel(net(), torch.optim.SGD(net().parameters(), lr=0.0),
+                                        job=job)
+        loader = pt.AdaptiveDataLoader(dataset(7 * 32), batch_size=32, job=job,
+                                       shuffle=False)
+        loader.autoscale_batch_size(64, (16, 16))
+        for x, y in loader:  # one replica, 32 per step as 2 micro-batches of 16
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            model.optimizer.step()
+            model.optimizer.zero_grad()
+        assert model.optimizer_steps == 7
+        return model
+
+    every, third = run(1), run(3)
+    assert every.noise.num_updates == 7
+    assert third.noise.num_updates == 3  # steps 0, 3 and 6
+    # the averages' total weight after 3 updates of 3 steps equals 9 single-step ones
+    beta = pt.AgentConfig().noise_smoothing  # every step at the initial batch: scale 1
+    weight_third = float(third.noise.raw()[2])
+    assert weight_third == pytest.approx(1 - beta ** 9, rel=1e-9)
+    assert float(every.noise.raw()[2]) == pytest.approx(1 - beta ** 7, rel=1e-9)
+    with pytest.raises(ConfigError, match="noise_interval_steps"):
+        pt.AgentConfig(noise_interval_steps=0)
 
 
 class Triple(ScalingRule):

@@ -137,6 +137,7 @@ class AdaptiveDataParallel(DistributedDataParallel):
         checkpoint.register("pollux/gradient_noise", self.noise)
         checkpoint.register("pollux/trainer", self._trainer)
         self._world = dist.get_world_size(self.process_group)
+        self._noise_interval = job.config.noise_interval_steps
         # Micro-step state, set by the data loader (defaults: no accumulation, no stats).
         self._step = _MicroStep()
         self.piggyback_max_numel = _PIGGYBACK_MAX_NUMEL
@@ -210,7 +211,9 @@ class AdaptiveDataParallel(DistributedDataParallel):
             step.local_sqr_sum = None
             step.first_micro_sqr = None
             step.compute_end_mark = None
-            step.collect = regular and (self._world > 1 or num_micro_steps > 1)
+            # Every rank has taken the same optimizer steps: they agree on ``collect``.
+            step.collect = (regular and (self._world > 1 or num_micro_steps > 1)
+                            and self._trainer.optimizer_steps % self._noise_interval == 0)
         elif index == 1 and self._world == 1 and step.collect:
             step.first_micro_sqr = self._accumulated_grad_sqr()
 
@@ -310,7 +313,9 @@ class AdaptiveDataParallel(DistributedDataParallel):
             small = step.first_micro_sqr / scale_sqr
             small_bsz, big_bsz = b, b * micro
         m0 = step.init_batch_size or big_bsz
-        self.noise.update(small, small_bsz, big, big_bsz, scale=big_bsz / m0)
+        # One update stands for the ``noise_interval`` steps until the next one.
+        self.noise.update(small, small_bsz, big, big_bsz,
+                          scale=big_bsz / m0 * self._noise_interval)
         step.global_parts = []
 
     def set_grad_stats(self, stats: GradientStats | None) -> None:

@@ -40,7 +40,8 @@ def count_syncs(step: Any) -> int:
 
 
 def main() -> None:
-    config = pt.AgentConfig(control_interval_s=1e6, max_control_interval_steps=10**6)
+    config = pt.AgentConfig(control_interval_s=1e6, max_control_interval_steps=10**6,
+                            noise_interval_steps=1)
     job = pt.init_process_group(config=config, install_signal_handler=False)
     device = job.device
     assert device.type == "cuda" and job.backend == "nccl", (device, job.backend)
@@ -83,7 +84,8 @@ def main() -> None:
                               "agent_syncs": count_syncs(agent_step),
                               "noise_updates": agent.noise.num_updates}
 
-    amp_job = pt.init_process_group(config=pt.AgentConfig(), install_signal_handler=False)
+    amp_job = pt.init_process_group(config=pt.AgentConfig(noise_interval_steps=1),
+                                    install_signal_handler=False)
     scaler = torch.amp.GradScaler("cuda", init_scale=2.0**12)
     amp_net = mlp(device)
     amp_opt = torch.optim.Adam(amp_net.parameters(), lr=1e-3)

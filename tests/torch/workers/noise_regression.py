@@ -34,7 +34,7 @@ def main() -> None:
 
 
 def measure(args: argparse.Namespace, piggyback: bool) -> pt.JobContext:
-    config = pt.AgentConfig(min_goodput_gain=1e9, min_noise_updates=1)
+    config = pt.AgentConfig(min_goodput_gain=1e9, min_noise_updates=1, noise_interval_steps=1)
     job = pt.init_process_group(config=config, install_signal_handler=False)
     rng = np.random.default_rng(args.seed)
     x = rng.standard_normal((args.samples, args.dims))
