@@ -57,9 +57,9 @@ class AgentConfig:
     """Gradient-statistics updates needed before they drive the batch size."""
     noise_interval_steps: int = 4
     """Measure the gradient statistics on every this many-th optimizer step (the averages
-    decay by as many steps per update); 1 = every step. Measuring costs a few reductions
-    over the gradients and the replicas' norms in the last all-reduce: about 5% of a step
-    of a small model on CPU, so every 4th step keeps it near 1%."""
+    decay by as many steps per update); 1 = every step. Measuring costs reductions over
+    the gradients and the replicas' norms in the last all-reduce: 5-10% of a step of a
+    small model on CPU (``bench/agent.py``), a quarter of that every 4th step."""
     profile_warmup_steps: int = 2
     """Optimizer steps not profiled after each (re)configuration (warm-up outliers)."""
     refit_interval_s: float = 5.0
