@@ -240,38 +240,37 @@ def test_profile_separates_compute_and_sync_and_fits_in_the_background() -> None
     truth = ThroughputParams(alpha_c=0.01, beta_c=0.001, alpha_n=0.05, beta_n=0.0,
                              alpha_r=0.02, beta_r=0.0, gamma=1.0)
     profiler = StepProfiler(torch.device("cpu"), refit_interval_s=0.0)
-    for replicas in (1, 2):
+
+    def measure(replicas: int, with_micro_steps: bool) -> None:
         for bsz in (16, 32, 64):
             compute = truth.alpha_c + truth.beta_c * bsz
             sync = 0.0 if replicas == 1 else truth.alpha_r
             for _ in range(3):  # marks are plain seconds on the CPU
-                profiler.record(MicroStepTiming((1, replicas, bsz), False, 0.0, compute))
+                if with_micro_steps:
+                    profiler.record(MicroStepTiming((1, replicas, bsz), False, 0.0, compute))
                 profiler.record(MicroStepTiming((1, replicas, bsz), True, 0.0,
                                                 compute + sync, compute_end=compute))
+
+    def refit_recovers_the_truth() -> ThroughputParams:
+        assert profiler.maybe_refit()
+        profiler.wait_for_fit(30)
+        params = profiler.params
+        assert params is not None
+        assert params.beta_c == pytest.approx(truth.beta_c, rel=0.1)
+        assert params.alpha_r == pytest.approx(truth.alpha_r, rel=0.2)
+        return params
+
+    measure(1, True)
+    measure(2, True)
     assert profiler.collect() == 36
     observations = profiler.observations()
     assert observations is not None and len(observations) == 6
     assert profiler.max_profiled_replicas == 2
-    assert profiler.maybe_refit()
-    profiler.wait_for_fit(30)
-    params = profiler.params
-    assert params is not None
-    assert params.beta_c == pytest.approx(truth.beta_c, rel=0.1)
-    assert params.alpha_r == pytest.approx(truth.alpha_r, rel=0.2)
+    refit_recovers_the_truth()
     # a refit on more data starts from the previous fit and still recovers the truth
-    for bsz in (16, 32, 64):
-        compute = truth.alpha_c + truth.beta_c * bsz
-        for _ in range(3):
-            profiler.record(MicroStepTiming((1, 4, bsz), True, 0.0,
-                                            compute + truth.alpha_r, compute_end=compute))
+    measure(4, False)
     assert profiler.collect() == 9
-    assert profiler.maybe_refit()
-    profiler.wait_for_fit(30)
-    refit = profiler.params
-    assert refit is not None
-    assert refit.beta_c == pytest.approx(truth.beta_c, rel=0.1)
-    assert refit.alpha_r == pytest.approx(truth.alpha_r, rel=0.2)
-    params = refit
+    params = refit_recovers_the_truth()
     observations = profiler.observations()
     assert observations is not None and len(observations) == 9
     restored = StepProfiler(torch.device("cpu"))
