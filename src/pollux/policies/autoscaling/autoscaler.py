@@ -276,6 +276,8 @@ class PolluxAutoscaler(Autoscaler):
             return Proposal(num_nodes, f"utility {now.utility:.2f} within the band",
                             now.utility, {**stats, "evaluations": evaluator.num_evaluations})
         best = self._search(evaluator, cfg.min_nodes, cap)
+        if not self.in_band(evaluator.estimate(best).utility):
+            best = self._scan_for_band(evaluator, cfg.min_nodes, cap, best)
         found = evaluator.estimate(best)
         shown = "none" if found.utility is None else f"{found.utility:.2f}"
         if now.utility is None or now.utility > self.high_util:
@@ -286,6 +288,18 @@ class PolluxAutoscaler(Autoscaler):
             where = "within the band but beyond the useful size"
         return Proposal(best, f"utility {where} at {num_nodes} nodes; {shown} at {best}",
                         found.utility, {**stats, "evaluations": evaluator.num_evaluations})
+
+    def _scan_for_band(self, evaluator: SizeEvaluator, low: int, high: int,
+                       searched: int) -> int:
+        """The in-band size in [low, high] nearest the band's middle (the smallest on a
+        tie), else ``searched``. Utility usually falls with size, but not always (a node
+        more can give every job a node of its own), so when the search misses the band,
+        every size is looked at."""
+        in_band = [n for n in range(max(low, 1), high + 1)
+                   if self.in_band(evaluator.estimate(n).utility)]
+        if not in_band:
+            return searched
+        return min(in_band, key=lambda n: (self._distance(evaluator.estimate(n)), n))
 
     def _search(self, evaluator: SizeEvaluator, low: int, high: int) -> int:
         """The size in [low, high] whose utility is nearest the band's middle, assuming
