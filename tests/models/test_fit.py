@@ -7,7 +7,7 @@ import pytest
 
 from pollux.errors import ConfigError
 from pollux.models import ThroughputObservations, fit_throughput, fit_throughput_params
-from pollux.models.fit import _loss_and_grad
+from pollux.models.fit import _FitDesign, _loss_and_grad
 from pollux.models.throughput import compute_time, optimizer_step_time
 from tests.models.profiles import TRUE_PARAMS, noisy_observations, realistic_configs
 
@@ -27,7 +27,7 @@ def test_recovers_step_times_on_unseen_configurations(seed: int) -> None:
 
 
 def test_analytic_gradient_matches_finite_differences() -> None:
-    obs = noisy_observations(TRUE_PARAMS, realistic_configs(), seed=3)
+    obs = _FitDesign.of(noisy_observations(TRUE_PARAMS, realistic_configs(), seed=3))
     p = TRUE_PARAMS.as_array() * np.array([1.3, 0.7, 1.2, 1.5, 0.8, 2.0, 1.0]) + np.array([0.0] * 6 + [0.4])
     _, grad = _loss_and_grad(p, obs)
     eps = 1e-7

@@ -138,10 +138,9 @@ class _FitDesign:
 
 
 def _loss_and_grad(
-    p: FloatArray, obs: ThroughputObservations | _FitDesign
+    p: FloatArray, d: _FitDesign
 ) -> tuple[float, FloatArray]:
     """The fit objective and its gradient with respect to the 7 parameters."""
-    d = obs if isinstance(obs, _FitDesign) else _FitDesign.of(obs)
     x, multi, inter, intra, extra = d.x, d.multi, d.inter, d.intra, d.extra
     g = p[GAMMA]
 

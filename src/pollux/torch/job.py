@@ -58,7 +58,7 @@ class AgentConfig:
     noise_interval_steps: int = 4
     """Measure the gradient statistics on every this many-th optimizer step (the averages
     decay by as many steps per update); 1 = every step. Measuring costs reductions over
-    the gradients and the replicas' norms in the last all-reduce: 5-10% of a step of a
+    the gradients and the replicas' norms in the last all-reduce: 5-11% of a step of a
     small model on CPU (``bench/agent.py``), a quarter of that every 4th step."""
     profile_warmup_steps: int = 2
     """Optimizer steps not profiled after each (re)configuration (warm-up outliers)."""
