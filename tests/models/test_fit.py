@@ -131,3 +131,16 @@ def test_exact_single_observation_is_quiet(caplog: pytest.LogCaptureFixture) -> 
     assert fit.params.alpha_c == pytest.approx(0.05)
     assert float(compute_time(fit.params, 32)) == pytest.approx(0.1, rel=1e-3)
     assert caplog.text == ""
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_noise_free_profile_is_recovered_exactly(seed: int) -> None:
+    # Compute times exactly on a line make the compute RMSLE 0 at the initial guess; the
+    # fit must still move the sync parameters (it once stalled there, loss ~0.1).
+    obs = noisy_observations(TRUE_PARAMS, realistic_configs(), noise=0.0, seed=seed)
+    fit = fit_throughput(obs)
+    assert fit.converged, fit.message
+    assert fit.loss < 0.01
+    for n, k, b in UNSEEN:
+        assert float(optimizer_step_time(fit.params, n, k, b)) == pytest.approx(
+            float(optimizer_step_time(TRUE_PARAMS, n, k, b)), rel=0.02), (n, k, b)

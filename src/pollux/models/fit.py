@@ -33,6 +33,10 @@ GAMMA_REGULARIZATION = 1e-3
 """Weight of ``(gamma - 1)^2`` in the loss."""
 RETROGRESSION_REGULARIZATION = 1e-3
 """Weight of ``(beta_r / alpha_r)^2 + (beta_n / alpha_n)^2`` in the loss."""
+RMS_SMOOTHING = 1e-4
+"""Each RMSLE term is ``sqrt(mean(e^2) + RMS_SMOOTHING^2)``: differentiable where a part
+of the data is fitted exactly (noise-free compute times on a line, two batch sizes), where
+the plain root has a kink, L-BFGS-B's line search fails and the fit stalls at its start."""
 INTER_OVER_INTRA_PRIOR = 1.1
 """Without multi-node data, inter-node sync is assumed at least this much slower."""
 
@@ -157,10 +161,11 @@ def _loss_and_grad(
 
     e_c = log_c - d.log_compute
     e_s = log_o - d.log_step
-    rms_c = float(np.sqrt(e_c @ e_c / d.n_obs))
-    rms_s = float(np.sqrt(e_s @ e_s / d.n_obs))
-    d_c = e_c / (d.n_obs * rms_c) if rms_c > 0 else 0.0 * e_c
-    d_s = e_s / (d.n_obs * rms_s) if rms_s > 0 else 0.0 * e_s
+    # Smoothed at 0 (see RMS_SMOOTHING): an exact fit of one part must keep a gradient.
+    rms_c = float(np.sqrt(e_c @ e_c / d.n_obs + RMS_SMOOTHING**2))
+    rms_s = float(np.sqrt(e_s @ e_s / d.n_obs + RMS_SMOOTHING**2))
+    d_c = e_c / (d.n_obs * rms_c)
+    d_s = e_s / (d.n_obs * rms_s)
 
     grad_tc = (d_c + d_s * w_c) / t_c
     grad_ts = d_s * w_s / t_s
