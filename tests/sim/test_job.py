@@ -93,3 +93,39 @@ def test_adaptive_job_profiles_and_refits_on_new_configurations() -> None:
     assert job.profile.max_profiled_replicas == 2 and job.profile.max_replicas() == 4
     assert job.profile.num_fits >= 2
     assert float(job.profile.speedup_fn()(1, 2)) > 1.0
+
+
+def test_oracle_knowledge_uses_the_true_model_after_the_first_measurement() -> None:
+    from pollux.models.throughput import optimizer_step_time
+    from pollux.sim.oracle import true_throughput_params
+    from pollux.sim.placement import packed_placement
+
+    app = ToyApplication(ratio=50.0)
+    truth = true_throughput_params(app, gpus_per_node=4, max_replicas=16)
+    for replicas in (1, 2, 4, 8, 16):  # the fitted model reproduces the true step times
+        placement = packed_placement(replicas, 4)
+        for bsz in (16, 32, 64):
+            step, _ = app.step_sync_time(placement, float(bsz))
+            assert float(optimizer_step_time(truth, len(placement), replicas, bsz)) == \
+                pytest.approx(step, rel=0.05), (replicas, bsz)
+    job = SimJob(JobSpec("j", 0.0, app.name, 1, 64), app, BatchMode.ADAPTIVE,
+                 known_params=truth)
+    assert job.profile is not None
+    assert job.profile.speedup_fn()(1, 4) == 4.0  # still optimistic before measuring
+    job.reallocate(("n0", "n0"), (2,), 0.0)
+    job.advance(0.0, 60.0)
+    assert job.profile.params is truth and job.profile.num_fits == 0
+    job.update_batch()
+    assert (job.atomic_bsz, job.accum_steps) == job._oracle_batch()
+
+
+def test_unknown_job_knowledge_names_the_choices() -> None:
+    from pollux.errors import ConfigError
+    from pollux.policies import make_policy
+    from pollux.sim.simulator import Simulator
+    from pollux.sim.workload import Workload
+
+    app = ToyApplication()
+    workload = Workload("w", (JobSpec("j", 0.0, app.name, 1, 64),))
+    with pytest.raises(ConfigError, match="job_knowledge.*measured, oracle"):
+        Simulator(workload, {app.name: app}, make_policy("pollux"), job_knowledge="psychic")

@@ -160,7 +160,7 @@ def run(args: argparse.Namespace) -> int:
     options = _autoscaler_options(args)
     tasks = [RunTask(policy, workload, config, args.traces, args.seed,
                      timeline=args.plot is not None, autoscaler=args.autoscaler,
-                     autoscaler_options=options)
+                     autoscaler_options=options, job_knowledge=args.job_knowledge)
              for workload in workloads for policy in policies]
     processes = args.processes or min(len(tasks), os.cpu_count() or 1)
     source = args.traces or "built-in catalog"
@@ -218,6 +218,10 @@ def register(subparsers: Any) -> None:
                         help="seconds a job idles after each placement change (default 30)")
     parser.add_argument("--interference", type=float, default=0.0,
                         help="slowdown of distributed jobs sharing a node (default 0)")
+    parser.add_argument("--job-knowledge", choices=("measured", "oracle"), default="measured",
+                        help="what adaptive (Pollux) jobs know of themselves: measured (fit "
+                             "their own measurements, as the agent; default) or oracle (true "
+                             "step-time model and goodput: the value of perfect modelling)")
     scaling = parser.add_argument_group("cloud autoscaling")
     scaling.add_argument("--autoscaler", default="none",
                          metavar="{" + ",".join(autoscaler_names()) + "}",

@@ -14,7 +14,7 @@ from pollux.sim.applications import (
     TraceApplication,
     load_trace_applications,
 )
-from pollux.sim.job import BatchMode, JobSpec, JobState, SimJob
+from pollux.sim.job import BatchMode, JobKnowledge, JobSpec, JobState, SimJob
 from pollux.sim.simulator import ClusterConfig, SimulationResult, Simulator, run_simulation
 from pollux.sim.workload import Workload, read_workload, workload_files, write_workload
 
@@ -24,6 +24,7 @@ __all__ = [
     "BatchMode",
     "ClusterConfig",
     "JobSpec",
+    "JobKnowledge",
     "JobState",
     "SimJob",
     "SimulationResult",

@@ -81,10 +81,14 @@ class JobProfile:
     """Configurations run so far, the fitted step-time model and the latest gradient stats."""
 
     def __init__(self, spec: ApplicationSpec, fits: FitCache | None = None,
-                 objective: BatchObjective = BatchObjective.GOODPUT) -> None:
+                 objective: BatchObjective = BatchObjective.GOODPUT,
+                 known_params: ThroughputParams | None = None) -> None:
         self.spec = spec
         self.objective = objective
         """What the chosen batch size maximizes (and the reported speedup measures)."""
+        self.known_params = known_params
+        """The true step-time model, used from the first measurement on instead of a fit
+        (oracle-knowledge experiments); None: fit the measurements (the agent's way)."""
         self._fits = FitCache() if fits is None else fits
         self.observations: dict[ConfigKey, tuple[float, float]] = {}
         """Config -> (step seconds, sync seconds) as first measured."""
@@ -108,6 +112,9 @@ class JobProfile:
         if key in self.observations:
             return
         self.observations[key] = (float(step_time_s), float(sync_time_s))
+        if self.known_params is not None:
+            self.params = self.known_params
+            return
         rows = tuple((float(n), float(k), float(b), max(step - sync, 1e-9), step)
                      for (n, k, b), (step, sync) in self.observations.items())
         self.params = self._fits.fit(self.spec.name, rows, self.params)

@@ -14,6 +14,7 @@ from enum import Enum
 
 import numpy as np
 
+from pollux.models import ThroughputParams
 from pollux.policies.autoscaling.objective import BatchObjective
 from pollux.sim.adaptive import FitCache, JobProfile
 from pollux.sim.applications import Application
@@ -33,6 +34,17 @@ class BatchMode(Enum):
     throughput-optimal from its fitted model (the THROUGHPUT batch objective)."""
     ORACLE = "oracle"
     """Goodput-optimal from the application's true behaviour (isolated reference runs)."""
+
+
+class JobKnowledge(Enum):
+    """What an adaptive job knows about itself (for experiments on the value of modelling)."""
+
+    MEASURED = "measured"
+    """Only what it measured: the step-time model is fitted to the configurations it ran
+    (the agent's way; the default)."""
+    ORACLE = "oracle"
+    """Its true step-time model (from its first measurement on) and its true goodput when
+    it picks a batch size: an upper bound on what better modelling could give."""
 
 
 class JobState(Enum):
@@ -62,7 +74,8 @@ class SimJob:
 
     def __init__(self, spec: JobSpec, app: Application, mode: BatchMode,
                  fits: FitCache | None = None,
-                 batch_objective: BatchObjective = BatchObjective.GOODPUT) -> None:
+                 batch_objective: BatchObjective = BatchObjective.GOODPUT,
+                 known_params: ThroughputParams | None = None) -> None:
         self.spec = spec
         self.app = app
         self.mode = mode
@@ -72,8 +85,10 @@ class SimJob:
             self.target_batch_size = pinned_bsz
         elif mode is BatchMode.FIXED:
             self.target_batch_size = int(spec.batch_size)
-        self.profile = (JobProfile(app.spec, fits, batch_objective)
+        self.profile = (JobProfile(app.spec, fits, batch_objective, known_params)
                         if mode is BatchMode.ADAPTIVE else None)
+        self.oracle_batch = known_params is not None
+        """Batch chosen by true goodput once profiled (JobKnowledge.ORACLE)."""
         self.allocation: tuple[str, ...] = ()
         self.placement: Placement = ()
         self.atomic_bsz = 0
@@ -131,6 +146,8 @@ class SimJob:
         best = None
         if self.mode is BatchMode.ADAPTIVE and self.profile is not None:
             best = self.profile.best_batch(len(self.placement), replicas)
+            if best is not None and self.oracle_batch:
+                best = self._oracle_batch()
         elif self.mode is BatchMode.ORACLE:
             best = self._oracle_batch()
         if best is None:  # no model yet: the smallest batch that gives every replica work

@@ -1,9 +1,10 @@
-"""The Optimus+Oracle view of a fixed-batch job: its true step time and remaining steps.
+"""Oracle knowledge the simulator can hand out: true step times and remaining steps.
 
 Optimus+Oracle knows each job's true throughput and how many iterations it has left; the
 simulator hands that knowledge to the policy as :attr:`JobInfo.remaining_time_fn`,
 ``remaining_s(num_nodes, num_replicas)``, so the policy itself stays a pure function of
-its snapshot.
+its snapshot. :func:`true_throughput_params` is the step-time model a job would fit if it
+had measured every configuration (for ``JobKnowledge.ORACLE`` experiments).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike
 
+from pollux.models import ThroughputParams, fit_throughput_params
 from pollux.models.throughput import FloatArray
 from pollux.sim.applications import Application
 from pollux.sim.placement import packed_placement
@@ -74,3 +76,23 @@ def remaining_iterations(app: Application, batch_size: int, epoch: int) -> float
     if epoch >= last:
         return 1.0
     return app.iterations(batch_size, last) - app.iterations(batch_size, epoch)
+
+
+def true_throughput_params(app: Application, gpus_per_node: int,
+                           max_replicas: int = 64) -> ThroughputParams:
+    """The step-time model fitted to the application's true times on packed placements of
+    1, 2, 4, ... up to ``max_replicas`` replicas, at five atomic batch sizes spread
+    geometrically over the allowed local batch range."""
+    spec = app.spec
+    low, high = spec.min_local_bsz, max(spec.min_local_bsz, spec.max_local_bsz)
+    sizes = np.unique(np.geomspace(low, high, 5).round().astype(int))
+    rows = []
+    replicas = 1
+    while replicas <= max_replicas:
+        placement = packed_placement(replicas, gpus_per_node)
+        for bsz in sizes:
+            step, sync = app.step_sync_time(placement, float(bsz))
+            rows.append((float(len(placement)), float(replicas), float(bsz),
+                         max(step - sync, 1e-6 * step), step))
+        replicas *= 2
+    return fit_throughput_params(rows)

@@ -53,6 +53,8 @@ class RunTask:
     autoscaler_options: Mapping[str, Any] = field(default_factory=dict)
     """Keyword options of the autoscaler (``window_rounds`` and ``grow_window_rounds`` go
     to its config)."""
+    job_knowledge: str = "measured"
+    """What adaptive jobs know of themselves: "measured" (fitted) or "oracle" (true model)."""
 
 
 @dataclass(frozen=True)
@@ -164,7 +166,8 @@ def execute(task: RunTask, index: int = 0,
         apps = applications if applications is not None else load_applications(task.traces_dir)
         policy = build_policy(task.policy, task.seed)
         result = run_simulation(task.workload, apps, policy, task.config,
-                                autoscaler=build_autoscaler(task))
+                                autoscaler=build_autoscaler(task),
+                                job_knowledge=task.job_knowledge)
         record = summarize_run(result, apps)
     except PolluxError as exc:  # re-raised plainly so it survives pickling
         raise PolluxError(f"{task.policy} on {task.workload.name}: {exc}") from None

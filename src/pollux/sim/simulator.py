@@ -25,6 +25,10 @@ class attribute ``batch_objective``: goodput (no autoscaler, the Pollux autoscal
 throughput, statistical efficiency ignored (the throughput-based baseline, whose jobs then
 also report their throughput speedup to the policy). ``batch_objective=`` overrides it.
 A job's true progress always follows its true gradient statistics.
+
+``job_knowledge=JobKnowledge.ORACLE`` gives adaptive jobs their true step-time model and
+true goodput (see :class:`~pollux.sim.job.JobKnowledge`): how much better modelling could
+gain, measured against the default ``MEASURED``.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ from types import MappingProxyType
 from threadpoolctl import threadpool_limits
 
 from pollux.errors import ConfigError, PolluxError
+from pollux.models import ThroughputParams
 from pollux.policies.autoscaling import (
     DEFAULT_NODE_PRICE_PER_HOUR,
     THROUGHPUT_SPEEDUP_KEY,
@@ -49,8 +54,13 @@ from pollux.policies.base import GPU, JobInfo, NodeInfo, Policy, SpeedupFn, Tune
 from pollux.sim.adaptive import FitCache
 from pollux.sim.applications import Application
 from pollux.sim.cluster import ClusterSize, ElasticCluster
-from pollux.sim.job import BatchMode, SimJob
-from pollux.sim.oracle import RemainingTimeOracle, StepTimeTable, remaining_iterations
+from pollux.sim.job import BatchMode, JobKnowledge, SimJob
+from pollux.sim.oracle import (
+    RemainingTimeOracle,
+    StepTimeTable,
+    remaining_iterations,
+    true_throughput_params,
+)
 from pollux.sim.placement import placement_of
 from pollux.sim.workload import Workload
 
@@ -164,7 +174,8 @@ class Simulator:
                  policy: Policy, config: ClusterConfig | None = None,
                  adaptive_jobs: bool | None = None,
                  autoscaler: Autoscaler | None = None,
-                 batch_objective: BatchObjective | None = None) -> None:
+                 batch_objective: BatchObjective | None = None,
+                 job_knowledge: JobKnowledge | str = JobKnowledge.MEASURED) -> None:
         self.workload = workload
         self.policy = policy
         self.config = config or ClusterConfig()
@@ -186,8 +197,17 @@ class Simulator:
                               f"no model for it; known: {', '.join(sorted(applications))}")
         self.fits = FitCache()
         """Throughput fits shared by the run's adaptive jobs (memoized, deterministic)."""
+        try:
+            self.job_knowledge = JobKnowledge(job_knowledge)
+        except ValueError:
+            raise ConfigError("job_knowledge", job_knowledge,
+                              f"use one of {', '.join(k.value for k in JobKnowledge)}") from None
+        known: dict[str, ThroughputParams | None] = {}
+        if self.job_knowledge is JobKnowledge.ORACLE and mode is BatchMode.ADAPTIVE:
+            known = {name: true_throughput_params(applications[name], self.config.gpus_per_node)
+                     for name in sorted({j.application for j in workload.jobs})}
         self.jobs = tuple(SimJob(spec, applications[spec.application], mode, self.fits,
-                                 batch_objective)
+                                 batch_objective, known.get(spec.application))
                           for spec in workload.jobs)
         self.cluster: ElasticCluster | None = None
         if autoscaler is None:
@@ -412,8 +432,9 @@ def run_simulation(workload: Workload, applications: Mapping[str, Application],
                    policy: Policy, config: ClusterConfig | None = None,
                    adaptive_jobs: bool | None = None,
                    autoscaler: Autoscaler | None = None,
-                   batch_objective: BatchObjective | None = None) -> SimulationResult:
+                   batch_objective: BatchObjective | None = None,
+                   job_knowledge: JobKnowledge | str = JobKnowledge.MEASURED) -> SimulationResult:
     """Simulate ``workload`` under ``policy``; see :class:`Simulator`."""
     return Simulator(workload, applications, policy, config, adaptive_jobs, autoscaler,
-                     batch_objective).run()
+                     batch_objective, job_knowledge).run()
 
