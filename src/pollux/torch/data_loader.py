@@ -81,8 +81,9 @@ class AdaptiveDataLoader:
         self.batch_config: BatchConfig | None = None
         self._config_replicas = 0
         self._loader_kwargs = loader_kwargs
-        self.batch_info: BatchInfo | None = None
-        """The micro-batch most recently handed out (for logging and accounting)."""
+        self._current: tuple[int, StepPlan, int, BatchConfig] | None = None
+        """(epoch, plan, micro-step, config) of the micro-batch last handed out; the
+        :attr:`batch_info` record is built from it only when asked for."""
         self.epoch_padding = 0
         """Padding samples handed out so far this epoch (at most replicas - 1)."""
         self._next_sync_steps = 1
@@ -100,6 +101,20 @@ class AdaptiveDataLoader:
         self.limits = BatchLimits(self.init_batch_size, int(max_batch_size),
                                   (int(bounds[0]), int(bounds[1])),
                                   accumulation=bool(gradient_accumulation))
+
+    @property
+    def batch_info(self) -> BatchInfo | None:
+        """The micro-batch most recently handed out (for logging and accounting)."""
+        if self._current is None:
+            return None
+        epoch, plan, micro, config = self._current
+        rank = self.job.rank
+        micro_batches = plan.batches[rank]
+        return BatchInfo(epoch=epoch, step_start=plan.start, micro_step=micro,
+                         num_micro_steps=len(micro_batches), indices=micro_batches[micro],
+                         num_padding=plan.num_padding_in(rank, micro),
+                         num_replicas=len(plan.batches), local_bsz=config.local_bsz,
+                         accum_steps=config.accum_steps)
 
     @property
     def current_batch_size(self) -> int | None:
@@ -262,6 +277,7 @@ class AdaptiveDataLoader:
         if self.sampler.epoch != job.epoch:
             self.epoch_padding = 0
         self.sampler.set_epoch(job.epoch)
+        epoch = self.sampler.epoch
         profiling = job.rank == 0
         clock = job.profiler.clock
         self._synchronize(model)
@@ -272,31 +288,25 @@ class AdaptiveDataLoader:
             batches = iter(self._torch_loader(plans))
             steps_since_sync = 0
             reconfigured = False
+            key = (job.num_nodes, job.num_replicas, config.local_bsz)
+            warmup = job.config.profile_warmup_steps
             for step_number, plan in enumerate(plans):
                 if steps_since_sync >= self._next_sync_steps:
                     steps_since_sync = 0
                     if self._synchronize(model):
                         reconfigured = True
                         break
-                key = (job.num_nodes, job.num_replicas, config.local_bsz)
-                profile_step = (profiling and plan.regular
-                                and step_number >= job.config.profile_warmup_steps)
-                micro_batches = plan.batches[job.rank]
-                for micro, indices in enumerate(micro_batches):
-                    last = micro == len(micro_batches) - 1
+                profile_step = profiling and plan.regular and step_number >= warmup
+                num_micro = plan.num_micro_steps
+                step_batch = plan.total_batch_size
+                for micro in range(num_micro):
+                    last = micro == num_micro - 1
                     start = clock.mark() if profile_step else None
                     data = next(batches)
-                    padding = plan.num_padding_in(job.rank, micro)
-                    self.batch_info = BatchInfo(
-                        epoch=self.sampler.epoch, step_start=plan.start, micro_step=micro,
-                        num_micro_steps=len(micro_batches), indices=indices,
-                        num_padding=padding, num_replicas=job.num_replicas,
-                        local_bsz=config.local_bsz, accum_steps=config.accum_steps)
-                    model.begin_micro_step(
-                        micro, len(micro_batches), local_bsz=config.local_bsz,
-                        step_batch_size=plan.total_batch_size,
-                        init_batch_size=self.init_batch_size, regular=plan.regular,
-                        mark_compute_end=profile_step and last)
+                    self._current = (epoch, plan, micro, config)
+                    model.begin_micro_step(micro, num_micro, config.local_bsz, step_batch,
+                                           self.init_batch_size, plan.regular,
+                                           profile_step and last)
                     yield data
                     if start is not None:
                         job.profiler.record(MicroStepTiming(
