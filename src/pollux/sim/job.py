@@ -145,9 +145,10 @@ class SimJob:
             return
         best = None
         if self.mode is BatchMode.ADAPTIVE and self.profile is not None:
-            best = self.profile.best_batch(len(self.placement), replicas)
-            if best is not None and self.oracle_batch:
+            if self.oracle_batch and self.profile.params is not None:
                 best = self._oracle_batch()
+            else:
+                best = self.profile.best_batch(len(self.placement), replicas)
         elif self.mode is BatchMode.ORACLE:
             best = self._oracle_batch()
         if best is None:  # no model yet: the smallest batch that gives every replica work
