@@ -87,8 +87,6 @@ class SimJob:
             self.target_batch_size = int(spec.batch_size)
         self.profile = (JobProfile(app.spec, fits, batch_objective, known_params)
                         if mode is BatchMode.ADAPTIVE else None)
-        self.oracle_batch = known_params is not None
-        """Batch chosen by true goodput once profiled (JobKnowledge.ORACLE)."""
         self.allocation: tuple[str, ...] = ()
         self.placement: Placement = ()
         self.atomic_bsz = 0
@@ -145,7 +143,7 @@ class SimJob:
             return
         best = None
         if self.mode is BatchMode.ADAPTIVE and self.profile is not None:
-            if self.oracle_batch and self.profile.params is not None:
+            if self.profile.known_params is not None and self.profile.params is not None:
                 best = self._oracle_batch()
             else:
                 best = self.profile.best_batch(len(self.placement), replicas)
