@@ -1,9 +1,9 @@
 """AdaptiveDataLoader: hands each replica its micro-batches and runs the job's rhythm.
 
 Iterating the loader drives everything that must happen at optimizer-step boundaries
-on every rank at once: agreement points (:mod:`pollux.torch.control`), where a stop
-request leads to a checkpoint and exit, a periodic checkpoint is taken, or a new batch
-configuration is adopted; the cursor of the elastic sampler moves past each step once the
+on every rank at once: the agent's control loop (:mod:`pollux.torch.control_loop`) runs
+its agreement points there, where a stop request leads to a checkpoint and exit, a
+periodic checkpoint is taken, or a new batch configuration is adopted; the cursor of the elastic sampler moves past each step once the
 user asks for the next batch (so a checkpoint never loses or repeats a step's samples,
 even one taken in the middle of an accumulation). It also marks micro-step times for the
 profile and reports hints.
@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import logging
 import math
-import time
 from collections.abc import Iterator, Sized
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -23,11 +22,9 @@ from typing import TYPE_CHECKING, Any
 import torch.utils.data
 
 from pollux.errors import ConfigError
-from pollux.models import GoodputFunction, GradientStats, JobHints
-from pollux.torch.batch_size import BatchConfig, BatchLimits, choose_batch_config
-from pollux.torch.control import Agreement, agree
+from pollux.torch.batch_size import BatchConfig, BatchLimits
+from pollux.torch.control_loop import ControlLoop
 from pollux.torch.elastic_sampler import ElasticSampler, IndexArray, StepPlan, plan_step
-from pollux.torch.gradient_noise import GradientNoiseEstimator
 from pollux.torch.profiler import MicroStepTiming
 
 if TYPE_CHECKING:
@@ -79,16 +76,15 @@ class AdaptiveDataLoader:
         self.sampler = ElasticSampler(len(dataset), shuffle=shuffle, seed=seed)
         self.name = job.new_loader_name(name)
         self.batch_config: BatchConfig | None = None
-        self._config_replicas = 0
+        self.config_replicas = 0
+        """Replicas the batch configuration was chosen for (0: none chosen yet)."""
         self._loader_kwargs = loader_kwargs
         self._current: tuple[int, StepPlan, int, BatchConfig] | None = None
         """(epoch, plan, micro-step, config) of the micro-batch last handed out; the
         :attr:`batch_info` record is built from it only when asked for."""
         self.epoch_padding = 0
         """Padding samples handed out so far this epoch (at most replicas - 1)."""
-        self._next_sync_steps = 1
-        self._last_sync_time = time.monotonic()
-        self._steps_at_last_sync = 0
+        self._control = ControlLoop(self)
         job.checkpoint.register(f"pollux/loader/{self.name}", self)
 
     # -- configuration -------------------------------------------------------------------
@@ -136,7 +132,7 @@ class AdaptiveDataLoader:
         return {"sampler": self.sampler.state_dict(),
                 "batch_config": None if config is None else [config.local_bsz,
                                                              config.accum_steps],
-                "config_replicas": self._config_replicas,
+                "config_replicas": self.config_replicas,
                 "epoch_padding": self.epoch_padding}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -144,7 +140,7 @@ class AdaptiveDataLoader:
         config = state.get("batch_config")
         self.batch_config = None if config is None else BatchConfig(int(config[0]),
                                                                     int(config[1]))
-        self._config_replicas = int(state.get("config_replicas", 0))
+        self.config_replicas = int(state.get("config_replicas", 0))
         self.epoch_padding = int(state.get("epoch_padding", 0))
 
     # -- agreement ---------------------------------------------------------------------
@@ -154,103 +150,6 @@ class AdaptiveDataLoader:
             raise ConfigError("AdaptiveDataParallel", None, "wrap the model with "
                               "AdaptiveDataParallel(..., job=job) before iterating the loader")
         return self.job.model
-
-    def _propose(self, model: AdaptiveDataParallel) -> Agreement:
-        """Rank 0's decisions at an agreement point."""
-        job = self.job
-        job_config = job.config
-        profiler = job.profiler
-        profiler.collect()
-        profiler.maybe_refit()
-        raw = model.noise.raw().tolist()  # the one host read of the device statistics
-        stats = None
-        if raw[3] >= job_config.min_noise_updates:
-            stats = GradientNoiseEstimator.stats_from_raw(raw, self.init_batch_size)
-        current = self.batch_config if self._config_replicas == job.num_replicas else None
-        chosen = choose_batch_config(self.limits, profiler.params, stats, job.num_nodes,
-                                     job.num_replicas, current, job_config.min_goodput_gain)
-        steps = model.optimizer_steps - self._steps_at_last_sync
-        elapsed = time.monotonic() - self._last_sync_time
-        if steps > 0 and elapsed > 0:
-            wanted = job_config.control_interval_s * steps / elapsed
-            next_steps = int(min(max(round(wanted), 1), job_config.max_control_interval_steps))
-        else:
-            next_steps = 1
-        checkpoint = job.checkpoint
-        save = checkpoint.enabled and (time.monotonic() - checkpoint.last_save_time
-                                       >= job_config.checkpoint_interval_s)
-        return Agreement(stop=False, save_checkpoint=save, batch_config=chosen,
-                         next_sync_steps=next_steps, grad_stats=stats)
-
-    def _synchronize(self, model: AdaptiveDataParallel) -> bool:
-        """Run an agreement point; returns True when the batch configuration changed."""
-        job = self.job
-        proposal = self._propose(model) if job.rank == 0 else None
-        agreement = agree(job.control_group, rank=job.rank,
-                          stop_requested=job.stop_requested.is_set(), proposal=proposal)
-        model.set_grad_stats(agreement.grad_stats)
-        self._next_sync_steps = agreement.next_sync_steps
-        self._last_sync_time = time.monotonic()
-        self._steps_at_last_sync = model.optimizer_steps
-        if agreement.stop:
-            job.checkpoint.save()
-            job.exit_for_rescale()
-        if agreement.save_checkpoint:
-            job.checkpoint.save(background=True)
-        changed = (agreement.batch_config != self.batch_config
-                   or self._config_replicas != job.num_replicas)
-        if changed:
-            logger.info("batch configuration: %d replicas x %d x %d micro-steps = %d",
-                        job.num_replicas, agreement.batch_config.local_bsz,
-                        agreement.batch_config.accum_steps + 1,
-                        agreement.batch_config.total(job.num_replicas))
-        self.batch_config = agreement.batch_config
-        self._config_replicas = job.num_replicas
-        if job.rank == 0:
-            self._report(model, urgent=changed)
-        return changed
-
-    def _report(self, model: AdaptiveDataParallel, urgent: bool) -> None:
-        job, config = self.job, self.batch_config
-        assert config is not None
-        stats = model.grad_stats
-        hints = JobHints(
-            init_batch_size=self.limits.init_batch_size,
-            max_batch_size=self.limits.max_batch_size,
-            local_bsz_bounds=self.limits.local_bsz_bounds,
-            accumulation=self.limits.accumulation,
-            throughput_params=job.profiler.params,
-            grad_stats=stats,
-            max_profiled_replicas=job.profiler.max_profiled_replicas,
-            batch_size=config.total(job.num_replicas),
-            local_bsz=config.local_bsz,
-            accum_steps=config.accum_steps,
-            epoch=self.sampler.epoch,
-            progress=model.progress,
-        )
-        if job.hints is not None:
-            job.hints.update(hints, urgent=urgent)
-        if job.metrics.enabled:
-            self._write_metrics(model, stats)
-
-    def _write_metrics(self, model: AdaptiveDataParallel, stats: GradientStats | None) -> None:
-        job, config = self.job, self.batch_config
-        assert config is not None
-        params = job.profiler.params
-        throughput = goodput = efficiency = None
-        if params is not None:
-            fn = GoodputFunction(params, stats or GradientStats(1.0, 0.0), self.init_batch_size)
-            args = (job.num_nodes, job.num_replicas, config.local_bsz, config.accum_steps)
-            throughput = float(fn.throughput(*args))
-            goodput = float(fn.evaluate(*args))
-            efficiency = float(fn.efficiency(config.total(job.num_replicas)))
-        job.metrics.write(model.optimizer_steps, {
-            "goodput": goodput, "throughput": throughput, "efficiency": efficiency,
-            "batch_size": float(config.total(job.num_replicas)),
-            "local_bsz": float(config.local_bsz), "accum_steps": float(config.accum_steps),
-            "noise_scale": model.noise_scale(), "lr_factor": model.lr_factor,
-            "progress": model.progress,
-        })
 
     # -- iteration ---------------------------------------------------------------------
 
@@ -280,7 +179,7 @@ class AdaptiveDataLoader:
         epoch = self.sampler.epoch
         profiling = job.rank == 0
         clock = job.profiler.clock
-        self._synchronize(model)
+        self._control.synchronize(model)
         while self.sampler.remaining > 0:
             config = self.batch_config
             assert config is not None
@@ -291,9 +190,9 @@ class AdaptiveDataLoader:
             key = (job.num_nodes, job.num_replicas, config.local_bsz)
             warmup = job.config.profile_warmup_steps
             for step_number, plan in enumerate(plans):
-                if steps_since_sync >= self._next_sync_steps:
+                if steps_since_sync >= self._control.next_sync_steps:
                     steps_since_sync = 0
-                    if self._synchronize(model):
+                    if self._control.synchronize(model):
                         reconfigured = True
                         break
                 profile_step = profiling and plan.regular and step_number >= warmup

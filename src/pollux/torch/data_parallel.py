@@ -3,10 +3,9 @@ scales its learning rate with the batch size and counts statistical progress.
 
 How it hooks in (the user's training loop stays ordinary):
 
-* a DDP communication hook averages each gradient bucket over replicas *and*
-  accumulation micro-steps, and on the way reads each replica's own squared gradient
-  norm (riding on the last bucket's all-reduce: no extra collective) and the averaged
-  one, for :class:`~pollux.torch.gradient_noise.GradientNoiseEstimator`;
+* a DDP communication hook (:mod:`pollux.torch.gradient_norms`) averages each gradient
+  bucket over replicas *and* accumulation micro-steps, and on the way reads the squared
+  gradient norms the :class:`~pollux.torch.gradient_noise.GradientNoiseEstimator` needs;
 * the optimizer's ``step`` and ``zero_grad`` (and a given ``GradScaler``'s ``step``,
   ``update`` and ``unscale_``) become no-ops during accumulation micro-steps, so a loop
   that steps after every batch accumulates correctly;
@@ -32,44 +31,18 @@ from torch.nn.parallel import DistributedDataParallel
 
 from pollux.models import GradientStats
 from pollux.torch.gradient_noise import GradientNoiseEstimator
+from pollux.torch.gradient_norms import (
+    GradientNormCollector,
+    MicroStep,
+    accumulated_grad_sqr,
+    comm_hook,
+)
 from pollux.torch.scaling_rules import ScalingRule, default_scaling_rule
 
 if TYPE_CHECKING:
     from pollux.torch.job import JobContext
 
 logger = logging.getLogger(__name__)
-
-_EXACT_DTYPES = (torch.float32, torch.float64)
-_PIGGYBACK_MAX_NUMEL = 1 << 18
-"""Up to this size the last bucket is copied to carry the replicas' norms in its own
-all-reduce; above it, copying costs more than a separate tiny all-reduce."""
-
-
-class _MicroStep:
-    """Where the current optimizer step stands (a plain object: setting attributes on an
-    ``nn.Module`` costs microseconds each, which tiny models would notice)."""
-
-    __slots__ = ("index", "num_micro", "local_bsz", "step_batch", "init_batch_size",
-                 "collect", "grads_pending", "local_parts", "global_parts", "local_sqr_sum",
-                 "first_micro_sqr", "mark_compute_end", "compute_end_mark", "gain",
-                 "lr_factor")
-
-    def __init__(self) -> None:
-        self.index = 0
-        self.num_micro = 1
-        self.local_bsz: int | None = None
-        self.step_batch: int | None = None
-        self.init_batch_size: int | None = None
-        self.collect = False
-        self.grads_pending = False
-        self.local_parts: list[torch.Tensor] = []
-        self.global_parts: list[torch.Tensor] = []
-        self.local_sqr_sum: torch.Tensor | None = None
-        self.first_micro_sqr: torch.Tensor | None = None
-        self.mark_compute_end = False
-        self.compute_end_mark: Any = None
-        self.gain = 1.0
-        self.lr_factor = 1.0
 
 
 class _TrainerState:
@@ -85,27 +58,6 @@ class _TrainerState:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.optimizer_steps = int(state["optimizer_steps"])
         self.progress = float(state["progress"])
-
-
-def _comm_hook(state, bucket):
-    # No annotations on purpose: DDP compares them with the real classes, and
-    # ``from __future__ import annotations`` would turn them into strings.
-    return state._on_bucket(bucket)
-
-
-def _all_reduce(tensor: torch.Tensor, group: Any) -> torch.futures.Future[Any]:
-    """Asynchronous SUM all-reduce straight on the process group: ``dist.all_reduce``'s
-    Python checks cost ~20 us a call, which a step of a few milliseconds notices."""
-    return group.allreduce([tensor]).get_future()
-
-
-def _total(parts: list[torch.Tensor]) -> torch.Tensor:
-    return parts[0] if len(parts) == 1 else torch.stack(parts).sum()
-
-
-def _squared_norm(tensor: torch.Tensor) -> torch.Tensor:
-    dtype = None if tensor.dtype in _EXACT_DTYPES else torch.float32
-    return torch.linalg.vector_norm(tensor, dtype=dtype).double().square()
 
 
 class AdaptiveDataParallel(DistributedDataParallel):
@@ -145,11 +97,13 @@ class AdaptiveDataParallel(DistributedDataParallel):
         self._world = dist.get_world_size(self.process_group)
         self._noise_interval = job.config.noise_interval_steps
         # Micro-step state, set by the data loader (defaults: no accumulation, no stats).
-        self._step = _MicroStep()
-        self.piggyback_max_numel = _PIGGYBACK_MAX_NUMEL
+        self._step = MicroStep()
+        self._norms = GradientNormCollector(self._step, world_size=self._world,
+                                            process_group=self.process_group,
+                                            mark=job.profiler.clock.mark)
         self.grad_stats: GradientStats | None = None
         """Host copy of the gradient statistics at the initial batch (from agreements)."""
-        self.register_comm_hook(self, _comm_hook)
+        self.register_comm_hook(self._norms, comm_hook)
         self._patch_optimizer()
         if grad_scaler is not None:
             self._patch_grad_scaler()
@@ -183,6 +137,15 @@ class AdaptiveDataParallel(DistributedDataParallel):
         return self._step.lr_factor
 
     @property
+    def piggyback_max_numel(self) -> int:
+        """Largest last bucket that carries the replicas' norms in its own all-reduce."""
+        return self._norms.piggyback_max_numel
+
+    @piggyback_max_numel.setter
+    def piggyback_max_numel(self, numel: int) -> None:
+        self._norms.piggyback_max_numel = int(numel)
+
+    @property
     def compute_end_mark(self) -> Any:
         """Profiler mark taken when the last gradient bucket was ready (if asked for)."""
         return self._step.compute_end_mark
@@ -211,83 +174,13 @@ class AdaptiveDataParallel(DistributedDataParallel):
         if self.require_backward_grad_sync != sync:
             self.require_backward_grad_sync = sync
         if index == 0:
-            step.grads_pending = False
-            step.local_parts = []
-            step.global_parts = []
-            step.local_sqr_sum = None
-            step.first_micro_sqr = None
-            step.compute_end_mark = None
+            step.reset_norms()
             # Every rank has taken the same optimizer steps: they agree on ``collect``.
             step.collect = (regular and (self._world > 1 or num_micro_steps > 1)
                             and self._trainer.optimizer_steps % self._noise_interval == 0)
         elif index == 1 and self._world == 1 and step.collect:
-            step.first_micro_sqr = self._accumulated_grad_sqr()
-
-    def _accumulated_grad_sqr(self) -> torch.Tensor:
-        grads = [p.grad for p in self.module.parameters() if p.grad is not None]
-        if not grads:
-            return torch.zeros((), dtype=torch.float64, device=self.job.device)
-        norms = torch._foreach_norm(grads)
-        return torch.stack([n.double() for n in norms]).square().sum()
-
-    # -- communication hook ---------------------------------------------------------------
-
-    def _on_bucket(self, bucket: dist.GradBucket) -> torch.futures.Future[Any]:
-        step = self._step
-        buffer = bucket.buffer()
-        buffer.div_(self._world * step.num_micro)
-        collect = step.collect
-        last = bucket.is_last()
-        if last and step.mark_compute_end:
-            step.compute_end_mark = self.job.profiler.clock.mark()
-        if collect and self._world > 1:
-            step.local_parts.append(_squared_norm(buffer))
-            if last:
-                return self._reduce_with_local_norms(buffer)
-        future = _all_reduce(buffer, self.process_group)
-
-        def finish(fut: torch.futures.Future[Any]) -> torch.Tensor:
-            averaged = fut.value()[0]
-            if collect:
-                step.global_parts.append(_squared_norm(averaged))
-            return averaged
-
-        return future.then(finish)
-
-    def _reduce_with_local_norms(self, buffer: torch.Tensor) -> torch.futures.Future[Any]:
-        """All-reduce the last bucket and the sum of the replicas' squared norms.
-
-        A small bucket carries the sum in one extra element of its own all-reduce; a
-        large (or low-precision) one is left alone and a one-element all-reduce follows.
-        """
-        step = self._step
-        local_total = _total(step.local_parts)
-        size = buffer.numel()
-        group = self.process_group
-        if buffer.dtype in _EXACT_DTYPES and size <= self.piggyback_max_numel:
-            extended = torch.cat([buffer, local_total.to(buffer.dtype).reshape(1)])
-            future = _all_reduce(extended, group)
-
-            def finish(fut: torch.futures.Future[Any]) -> torch.Tensor:
-                out = fut.value()[0]
-                step.local_sqr_sum = out[size].double()
-                averaged = out[:size]
-                step.global_parts.append(_squared_norm(averaged))
-                return averaged
-
-            return future.then(finish)
-        norms = local_total.reshape(1)
-        norms_work = dist.all_reduce(norms, group=group, async_op=True)
-        future = _all_reduce(buffer, group)
-
-        def finish_mixed(fut: torch.futures.Future[Any]) -> torch.Tensor:
-            norms_work.wait()
-            step.local_sqr_sum = norms[0]
-            averaged = fut.value()[0]
-            step.global_parts.append(_squared_norm(averaged))
-            return averaged
-
-        return future.then(finish_mixed)
+            step.first_micro_sqr = accumulated_grad_sqr(self.module.parameters(),
+                                                        self.job.device)
 
     # -- gradient statistics ----------------------------------------------------------------
 
@@ -301,27 +194,7 @@ class AdaptiveDataParallel(DistributedDataParallel):
         return float(scaler.get_scale()) ** 2
 
     def _fold_gradient_stats(self) -> None:
-        step = self._step
-        if not step.collect or not step.global_parts or step.local_bsz is None:
-            return
-        scale_sqr = self._loss_scale_sqr()
-        big = _total(step.global_parts) / scale_sqr
-        b, micro, world = step.local_bsz, step.num_micro, self._world
-        if world > 1:
-            if step.local_sqr_sum is None:
-                return
-            small = step.local_sqr_sum * world / scale_sqr
-            small_bsz, big_bsz = b * micro, world * b * micro
-        else:
-            if step.first_micro_sqr is None:
-                return
-            small = step.first_micro_sqr / scale_sqr
-            small_bsz, big_bsz = b, b * micro
-        m0 = step.init_batch_size or big_bsz
-        # One update stands for the ``noise_interval`` steps until the next one.
-        self.noise.update(small, small_bsz, big, big_bsz,
-                          scale=big_bsz / m0 * self._noise_interval)
-        step.global_parts = []
+        self._norms.fold(self.noise, self._loss_scale_sqr(), self._noise_interval)
 
     def set_grad_stats(self, stats: GradientStats | None) -> None:
         """Use these statistics (agreed across ranks) for gains and learning rates."""

@@ -1,0 +1,144 @@
+"""The agent's control loop: what happens at each agreement point of a data loader.
+
+Every so many optimizer steps (decided at the previous agreement so that every rank
+stops at the same step), the loader's iteration calls :meth:`ControlLoop.synchronize`.
+Rank 0 collects the profile, refits the throughput model, reads the gradient statistics
+and proposes a batch configuration; one collective (:func:`pollux.torch.control.agree`)
+makes every rank adopt it. When a replica was asked to stop (SIGTERM, SIGINT, a
+rescale), every rank checkpoints and leaves *from inside the iteration*:
+:meth:`~pollux.torch.job.JobContext.exit_for_rescale` raises ``SystemExit`` with the
+rescale exit code. Rank 0 also reports hints to the scheduler and writes metrics.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING
+
+from pollux.models import GoodputFunction, GradientStats, JobHints
+from pollux.torch.batch_size import choose_batch_config
+from pollux.torch.control import Agreement, agree
+from pollux.torch.gradient_noise import GradientNoiseEstimator
+
+if TYPE_CHECKING:
+    from pollux.torch.data_loader import AdaptiveDataLoader
+    from pollux.torch.data_parallel import AdaptiveDataParallel
+
+logger = logging.getLogger(__name__)
+
+
+class ControlLoop:
+    """Agreement points of one :class:`~pollux.torch.data_loader.AdaptiveDataLoader`."""
+
+    def __init__(self, loader: AdaptiveDataLoader) -> None:
+        self.loader = loader
+        self.next_sync_steps = 1
+        """Optimizer steps until the next agreement point (agreed by every rank)."""
+        self._last_sync_time = time.monotonic()
+        self._steps_at_last_sync = 0
+
+    def _propose(self, model: AdaptiveDataParallel) -> Agreement:
+        """Rank 0's decisions at an agreement point."""
+        loader = self.loader
+        job = loader.job
+        job_config = job.config
+        profiler = job.profiler
+        profiler.collect()
+        profiler.maybe_refit()
+        raw = model.noise.raw().tolist()  # the one host read of the device statistics
+        stats = None
+        if raw[3] >= job_config.min_noise_updates:
+            stats = GradientNoiseEstimator.stats_from_raw(raw, loader.init_batch_size)
+        current = loader.batch_config if loader.config_replicas == job.num_replicas else None
+        chosen = choose_batch_config(loader.limits, profiler.params, stats, job.num_nodes,
+                                     job.num_replicas, current, job_config.min_goodput_gain)
+        steps = model.optimizer_steps - self._steps_at_last_sync
+        elapsed = time.monotonic() - self._last_sync_time
+        if steps > 0 and elapsed > 0:
+            wanted = job_config.control_interval_s * steps / elapsed
+            next_steps = int(min(max(round(wanted), 1), job_config.max_control_interval_steps))
+        else:
+            next_steps = 1
+        checkpoint = job.checkpoint
+        save = checkpoint.enabled and (time.monotonic() - checkpoint.last_save_time
+                                       >= job_config.checkpoint_interval_s)
+        return Agreement(stop=False, save_checkpoint=save, batch_config=chosen,
+                         next_sync_steps=next_steps, grad_stats=stats)
+
+    def synchronize(self, model: AdaptiveDataParallel) -> bool:
+        """Run an agreement point; returns True when the batch configuration changed.
+
+        Does not return when a stop was requested: checkpoints and exits instead.
+        """
+        loader = self.loader
+        job = loader.job
+        proposal = self._propose(model) if job.rank == 0 else None
+        agreement = agree(job.control_group, rank=job.rank,
+                          stop_requested=job.stop_requested.is_set(), proposal=proposal)
+        model.set_grad_stats(agreement.grad_stats)
+        self.next_sync_steps = agreement.next_sync_steps
+        self._last_sync_time = time.monotonic()
+        self._steps_at_last_sync = model.optimizer_steps
+        if agreement.stop:
+            job.checkpoint.save()
+            job.exit_for_rescale()
+        if agreement.save_checkpoint:
+            job.checkpoint.save(background=True)
+        changed = (agreement.batch_config != loader.batch_config
+                   or loader.config_replicas != job.num_replicas)
+        if changed:
+            logger.info("batch configuration: %d replicas x %d x %d micro-steps = %d",
+                        job.num_replicas, agreement.batch_config.local_bsz,
+                        agreement.batch_config.accum_steps + 1,
+                        agreement.batch_config.total(job.num_replicas))
+        loader.batch_config = agreement.batch_config
+        loader.config_replicas = job.num_replicas
+        if job.rank == 0:
+            self._report(model, urgent=changed)
+        return changed
+
+    def _report(self, model: AdaptiveDataParallel, urgent: bool) -> None:
+        loader = self.loader
+        job, config = loader.job, loader.batch_config
+        assert config is not None
+        stats = model.grad_stats
+        hints = JobHints(
+            init_batch_size=loader.limits.init_batch_size,
+            max_batch_size=loader.limits.max_batch_size,
+            local_bsz_bounds=loader.limits.local_bsz_bounds,
+            accumulation=loader.limits.accumulation,
+            throughput_params=job.profiler.params,
+            grad_stats=stats,
+            max_profiled_replicas=job.profiler.max_profiled_replicas,
+            batch_size=config.total(job.num_replicas),
+            local_bsz=config.local_bsz,
+            accum_steps=config.accum_steps,
+            epoch=loader.sampler.epoch,
+            progress=model.progress,
+        )
+        if job.hints is not None:
+            job.hints.update(hints, urgent=urgent)
+        if job.metrics.enabled:
+            self._write_metrics(model, stats)
+
+    def _write_metrics(self, model: AdaptiveDataParallel, stats: GradientStats | None) -> None:
+        loader = self.loader
+        job, config = loader.job, loader.batch_config
+        assert config is not None
+        params = job.profiler.params
+        throughput = goodput = efficiency = None
+        if params is not None:
+            fn = GoodputFunction(params, stats or GradientStats(1.0, 0.0),
+                                 loader.init_batch_size)
+            args = (job.num_nodes, job.num_replicas, config.local_bsz, config.accum_steps)
+            throughput = float(fn.throughput(*args))
+            goodput = float(fn.evaluate(*args))
+            efficiency = float(fn.efficiency(config.total(job.num_replicas)))
+        job.metrics.write(model.optimizer_steps, {
+            "goodput": goodput, "throughput": throughput, "efficiency": efficiency,
+            "batch_size": float(config.total(job.num_replicas)),
+            "local_bsz": float(config.local_bsz), "accum_steps": float(config.accum_steps),
+            "noise_scale": model.noise_scale(), "lr_factor": model.lr_factor,
+            "progress": model.progress,
+        })
