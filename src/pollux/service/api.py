@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hmac
 import json
+import time
 from typing import Any
 
 from fastapi import FastAPI, Query, Request
@@ -21,6 +22,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from pollux import __version__
 from pollux.errors import ConfigError, UnknownPluginError
+from pollux.service.dashboard import add_dashboard
+from pollux.service.openapi import SUBMIT_OPENAPI, add_offline_docs, add_schemas
 from pollux.service.server import SchedulerService
 from pollux.service.store import UnknownJobError
 
@@ -73,7 +76,8 @@ async def json_body(request: Request) -> Any:
 
 def create_app(service: SchedulerService, token: str | None = None) -> FastAPI:
     app = FastAPI(title="Pollux scheduler", version=__version__,
-                  description="Submit, watch and cancel elastic training jobs.")
+                  description="Submit, watch and cancel elastic training jobs.",
+                  docs_url=None, redoc_url=None)
 
     @app.middleware("http")
     async def check_token(request: Request, call_next: Any) -> Response:
@@ -84,6 +88,18 @@ def create_app(service: SchedulerService, token: str | None = None) -> FastAPI:
                                        "Bearer <token>'", "Authorization")
         response: Response = await call_next(request)
         return response
+
+    if service.metrics is not None:
+        request_duration = service.metrics.request_duration
+
+        @app.middleware("http")
+        async def time_request(request: Request, call_next: Any) -> Response:
+            start = time.perf_counter()
+            response: Response = await call_next(request)
+            route = getattr(request.scope.get("route"), "path", "unmatched")
+            request_duration.labels(request.method, route, str(response.status_code)
+                                    ).observe(time.perf_counter() - start)
+            return response
 
     @app.exception_handler(ApiError)
     async def on_api_error(request: Request, exc: ApiError) -> JSONResponse:
@@ -131,7 +147,7 @@ def create_app(service: SchedulerService, token: str | None = None) -> FastAPI:
     def list_jobs() -> list[dict[str, Any]]:
         return service.list_jobs()
 
-    @app.post("/api/jobs", status_code=201)
+    @app.post("/api/jobs", status_code=201, openapi_extra=SUBMIT_OPENAPI)
     async def submit(request: Request) -> dict[str, Any]:
         return service.submit(await json_body(request))
 
@@ -160,4 +176,7 @@ def create_app(service: SchedulerService, token: str | None = None) -> FastAPI:
              limit: int = Query(65536, ge=1, le=1 << 20)) -> dict[str, Any]:
         return service.read_log(ref, replica, offset, limit)
 
+    add_dashboard(app, service)
+    add_offline_docs(app)
+    add_schemas(app)
     return app

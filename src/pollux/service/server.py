@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pollux.backends.base import Backend
 from pollux.backends.registry import make_backend
@@ -36,7 +36,11 @@ from pollux.policies.registry import make_policy
 from pollux.service.allocator import Allocator, AllocatorConfig, job_dir
 from pollux.service.job_spec import JobSpec
 from pollux.service.store import JobRecord, JobStore, UnknownJobError
+from pollux.service.telemetry import History, RoundRecorder, TimedPolicy
 from pollux.service.views import job_detail, job_summary, node_views
+
+if TYPE_CHECKING:
+    from pollux.service.metrics import ServiceMetrics
 
 logger = logging.getLogger(__name__)
 
@@ -155,7 +159,9 @@ class SchedulerService:
 
     def __init__(self, store: JobStore, backend: Backend, allocator: Allocator,
                  data_dir: Path, policy_name: str,
-                 clock: Callable[[], float] = time.time, autoscaler: str = "none") -> None:
+                 clock: Callable[[], float] = time.time, autoscaler: str = "none",
+                 history: History | None = None, metrics: ServiceMetrics | None = None
+                 ) -> None:
         self.store = store
         self.backend = backend
         self.allocator = allocator
@@ -163,6 +169,10 @@ class SchedulerService:
         self.policy_name = policy_name
         self.clock = clock
         self.autoscaler_name = autoscaler
+        self.history = history if history is not None else History()
+        """Recent per-round samples of jobs and the cluster (the dashboard's charts)."""
+        self.metrics = metrics
+        """Prometheus metrics (``/metrics``); None without prometheus_client."""
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -299,6 +309,11 @@ def build_service(config: ServerConfig, hints_url: str | None,
     autoscaling = config.autoscaler != "none"
     if autoscaling:
         policy = autoscaled_policy(policy, config, backend.nodes())
+    history = History()
+    metrics = service_metrics(store, backend)
+    policy = TimedPolicy(policy, RoundRecorder(
+        history, store.list_jobs, backend.nodes, time.time,
+        None if metrics is None else metrics.round_duration.observe))
     if type(backend).request_cluster_size is not Backend.request_cluster_size:
         policy = ClusterSizeRelay(policy, backend.request_cluster_size)
     allocator = Allocator(store, backend, policy, AllocatorConfig(
@@ -306,7 +321,19 @@ def build_service(config: ServerConfig, hints_url: str | None,
         poll_interval_s=config.poll_interval_s, stop_grace_s=config.stop_grace_s,
         hints_url=hints_url, schedule_when_idle=autoscaling))
     return SchedulerService(store, backend, allocator, config.data_dir, config.policy,
-                            autoscaler=config.autoscaler)
+                            autoscaler=config.autoscaler, history=history, metrics=metrics)
+
+
+def service_metrics(store: JobStore, backend: Backend) -> ServiceMetrics | None:
+    """This service's own Prometheus registry, or None without prometheus_client."""
+    try:
+        from pollux.service.metrics import ClusterCollector, ServiceMetrics
+    except ImportError:
+        logger.warning("prometheus_client is not installed: no /metrics")
+        return None
+    metrics = ServiceMetrics()
+    metrics.watch_cluster(ClusterCollector(store.list_jobs, backend.nodes, time.time))
+    return metrics
 
 
 def write_server_file(config: ServerConfig, url: str) -> None:

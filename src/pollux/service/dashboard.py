@@ -1,0 +1,54 @@
+"""The browser's side of the server: the dashboard page at ``/`` with its assets under
+``/static`` (all shipped in the package; no CDN, no build step), the recent history the
+dashboard charts (``/api/cluster/history``, ``/api/jobs/{ref}/history``) and the
+Prometheus scrape endpoint ``/metrics``.
+
+Every route here sits behind the same authentication as the rest of the API (the app's
+token check applies to every path).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.responses import FileResponse, Response
+from fastapi.staticfiles import StaticFiles
+
+from pollux.service.openapi import STATIC_PREFIX
+from pollux.service.server import SchedulerService
+from pollux.service.telemetry import samples_as_columns
+
+METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+STATIC_DIR = Path(__file__).resolve().parent / "static"
+
+
+def add_dashboard(app: FastAPI, service: SchedulerService) -> None:
+    """Mount the page, its assets, the history endpoints and ``/metrics`` on ``app``."""
+    app.mount(STATIC_PREFIX, StaticFiles(directory=STATIC_DIR), name="static")
+
+    @app.get("/", include_in_schema=False)
+    def page() -> FileResponse:
+        return FileResponse(STATIC_DIR / "index.html",
+                            headers={"Cache-Control": "no-cache"})
+
+    @app.get("/api/cluster/history", tags=["dashboard"])
+    def cluster_history() -> dict[str, Any]:
+        """One sample per scheduling round (time, slots_used, slots_total,
+        num_active_jobs, round_s), as columns; recent rounds only, kept in memory."""
+        return {"samples": samples_as_columns(service.history.cluster())}
+
+    @app.get("/api/jobs/{ref}/history", tags=["dashboard"])
+    def job_history(ref: str) -> dict[str, Any]:
+        """One sample per scheduling round of the job (time, state, replicas, nodes,
+        batch_size, goodput, efficiency), as columns."""
+        record = service.store.find_job(ref)
+        return {"job": record.id, "samples": samples_as_columns(service.history.job(record.id))}
+
+    @app.get("/metrics", include_in_schema=False)
+    def metrics() -> Response:
+        if service.metrics is None:
+            return Response("prometheus_client is not installed\n", status_code=404,
+                            media_type="text/plain")
+        return Response(service.metrics.exposition(), media_type=METRICS_CONTENT_TYPE)

@@ -1,0 +1,111 @@
+"""Prometheus metrics of one scheduler service (``GET /metrics``).
+
+Each service owns its own :class:`CollectorRegistry` (never the process-global one), so
+several services in one process (tests) do not collide. Gauges about jobs and slots are
+read from the store at scrape time by :class:`ClusterCollector`; the round duration and
+API request latency are histograms observed as they happen.
+
+Names (all prefixed ``pollux_``):
+
+- ``jobs{state}``: jobs in each state (every state listed, 0 included);
+- ``slots{status}``: slots (GPUs, or CPU slots) ``allocated``/``free``, and
+  ``slots_total``; ``gpus_allocated``/``gpus_free`` are the same counts under the
+  names operators look for;
+- ``job_goodput_samples_per_second{job}``, ``job_batch_size{job}``,
+  ``job_replicas{job}``, ``job_restarts_total{job}``: per active job;
+- ``policy_round_duration_seconds``: histogram of the policy's ``optimize`` wall time;
+- ``api_request_duration_seconds{method,route,status}``: histogram of request latency,
+  labelled by the route template (``/api/jobs/{ref}``), not the raw path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+
+from prometheus_client import CollectorRegistry, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from pollux.policies.base import NodeInfo
+from pollux.service.states import JobState
+from pollux.service.store import JobRecord
+from pollux.service.telemetry import job_sample, slots_used_and_total
+
+ROUND_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+                   10.0, 30.0)
+REQUEST_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+                     2.5, 5.0)
+
+
+class ClusterCollector(Collector):
+    """Job and slot gauges computed from the store and the backend at each scrape."""
+
+    def __init__(self, list_jobs: Callable[[], Sequence[JobRecord]],
+                 list_nodes: Callable[[], Sequence[NodeInfo]],
+                 clock: Callable[[], float]) -> None:
+        self.list_jobs = list_jobs
+        self.list_nodes = list_nodes
+        self.clock = clock
+
+    def collect(self) -> Iterator[Metric]:
+        records = self.list_jobs()
+        nodes = self.list_nodes()
+        now = self.clock()
+        by_state = GaugeMetricFamily("pollux_jobs", "Jobs in each state", labels=["state"])
+        for state in JobState:
+            by_state.add_metric([state.value], sum(r.state is state for r in records))
+        yield by_state
+
+        active = [r for r in records if not r.state.is_final]
+        used, total = slots_used_and_total(active, nodes)
+        slots = GaugeMetricFamily("pollux_slots", "Slots (GPUs or CPU slots) by status",
+                                  labels=["status"])
+        slots.add_metric(["allocated"], used)
+        slots.add_metric(["free"], max(0, total - used))
+        yield slots
+        yield GaugeMetricFamily("pollux_slots_total", "Slots of every node", value=total)
+        yield GaugeMetricFamily("pollux_gpus_allocated", "GPUs (slots) held by jobs",
+                                value=used)
+        yield GaugeMetricFamily("pollux_gpus_free", "GPUs (slots) held by no job",
+                                value=max(0, total - used))
+        yield GaugeMetricFamily("pollux_nodes", "Nodes of the cluster", value=len(nodes))
+
+        goodput = GaugeMetricFamily("pollux_job_goodput_samples_per_second",
+                                    "Goodput of the running configuration (useful "
+                                    "samples/s), from the job's own model", labels=["job"])
+        batch = GaugeMetricFamily("pollux_job_batch_size", "Total batch size the job "
+                                  "reported", labels=["job"])
+        replicas = GaugeMetricFamily("pollux_job_replicas", "Replicas running",
+                                     labels=["job"])
+        restarts = CounterMetricFamily("pollux_job_restarts", "Launches after the first "
+                                       "(rescales, failures, server restarts)", labels=["job"])
+        for record in active:
+            sample = job_sample(record, now)
+            if sample.goodput is not None:
+                goodput.add_metric([record.id], sample.goodput)
+            if sample.batch_size is not None:
+                batch.add_metric([record.id], sample.batch_size)
+            replicas.add_metric([record.id], sample.replicas)
+            restarts.add_metric([record.id], record.num_restarts)
+        yield from (goodput, batch, replicas, restarts)
+
+
+class ServiceMetrics:
+    """The registry of one service and the histograms it observes into."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.round_duration = Histogram(
+            "pollux_policy_round_duration_seconds", "Wall time of the policy's optimize "
+            "call per scheduling round", buckets=ROUND_BUCKETS_S, registry=self.registry)
+        self.request_duration = Histogram(
+            "pollux_api_request_duration_seconds", "Latency of HTTP requests to the server",
+            labelnames=("method", "route", "status"), buckets=REQUEST_BUCKETS_S,
+            registry=self.registry)
+
+    def watch_cluster(self, collector: ClusterCollector) -> None:
+        self.registry.register(collector)
+
+    def exposition(self) -> bytes:
+        """The registry in Prometheus' text format."""
+        return generate_latest(self.registry)

@@ -1,0 +1,196 @@
+"""What the service remembers of its recent past, for the dashboard: one sample of every
+active job and of the cluster per scheduling round, kept in memory (bounded; lost when the
+server restarts), and the time each round's policy call took.
+
+The allocation loop is not changed for this: :class:`TimedPolicy` wraps the policy, times
+each ``optimize`` call and hands the duration to an observer (the service), which then
+samples the store. One :class:`History` per service; nothing global.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import OrderedDict, deque
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from pollux.errors import ConfigError
+from pollux.models.hints import JobHints
+from pollux.policies.base import GPU, Allocations, JobInfo, NodeInfo, Policy, PolicyDecision
+from pollux.service.store import JobRecord
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_MAX_SAMPLES = 720
+"""Samples kept per job and for the cluster: 6 hours of 30 s rounds."""
+DEFAULT_MAX_JOBS = 500
+"""Jobs whose samples are kept (the least recently sampled are forgotten first)."""
+
+
+@dataclass(frozen=True)
+class JobSample:
+    """One job at one scheduling round."""
+
+    time: float
+    state: str
+    replicas: int
+    nodes: int
+    batch_size: int | None
+    """Total batch size the job reported (None before its first hints)."""
+    goodput: float | None
+    """Useful samples/s of the running configuration, from the job's own model."""
+    efficiency: float | None
+    """Statistical efficiency of ``batch_size`` (1 at the initial batch size)."""
+
+
+@dataclass(frozen=True)
+class ClusterSample:
+    """The cluster at one scheduling round."""
+
+    time: float
+    slots_used: int
+    """Slots (GPUs, or CPU slots) held by a job's allocation."""
+    slots_total: int
+    num_active_jobs: int
+    round_s: float
+    """Wall time of the policy's ``optimize`` call."""
+
+
+def job_hints(record: JobRecord) -> JobHints | None:
+    if record.hints is None:
+        return None
+    try:
+        return JobHints.from_dict(dict(record.hints))
+    except ConfigError:
+        return None
+
+
+def goodput_and_efficiency(record: JobRecord, hints: JobHints | None
+                           ) -> tuple[float | None, float | None]:
+    """(goodput in samples/s, statistical efficiency) of the job's running configuration."""
+    if hints is None or not record.state.has_replicas or not record.allocation:
+        return None, None
+    model = hints.goodput_function()
+    if model is None or hints.batch_size is None:
+        return None, None
+    efficiency = float(model.efficiency(hints.batch_size))
+    if hints.local_bsz is None:
+        return None, efficiency
+    try:
+        goodput = float(model.evaluate(len(set(record.allocation)), len(record.allocation),
+                                       hints.local_bsz, hints.accum_steps or 0))
+    except ConfigError:
+        return None, efficiency
+    return goodput, efficiency
+
+
+def job_sample(record: JobRecord, now: float) -> JobSample:
+    hints = job_hints(record)
+    running = record.allocation if record.state.has_replicas else ()
+    goodput, efficiency = goodput_and_efficiency(record, hints)
+    return JobSample(time=now, state=record.state.value, replicas=len(running),
+                     nodes=len(set(running)),
+                     batch_size=None if hints is None else hints.batch_size,
+                     goodput=goodput, efficiency=efficiency)
+
+
+def slots_used_and_total(records: Sequence[JobRecord], nodes: Sequence[NodeInfo]
+                         ) -> tuple[int, int]:
+    """Slots held by running jobs' allocations, and all slots of ``nodes``."""
+    names = {node.name for node in nodes}
+    used = sum(1 for record in records if record.state.has_replicas
+               for node in record.allocation if node in names)
+    total = sum(int(node.resources.get(GPU, 0)) for node in nodes)
+    return used, total
+
+
+class History:
+    """Recent samples per job and for the cluster (thread-safe, bounded)."""
+
+    def __init__(self, max_samples: int = DEFAULT_MAX_SAMPLES,
+                 max_jobs: int = DEFAULT_MAX_JOBS) -> None:
+        if max_samples < 1 or max_jobs < 1:
+            raise ConfigError("max_samples", (max_samples, max_jobs), "keep at least one")
+        self.max_samples = max_samples
+        self.max_jobs = max_jobs
+        self._lock = threading.Lock()
+        self._jobs: OrderedDict[str, deque[JobSample]] = OrderedDict()
+        self._cluster: deque[ClusterSample] = deque(maxlen=max_samples)
+
+    def record_round(self, now: float, round_s: float, records: Sequence[JobRecord],
+                     nodes: Sequence[NodeInfo]) -> None:
+        """Sample every non-final job in ``records`` and the cluster."""
+        active = [r for r in records if not r.state.is_final]
+        samples = [(r.id, job_sample(r, now)) for r in active]
+        used, total = slots_used_and_total(active, nodes)
+        with self._lock:
+            self._cluster.append(ClusterSample(now, used, total, len(active), round_s))
+            for job_id, sample in samples:
+                series = self._jobs.pop(job_id, None)
+                if series is None:
+                    series = deque(maxlen=self.max_samples)
+                series.append(sample)
+                self._jobs[job_id] = series
+            while len(self._jobs) > self.max_jobs:
+                self._jobs.popitem(last=False)
+
+    def job(self, job_id: str) -> list[JobSample]:
+        with self._lock:
+            return list(self._jobs.get(job_id, ()))
+
+    def cluster(self) -> list[ClusterSample]:
+        with self._lock:
+            return list(self._cluster)
+
+
+def samples_as_columns(samples: Sequence[Any]) -> dict[str, list[Any]]:
+    """Dataclass samples as ``{field: [values...]}`` (compact JSON for charts)."""
+    if not samples:
+        return {}
+    rows = [asdict(sample) for sample in samples]
+    return {key: [row[key] for row in rows] for key in rows[0]}
+
+
+class TimedPolicy(Policy):
+    """``policy``, with each ``optimize`` call's wall time handed to ``observe``."""
+
+    name = "timed"
+
+    def __init__(self, policy: Policy, observe: Callable[[float], None],
+                 timer: Callable[[], float] = time.perf_counter) -> None:
+        self.policy = policy
+        self.observe = observe
+        self.timer = timer
+
+    def optimize(self, jobs: Sequence[JobInfo], nodes: Sequence[NodeInfo],
+                 previous_allocations: Allocations) -> PolicyDecision:
+        start = self.timer()
+        decision = self.policy.optimize(jobs, nodes, previous_allocations)
+        self.observe(self.timer() - start)
+        return decision
+
+
+class RoundRecorder:
+    """The observer of :class:`TimedPolicy` in the service: samples the store into a
+    :class:`History` and passes the duration on (e.g. to a Prometheus histogram)."""
+
+    def __init__(self, history: History, list_jobs: Callable[[], Sequence[JobRecord]],
+                 list_nodes: Callable[[], Sequence[NodeInfo]], clock: Callable[[], float],
+                 on_duration: Callable[[float], None] | None = None) -> None:
+        self.history = history
+        self.list_jobs = list_jobs
+        self.list_nodes = list_nodes
+        self.clock = clock
+        self.on_duration = on_duration
+
+    def __call__(self, round_s: float) -> None:
+        try:
+            if self.on_duration is not None:
+                self.on_duration(round_s)
+            self.history.record_round(self.clock(), round_s, self.list_jobs(),
+                                      self.list_nodes())
+        except Exception:  # telemetry must never stop scheduling
+            logger.exception("cannot record the scheduling round")
