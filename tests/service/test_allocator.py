@@ -89,7 +89,7 @@ def test_a_crashed_replica_restarts_the_job_until_max_failures(store, fake_backe
         assert store.get_job(job.id).state is JobState.RUNNING
         fake_backend.exit_replica(job.id, 1, -9)
         allocator.tick(failure * 10.0 + 1)
-        assert store.get_job(job.id).state is JobState.RESCALING
+        assert store.get_job(job.id).state is JobState.FAILING
         assert fake_backend.stop_requests(job.id) == [False]  # survivor: checkpoint, stop
         allocator.tick(failure * 10.0 + 2)
         record = store.get_job(job.id)
@@ -123,6 +123,40 @@ def test_cancel_pending_and_running_jobs(store, fake_backend, make_allocator):
     allocator.tick(2.5)
     assert states(store) == {running.id: JobState.CANCELLED, waiting.id: JobState.CANCELLED}
     assert fake_backend.live_jobs() == []
+
+
+def test_a_cancelled_job_is_cancelling_until_its_replicas_stop(store, fake_backend,
+                                                                 make_allocator):
+    fake_backend.exit_on_stop = False
+    allocator = make_allocator()
+    job = store.add_job(make_spec("a", max_replicas=2), now=0.0)
+    allocator.tick(1.0)
+    store.request_cancel(job.id, now=2.0)
+    allocator.tick(2.0)
+    assert store.get_job(job.id).state is JobState.CANCELLING
+    assert fake_backend.stop_requests(job.id) == [False]
+    fake_backend.finish(job.id, RESCALE_EXIT_CODE)
+    allocator.tick(3.0)
+    assert store.get_job(job.id).state is JobState.CANCELLED
+    kinds = [e.kind for e in store.events(job.id)]
+    assert "Cancelling" in kinds and "Rescaling" not in kinds, kinds
+
+
+def test_a_job_cancelled_while_rescaling_shows_cancelling(store, fake_backend, make_allocator):
+    fake_backend.exit_on_stop = False
+    allocator = make_allocator()
+    a = store.add_job(make_spec("a"), now=0.0)
+    allocator.tick(1.0)
+    store.add_job(make_spec("b"), now=2.0)
+    allocator.request_round()
+    allocator.tick(2.0)
+    assert store.get_job(a.id).state is JobState.RESCALING
+    store.request_cancel(a.id, now=2.5)
+    allocator.tick(2.5)
+    assert store.get_job(a.id).state is JobState.CANCELLING
+    fake_backend.finish(a.id, RESCALE_EXIT_CODE)
+    allocator.tick(3.0)
+    assert store.get_job(a.id).state is JobState.CANCELLED
 
 
 def test_replicas_that_ignore_sigterm_are_killed_after_the_grace(store, fake_backend,

@@ -25,7 +25,8 @@ from pollux.service.server import default_data_dir
 
 FINAL_STATES = ("Succeeded", "Failed", "Cancelled")
 STATE_STYLES = {"Pending": "yellow", "Starting": "cyan", "Running": "green",
-                "Rescaling": "magenta", "Succeeded": "bold green", "Failed": "bold red",
+                "Rescaling": "magenta", "Cancelling": "magenta", "Failing": "red",
+                "Succeeded": "bold green", "Failed": "bold red",
                 "Cancelled": "dim"}
 
 

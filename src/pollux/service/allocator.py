@@ -35,7 +35,7 @@ from pollux.jobenv import RESCALE_EXIT_CODE
 from pollux.policies.base import Allocation, Policy, PolicyDecision
 from pollux.service.decisions import checked_allocations, fits, subtract
 from pollux.service.snapshot import HintsCache, Snapshot, build_snapshot
-from pollux.service.states import ACTIVE_STATES, JobState
+from pollux.service.states import ACTIVE_STATES, LIVE_STATES, JobState
 from pollux.service.store import JobRecord, JobStore, ReplicaRecord
 
 logger = logging.getLogger(__name__)
@@ -162,7 +162,7 @@ class Allocator:
 
     def _apply(self, record: JobRecord, new: Allocation, now: float) -> None:
         new = rank_order(new)
-        if record.state is JobState.PENDING or record.state is JobState.RESCALING:
+        if record.state is JobState.PENDING or record.state.is_stopping:
             if record.target_allocation != new:
                 self.store.update_job(record.id, now, target_allocation=new)
             return
@@ -226,8 +226,7 @@ class Allocator:
     # --- replica exits ----------------------------------------------------------------
 
     def _poll(self, now: float) -> None:
-        for record in self.store.list_jobs([JobState.STARTING, JobState.RUNNING,
-                                            JobState.RESCALING]):
+        for record in self.store.list_jobs(LIVE_STATES):
             statuses = self.backend.poll(record.id)
             exits: dict[int, int | None] = {}
             for status in statuses:
@@ -242,7 +241,7 @@ class Allocator:
                 self._launch_ended(record, {0: None}, now)
             elif len(exits) == len(statuses):
                 self._launch_ended(record, exits, now)
-            elif record.state is not JobState.RESCALING:
+            elif not record.state.is_stopping:
                 self._check_running(record, statuses, exits, now)
 
     def _check_running(self, record: JobRecord, statuses: list[ReplicaStatus],
@@ -251,7 +250,7 @@ class Allocator:
         if abnormal:
             rank, code = min(abnormal.items())
             self._request_stop(record.id, StopCause.FAILURE, now)
-            self.store.transition(record.id, JobState.RESCALING, now,
+            self.store.transition(record.id, JobState.FAILING, now,
                                   f"replica {rank} {describe_exit(code)}; stopping the others "
                                   "to restart from the last checkpoint",
                                   reason=f"replica {rank} {describe_exit(code)}")
@@ -324,8 +323,12 @@ class Allocator:
                 self.request_round()
             elif record.state in (JobState.STARTING, JobState.RUNNING):
                 self._request_stop(record.id, StopCause.CANCEL, now)
-                self.store.transition(record.id, JobState.RESCALING, now,
+                self.store.transition(record.id, JobState.CANCELLING, now,
                                       "cancelling: asked replicas to checkpoint and stop")
+            elif record.state in (JobState.RESCALING, JobState.FAILING):
+                # already stopping: the launch ends as Cancelled
+                self.store.transition(record.id, JobState.CANCELLING, now,
+                                      "cancelling: replicas are already stopping")
 
     def _request_stop(self, job_id: str, cause: StopCause, now: float) -> None:
         """Ask the replicas to checkpoint and stop; SIGKILL them after the grace."""
@@ -364,8 +367,7 @@ class Allocator:
         for replica in live:
             self.store.mark_replica_exited(replica.job_id, replica.generation, replica.rank,
                                            LOST_EXIT_CODE, now)
-        for record in self.store.list_jobs([JobState.STARTING, JobState.RUNNING,
-                                            JobState.RESCALING]):
+        for record in self.store.list_jobs(LIVE_STATES):
             target = record.target_allocation
             self.store.transition(
                 record.id, JobState.PENDING, now,
@@ -379,7 +381,7 @@ class Allocator:
         rest, and requeue their jobs so a restarted server resumes them."""
         now = self.clock()
         self._shutting_down = True
-        live = self.store.list_jobs([JobState.STARTING, JobState.RUNNING, JobState.RESCALING])
+        live = self.store.list_jobs(LIVE_STATES)
         for record in live:
             self._request_stop(record.id, StopCause.SHUTDOWN, now)
         deadline = time.monotonic() + grace_s
@@ -394,7 +396,6 @@ class Allocator:
             self._killed.add(job_id)
             self.backend.stop(job_id, force=True)
         self._poll(self.clock())
-        for record in self.store.list_jobs([JobState.STARTING, JobState.RUNNING,
-                                            JobState.RESCALING]):
+        for record in self.store.list_jobs(LIVE_STATES):
             self.store.transition(record.id, JobState.PENDING, now, "server shut down",
                                   target_allocation=record.allocation)

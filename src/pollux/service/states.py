@@ -10,8 +10,10 @@ class JobState(str, Enum):
 
     ``PENDING``: accepted, no replicas running (waiting for an allocation or for the
     resources of its allocation to be freed). ``STARTING``: replicas are being launched.
-    ``RUNNING``: every replica is up. ``RESCALING``: replicas were asked to checkpoint and
-    stop (SIGTERM) because the allocation changed or the job was cancelled.
+    ``RUNNING``: every replica is up. The three *stopping* states: replicas were asked to
+    checkpoint and stop (SIGTERM) because the allocation changed (``RESCALING``), the job
+    was cancelled (``CANCELLING``), or a replica failed and the others are stopped before
+    the job restarts from its checkpoint or fails (``FAILING``).
     ``SUCCEEDED``/``FAILED``/``CANCELLED`` are final; every ``FAILED`` carries a reason.
     """
 
@@ -19,6 +21,8 @@ class JobState(str, Enum):
     STARTING = "Starting"
     RUNNING = "Running"
     RESCALING = "Rescaling"
+    CANCELLING = "Cancelling"
+    FAILING = "Failing"
     SUCCEEDED = "Succeeded"
     FAILED = "Failed"
     CANCELLED = "Cancelled"
@@ -30,22 +34,35 @@ class JobState(str, Enum):
     @property
     def has_replicas(self) -> bool:
         """Whether replicas of the job may be alive in this state."""
-        return self in (JobState.STARTING, JobState.RUNNING, JobState.RESCALING)
+        return self in (JobState.STARTING, JobState.RUNNING) or self.is_stopping
+
+    @property
+    def is_stopping(self) -> bool:
+        """Whether the replicas were asked to stop and the service waits for them."""
+        return self in STOPPING_STATES
 
 
+STOPPING_STATES: frozenset[JobState] = frozenset(
+    {JobState.RESCALING, JobState.CANCELLING, JobState.FAILING})
+LIVE_STATES: frozenset[JobState] = frozenset({JobState.STARTING, JobState.RUNNING}
+                                             | STOPPING_STATES)
+"""States in which replicas may be alive."""
 FINAL_STATES: frozenset[JobState] = frozenset(
     {JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED})
-ACTIVE_STATES: frozenset[JobState] = frozenset(
-    {JobState.PENDING, JobState.STARTING, JobState.RUNNING, JobState.RESCALING})
+ACTIVE_STATES: frozenset[JobState] = frozenset({JobState.PENDING} | LIVE_STATES)
 
 ALLOWED_TRANSITIONS: dict[JobState, frozenset[JobState]] = {
     JobState.PENDING: frozenset({JobState.STARTING, JobState.FAILED, JobState.CANCELLED}),
-    JobState.STARTING: frozenset({JobState.RUNNING, JobState.RESCALING, JobState.PENDING,
-                                  JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED}),
-    JobState.RUNNING: frozenset({JobState.RESCALING, JobState.PENDING, JobState.SUCCEEDED,
-                                 JobState.FAILED, JobState.CANCELLED}),
+    JobState.STARTING: frozenset({JobState.RUNNING, JobState.PENDING, JobState.SUCCEEDED,
+                                  JobState.FAILED, JobState.CANCELLED} | STOPPING_STATES),
+    JobState.RUNNING: frozenset({JobState.PENDING, JobState.SUCCEEDED, JobState.FAILED,
+                                 JobState.CANCELLED} | STOPPING_STATES),
     JobState.RESCALING: frozenset({JobState.STARTING, JobState.PENDING, JobState.SUCCEEDED,
-                                   JobState.FAILED, JobState.CANCELLED}),
+                                   JobState.FAILED, JobState.CANCELLED, JobState.CANCELLING}),
+    JobState.CANCELLING: frozenset({JobState.PENDING, JobState.SUCCEEDED, JobState.FAILED,
+                                    JobState.CANCELLED}),
+    JobState.FAILING: frozenset({JobState.PENDING, JobState.SUCCEEDED, JobState.FAILED,
+                                 JobState.CANCELLED, JobState.CANCELLING}),
     JobState.SUCCEEDED: frozenset(),
     JobState.FAILED: frozenset(),
     JobState.CANCELLED: frozenset(),
