@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TypeVar
 
 from pollux.errors import ConfigError
 
@@ -33,23 +34,30 @@ HINTS_TOKEN = "POLLUX_HINTS_TOKEN"
 NUM_RESTARTS = "POLLUX_NUM_RESTARTS"
 """How many times the job has been (re)started before this launch."""
 
+_Env = TypeVar("_Env", bound="JobEnvironment")
+
 RESCALE_EXIT_CODE = 75
 """Exit code of a replica that checkpointed and stopped because it was asked to (SIGTERM)."""
 
 
 @dataclass(frozen=True)
 class JobEnvironment:
-    """The launch environment of one replica."""
+    """The launch environment of one replica: where it sits in its job and where the job
+    keeps its checkpoints and sends its hints. Backends write it with :meth:`to_env`; the
+    agent reads it (``pollux.torch.distributed.LaunchEnvironment`` extends it with who
+    launched the process)."""
 
     job_id: str
     rank: int
     num_replicas: int
-    local_rank: int
-    node_rank: int
-    num_nodes: int
-    master_addr: str
-    master_port: int
-    checkpoint_dir: str
+    local_rank: int = 0
+    node_rank: int = 0
+    num_nodes: int = 1
+    master_addr: str | None = None
+    """Rendezvous host of the job's process group (needed with several replicas)."""
+    master_port: int | None = None
+    checkpoint_dir: str | None = None
+    """Where checkpoints live across restarts; None disables checkpointing."""
     hints_target: str | None = None
     hints_token: str | None = None
     num_restarts: int = 0
@@ -62,11 +70,14 @@ class JobEnvironment:
             LOCAL_RANK: str(self.local_rank),
             NODE_RANK: str(self.node_rank),
             NUM_NODES: str(self.num_nodes),
-            MASTER_ADDR: self.master_addr,
-            MASTER_PORT: str(self.master_port),
-            CHECKPOINT_DIR: self.checkpoint_dir,
             NUM_RESTARTS: str(self.num_restarts),
         }
+        if self.master_addr is not None:
+            env[MASTER_ADDR] = self.master_addr
+        if self.master_port is not None:
+            env[MASTER_PORT] = str(self.master_port)
+        if self.checkpoint_dir is not None:
+            env[CHECKPOINT_DIR] = self.checkpoint_dir
         if self.hints_target:
             env[HINTS_TARGET] = self.hints_target
         if self.hints_token:
@@ -74,8 +85,9 @@ class JobEnvironment:
         return env
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None) -> JobEnvironment | None:
-        """Read the Pollux variables; None when this process was not launched by Pollux."""
+    def from_env(cls: type[_Env], environ: Mapping[str, str] | None = None) -> _Env | None:
+        """Read the Pollux variables (as this class, or a subclass whose own fields have
+        defaults); None when this process was not launched by Pollux."""
         env = os.environ if environ is None else environ
         if JOB_ID not in env:
             return None

@@ -15,8 +15,8 @@ from pollux.backends.base import BackendError, LaunchRequest, ReplicaState
 from pollux.backends.local import MARKER_ENV, LocalBackend
 from pollux.backends.processes import is_alive, marked_processes
 from pollux.errors import JobSpecError
+from pollux.job_spec import JobSpec
 from pollux.jobenv import RESCALE_EXIT_CODE
-from pollux.service.job_spec import JobSpec
 
 FAKE_JOB = str(Path(__file__).with_name("fake_job.py"))
 

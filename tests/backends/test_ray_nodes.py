@@ -17,7 +17,7 @@ from pollux.backends.ray.nodes import (
     replica_bundle,
 )
 from pollux.errors import JobSpecError
-from pollux.service.job_spec import ReplicaResources
+from pollux.job_spec import ReplicaResources
 
 NODE_ID = "ab" * 28
 

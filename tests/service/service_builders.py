@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from pollux.job_spec import JobSpec
 from pollux.policies.base import NodeInfo
-from pollux.service.job_spec import JobSpec
 
 
 def make_nodes(num_nodes: int = 2, slots: int = 2) -> list[NodeInfo]:

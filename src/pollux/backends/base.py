@@ -17,9 +17,9 @@ from enum import Enum
 from typing import Any, ClassVar
 
 from pollux.errors import PolluxError
+from pollux.job_spec import JobSpec
 from pollux.jobenv import JobEnvironment
-from pollux.policies.base import NodeInfo
-from pollux.service.job_spec import JobSpec
+from pollux.resources import NodeInfo
 
 
 class BackendError(PolluxError):

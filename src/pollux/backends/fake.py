@@ -21,7 +21,7 @@ from pollux.backends.base import (
     ReplicaStatus,
 )
 from pollux.jobenv import RESCALE_EXIT_CODE
-from pollux.policies.base import NodeInfo
+from pollux.resources import NodeInfo
 
 
 @dataclass
@@ -51,9 +51,6 @@ class FakeBackend(Backend):
         """When set, the next launch raises BackendError with this message."""
         self.recovered: list[Mapping[str, Any]] = []
         self._jobs: dict[str, _FakeLaunch] = {}
-
-    def set_nodes(self, nodes: Sequence[NodeInfo]) -> None:
-        self._nodes = list(nodes)
 
     def nodes(self) -> list[NodeInfo]:
         return list(self._nodes)

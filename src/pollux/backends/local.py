@@ -42,8 +42,8 @@ from pollux.backends.processes import (
     signal_group,
 )
 from pollux.errors import ConfigError, JobSpecError
-from pollux.policies.base import NodeInfo
-from pollux.service.job_spec import JobSpec
+from pollux.job_spec import JobSpec
+from pollux.resources import NodeInfo
 
 logger = logging.getLogger(__name__)
 

@@ -19,8 +19,8 @@ from rich.live import Live
 from rich.table import Table
 
 from pollux.errors import JobSpecError
+from pollux.job_spec import JobSpec
 from pollux.service.client import PolluxClient, ServiceError, locate_server
-from pollux.service.job_spec import JobSpec
 from pollux.service.server import default_data_dir
 
 FINAL_STATES = ("Succeeded", "Failed", "Cancelled")

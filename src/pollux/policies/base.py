@@ -15,6 +15,13 @@ from typing import Any, ClassVar
 import numpy as np
 from numpy.typing import ArrayLike
 
+from pollux.resources import CPU, GPU, MEMORY, NodeInfo
+
+__all__ = [
+    "CPU", "GPU", "MEMORY", "Allocation", "Allocations", "JobInfo", "NodeInfo", "Policy",
+    "PolicyDecision", "RemainingTimeFn", "SpeedupFn", "TunedConfig",
+]
+
 Allocation = tuple[str, ...]
 """A job's allocation: the node name of each replica (a node repeats once per replica)."""
 
@@ -26,10 +33,6 @@ SpeedupFn = Callable[[ArrayLike, ArrayLike], np.ndarray]
 
 RemainingTimeFn = Callable[[ArrayLike, ArrayLike], np.ndarray]
 """``remaining_s(num_nodes, num_replicas)``: seconds left to finish with that allocation."""
-
-GPU = "gpu"
-CPU = "cpu"
-MEMORY = "memory"
 
 
 @dataclass(frozen=True)
@@ -78,21 +81,6 @@ class JobInfo:
 
 
 @dataclass(frozen=True)
-class NodeInfo:
-    """One node as a policy sees it."""
-
-    name: str
-    resources: Mapping[str, float]
-    """Total resources, e.g. ``{"gpu": 4, "cpu": 48, "memory": 192e9}``."""
-    preemptible: bool = False
-    """Cloud spot/preemptible node: used last."""
-
-    @property
-    def num_gpus(self) -> int:
-        return int(self.resources.get(GPU, 0))
-
-
-@dataclass(frozen=True)
 class PolicyDecision:
     """What a policy returns for one round."""
 
@@ -118,24 +106,3 @@ class Policy(ABC):
     ) -> PolicyDecision:
         """Decide every job's allocation for the next round."""
 
-
-def count_nodes(allocation: Allocation) -> int:
-    """Number of distinct nodes an allocation spans."""
-    return len(set(allocation))
-
-
-def free_resources(
-    nodes: Sequence[NodeInfo], jobs: Sequence[JobInfo], allocations: Allocations
-) -> dict[str, dict[str, float]]:
-    """Node -> resources left after ``allocations`` of ``jobs``."""
-    free = {node.name: dict(node.resources) for node in nodes}
-    by_name = {job.name: job for job in jobs}
-    for job_name, alloc in allocations.items():
-        job = by_name.get(job_name)
-        if job is None:
-            continue
-        for node_name in alloc:
-            if node_name in free:
-                for res, amount in job.resources.items():
-                    free[node_name][res] = free[node_name].get(res, 0.0) - amount
-    return free

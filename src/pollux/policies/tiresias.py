@@ -32,12 +32,6 @@ DEFAULT_QUEUE_THRESHOLD_GPU_S = 16 * 3600.0
 """Attained service (GPU-seconds) after which a job is demoted to the low-priority queue."""
 
 
-def replica_slots(nodes: Sequence[NodeInfo], gpus_per_replica: float) -> dict[str, int]:
-    """Node -> how many replicas of ``gpus_per_replica`` GPUs fit on it when empty."""
-    per = max(gpus_per_replica, 1e-9)
-    return {node.name: int(node.num_gpus // per + 1e-9) for node in nodes}
-
-
 def tuned_replicas(job: JobInfo) -> int:
     """The GPU count a baseline gives a job: its tuned replicas, within its bounds."""
     wanted = job.tuned.num_replicas if job.tuned is not None else max(1, job.min_replicas)

@@ -6,8 +6,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Mapping
 
+from pollux.job_spec import JobSpec
 from pollux.policies.base import Allocation, PolicyDecision
-from pollux.service.job_spec import JobSpec
 from pollux.service.snapshot import Snapshot
 
 logger = logging.getLogger(__name__)

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from pollux.backends.base import Backend
 from pollux.backends.registry import make_backend
 from pollux.errors import ConfigError, JobSpecError, PolluxError
+from pollux.job_spec import JobSpec
 from pollux.models.hints import JobHints
 from pollux.policies.autoscaling import (
     DEFAULT_NODE_PRICE_PER_HOUR,
@@ -34,7 +35,6 @@ from pollux.policies.autoscaling import (
 from pollux.policies.base import Allocations, JobInfo, NodeInfo, Policy, PolicyDecision
 from pollux.policies.registry import make_policy
 from pollux.service.allocator import Allocator, AllocatorConfig, job_dir
-from pollux.service.job_spec import JobSpec
 from pollux.service.store import JobRecord, JobStore, UnknownJobError
 from pollux.service.telemetry import History, RoundRecorder, TimedPolicy
 from pollux.service.views import job_detail, job_summary, node_views

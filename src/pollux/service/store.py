@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from pollux.errors import ConfigError, PolluxError
-from pollux.service.job_spec import JobSpec
+from pollux.job_spec import JobSpec
 from pollux.service.states import JobState, can_transition
 
 logger = logging.getLogger(__name__)

@@ -42,23 +42,11 @@ class LaunchSource(enum.Enum):
 
 
 @dataclass(frozen=True)
-class LaunchEnvironment:
-    """Where this replica sits in its job, whoever launched it."""
+class LaunchEnvironment(jobenv.JobEnvironment):
+    """Where this replica sits in its job, and who launched it: the launch contract
+    (:class:`pollux.jobenv.JobEnvironment`) plus its source."""
 
-    source: LaunchSource
-    rank: int
-    num_replicas: int
-    local_rank: int = 0
-    node_rank: int = 0
-    num_nodes: int = 1
-    master_addr: str | None = None
-    master_port: int | None = None
-    job_id: str = "local"
-    checkpoint_dir: str | None = None
-    """Where checkpoints live; None disables checkpointing."""
-    hints_target: str | None = None
-    hints_token: str | None = None
-    num_restarts: int = 0
+    source: LaunchSource = LaunchSource.POLLUX
 
     def __post_init__(self) -> None:
         if self.num_replicas < 1:
@@ -88,23 +76,9 @@ def _integer(env: Mapping[str, str], name: str, default: int | None = None) -> i
 def read_launch_environment(environ: Mapping[str, str] | None = None) -> LaunchEnvironment:
     """Read the launch environment (Pollux, then torchrun, else a single process)."""
     env = os.environ if environ is None else environ
-    pollux_env = jobenv.JobEnvironment.from_env(env)
+    pollux_env = LaunchEnvironment.from_env(env)
     if pollux_env is not None:
-        return LaunchEnvironment(
-            source=LaunchSource.POLLUX,
-            rank=pollux_env.rank,
-            num_replicas=pollux_env.num_replicas,
-            local_rank=pollux_env.local_rank,
-            node_rank=pollux_env.node_rank,
-            num_nodes=pollux_env.num_nodes,
-            master_addr=pollux_env.master_addr,
-            master_port=pollux_env.master_port,
-            job_id=pollux_env.job_id,
-            checkpoint_dir=pollux_env.checkpoint_dir,
-            hints_target=pollux_env.hints_target,
-            hints_token=pollux_env.hints_token,
-            num_restarts=pollux_env.num_restarts,
-        )
+        return pollux_env
     # Outside the scheduler, the Pollux variables that make sense alone are still honoured.
     checkpoint_dir = env.get(jobenv.CHECKPOINT_DIR) or None
     hints_target = env.get(jobenv.HINTS_TARGET) or None
@@ -127,9 +101,9 @@ def read_launch_environment(environ: Mapping[str, str] | None = None) -> LaunchE
             hints_token=hints_token,
             num_restarts=_integer(env, "TORCHELASTIC_RESTART_COUNT", 0),
         )
-    return LaunchEnvironment(source=LaunchSource.SINGLE, rank=0, num_replicas=1,
-                             checkpoint_dir=checkpoint_dir, hints_target=hints_target,
-                             hints_token=hints_token)
+    return LaunchEnvironment(source=LaunchSource.SINGLE, job_id="local", rank=0,
+                             num_replicas=1, checkpoint_dir=checkpoint_dir,
+                             hints_target=hints_target, hints_token=hints_token)
 
 
 def default_backend() -> str:

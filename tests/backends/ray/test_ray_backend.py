@@ -26,8 +26,8 @@ from pollux.backends.ray import RayBackend  # noqa: E402
 from pollux.backends.ray.launch import MARKER_ENV  # noqa: E402
 from pollux.backends.registry import make_backend  # noqa: E402
 from pollux.errors import JobSpecError  # noqa: E402
+from pollux.job_spec import JobSpec  # noqa: E402
 from pollux.jobenv import RESCALE_EXIT_CODE  # noqa: E402
-from pollux.service.job_spec import JobSpec  # noqa: E402
 from tests.backends.ray.conftest import SLOT  # noqa: E402
 
 pytestmark = pytest.mark.timeout(60)
@@ -275,7 +275,7 @@ import json, sys, time
 from pathlib import Path
 from pollux.backends.base import LaunchRequest
 from pollux.backends.ray import RayBackend
-from pollux.service.job_spec import JobSpec
+from pollux.job_spec import JobSpec
 address, instance, fake_job, tmp = sys.argv[1:5]
 backend = RayBackend(instance, address=address, slot_resource="slot")
 spec = JobSpec.from_dict({"name": "fake", "command": [sys.executable, fake_job, "--steps",

@@ -51,8 +51,8 @@ from pollux.backends.ray.nodes import (
     replica_bundle,
 )
 from pollux.errors import ConfigError
-from pollux.policies.base import NodeInfo
-from pollux.service.job_spec import JobSpec
+from pollux.job_spec import JobSpec
+from pollux.resources import NodeInfo
 
 logger = logging.getLogger(__name__)
 

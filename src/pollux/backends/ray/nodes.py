@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from pollux.errors import JobSpecError
-from pollux.policies.base import CPU, GPU, MEMORY, NodeInfo
-from pollux.service.job_spec import ReplicaResources
+from pollux.job_spec import ReplicaResources
+from pollux.resources import CPU, GPU, MEMORY, NodeInfo
 
 RAY_CPU = "CPU"
 RAY_GPU = "GPU"

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pollux.errors import JobSpecError
-from pollux.service.job_spec import JobSpec, parse_memory
+from pollux.job_spec import JobSpec, parse_memory
 
 GOOD: dict[str, Any] = {"name": "digits", "command": "python train.py --epochs 3",
                         "working_dir": "/tmp"}

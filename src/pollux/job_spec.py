@@ -18,6 +18,7 @@ from typing import Any
 import yaml
 
 from pollux.errors import JobSpecError
+from pollux.resources import CPU, GPU, MEMORY
 
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 ENV_NAME_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -42,7 +43,7 @@ class ReplicaResources:
     def as_policy_resources(self) -> dict[str, float]:
         """The resource mapping a policy's ``JobInfo.resources`` expects (zeros left out,
         so a job asking nothing of a resource fits nodes that do not declare it)."""
-        amounts = {"gpu": self.gpu, "cpu": self.cpu, "memory": self.memory_bytes}
+        amounts = {GPU: self.gpu, CPU: self.cpu, MEMORY: self.memory_bytes}
         return {name: amount for name, amount in amounts.items() if amount > 0}
 
 
