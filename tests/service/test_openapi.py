@@ -8,8 +8,8 @@ import warnings
 
 import pytest
 
+from pollux.job_spec import RESOURCE_FIELDS, SPEC_FIELDS, JobSpec
 from pollux.service.api import create_app
-from pollux.service.job_spec import RESOURCE_FIELDS, SPEC_FIELDS, JobSpec
 from pollux.service.openapi import JOB_SPEC_SCHEMA
 
 with warnings.catch_warnings():
