@@ -9,7 +9,8 @@ from pollux.cli.main import main
 
 RUN_FIELDS = {"policy", "workload", "avg_jct_s", "p50_jct_s", "p99_jct_s", "makespan_s",
               "num_jobs", "num_completed", "restarts_per_job", "gpu_utilization", "wall_s",
-              "round_s", "jobs", "max_ftf", "p99_ftf", "unfair_fraction", "gpu_hours_per_job"}
+              "round_s", "jobs", "max_ftf", "p99_ftf", "unfair_fraction", "gpu_hours_per_job",
+              "lower_bound_avg_jct_s"}
 
 
 def test_simulate_writes_json_and_plots(tmp_path: Path, capsys: pytest.CaptureFixture[str]
@@ -28,12 +29,16 @@ def test_simulate_writes_json_and_plots(tmp_path: Path, capsys: pytest.CaptureFi
         assert RUN_FIELDS <= set(run)
         assert set(run["round_s"]) == {"median", "p99", "max"}
         assert run["num_jobs"] == len(run["jobs"]) == 12
+        assert run["lower_bound_avg_jct_s"] > 0
+        if run["num_completed"] == run["num_jobs"]:  # else the average is of those done
+            assert run["lower_bound_avg_jct_s"] <= run["avg_jct_s"]
         assert {"name", "application", "submission_s", "completion_s", "jct_s",
                 "restarts"} <= set(run["jobs"][0])
     assert set(report["summary"]) == {"tiresias", "optimus"}
     assert report["summary"]["tiresias"]["mean_avg_jct_s"] == report["runs"][0]["avg_jct_s"]
     names = {p.name for p in (tmp_path / "plots").iterdir()}
-    assert {"jct_cdf.png", "timeline-tiresias-generated-12jobs-1h-seed0.png",
+    assert "lower bound" in printed
+    assert {"jct_cdf.png", "avg_jct.png", "timeline-tiresias-generated-12jobs-1h-seed0.png",
             "gpus-generated-12jobs-1h-seed0.png"} <= names
 
 

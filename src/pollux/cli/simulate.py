@@ -34,6 +34,7 @@ from pollux.policies.autoscaling import (
 )
 from pollux.policies.registry import make_policy, policy_names
 from pollux.sim.generator import generate_workload
+from pollux.sim.lower_bound import with_lower_bounds
 from pollux.sim.metrics import RunRecord, report, summarize_policies
 from pollux.sim.runner import RunOutcome, RunTask, load_applications, run_tasks
 from pollux.sim.simulator import ClusterConfig
@@ -60,6 +61,11 @@ def _workloads(args: argparse.Namespace, applications: set[str]) -> list[Workloa
 
 def _seconds(value: float) -> str:
     return "-" if not math.isfinite(value) else f"{value:,.1f} s"
+
+
+def _ratio(value: float, bound: float) -> str:
+    return "-" if not (math.isfinite(value) and math.isfinite(bound) and bound > 0) \
+        else f"{value / bound:.2f}x"
 
 
 def _cluster_config(args: argparse.Namespace) -> ClusterConfig:
@@ -93,6 +99,9 @@ def _policy_table(records: list[RunRecord]) -> Table:
         ("jobs done", lambda p: f"{sum(r.num_completed for r in runs[p])}"
                                 f"/{sum(r.num_jobs for r in runs[p])}"),
         ("avg JCT (mean)", lambda p: _seconds(summary[p]["mean_avg_jct_s"])),
+        ("lower bound (mean)", lambda p: _seconds(summary[p]["mean_lower_bound_avg_jct_s"])),
+        ("avg JCT / bound", lambda p: _ratio(summary[p]["mean_avg_jct_s"],
+                                             summary[p]["mean_lower_bound_avg_jct_s"])),
         ("p50 JCT", lambda p: _seconds(mean(p, "p50_jct_s"))),
         ("p99 JCT", lambda p: _seconds(mean(p, "p99_jct_s"))),
         ("makespan", lambda p: _seconds(mean(p, "makespan_s"))),
@@ -123,6 +132,7 @@ def _workload_table(records: list[RunRecord]) -> Table:
     table.add_column("workload")
     for policy in policies:
         table.add_column(policy, justify="right")
+    table.add_column("lower bound", justify="right")
     by_key = {(r.workload, r.policy): r for r in records}
     for workload in dict.fromkeys(r.workload for r in records):
         cells = []
@@ -133,7 +143,9 @@ def _workload_table(records: list[RunRecord]) -> Table:
                          f"{record.avg_jct_s:.1f}" + ("" if done else
                                                       f" ({record.num_completed}/"
                                                       f"{record.num_jobs} done)"))
-        table.add_row(workload, *cells)
+        bounds = [r.lower_bound_avg_jct_s for r in records
+                  if r.workload == workload and r.lower_bound_avg_jct_s is not None]
+        table.add_row(workload, *cells, f"{bounds[0]:.1f}" if bounds else "-")
     return table
 
 
@@ -155,7 +167,8 @@ def run(args: argparse.Namespace) -> int:
     console = Console()
     policies = _policies(args.policy)
     config = _cluster_config(args)
-    applications = set(load_applications(args.traces))
+    apps = load_applications(args.traces)
+    applications = set(apps)
     workloads = _workloads(args, applications)
     options = _autoscaler_options(args)
     tasks = [RunTask(policy, workload, config, args.traces, args.seed,
@@ -183,7 +196,7 @@ def run(args: argparse.Namespace) -> int:
                                         f"{rec.avg_jct_s:.0f} s avg JCT")
 
         outcomes = run_tasks(tasks, processes, done)
-    records = [o.record for o in outcomes]
+    records = with_lower_bounds([o.record for o in outcomes], workloads, apps, config)
     console.print(_policy_table(records))
     if len(workloads) > 1:
         console.print(_workload_table(records))

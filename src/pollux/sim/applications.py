@@ -130,6 +130,13 @@ class Application(ABC):
             self._step_cache[key] = found
         return found
 
+    def step_sync_times(self, placement: Placement, local_bsz: np.ndarray
+                        ) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`step_sync_time` over an array of local batches (not memoized)."""
+        pairs = [self.step_sync_time(placement, float(b)) for b in local_bsz]
+        out = np.array(pairs, dtype=np.float64).reshape(len(pairs), 2)
+        return out[:, 0], out[:, 1]
+
     def grad_stats(self, batch_size: float, epoch: int) -> tuple[float, float]:
         """(grad_sqr, grad_var) during ``epoch`` when training at total ``batch_size``."""
         key = (float(batch_size), int(epoch))
@@ -138,6 +145,13 @@ class Application(ABC):
             found = self._grad_stats(float(batch_size), int(epoch))
             self._stats_cache[key] = found
         return found
+
+    def grad_stats_many(self, batch_size: np.ndarray, epoch: int
+                        ) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`grad_stats` over an array of total batch sizes (not memoized)."""
+        pairs = [self._grad_stats(float(b), int(epoch)) for b in batch_size]
+        out = np.array(pairs, dtype=np.float64).reshape(len(pairs), 2)
+        return out[:, 0], out[:, 1]
 
     @abstractmethod
     def _measure(self, placement: Placement, local_bsz: float) -> tuple[float, float]:
@@ -208,6 +222,29 @@ class TraceApplication(Application):
             step, sync = self._nearest(point)[0]
         return float(step), float(sync)
 
+    def step_sync_times(self, placement: Placement, local_bsz: np.ndarray
+                        ) -> tuple[np.ndarray, np.ndarray]:
+        canon = canonical_placement(placement)
+        exact = self.trace.placements.get(canon)
+        if exact is None:
+            if self._linear is None:
+                self._linear = LinearNDInterpolator(self.trace.scale_points,
+                                                    self.trace.scale_values)
+            bsz = np.asarray(local_bsz, dtype=np.float64)
+            points = np.column_stack([
+                np.full(len(bsz), min(len(canon), MAX_INTERPOLATION_NODES), dtype=np.float64),
+                np.full(len(bsz), sum(canon), dtype=np.float64), bsz])
+            values = np.array(self._linear(points), dtype=np.float64).reshape(len(bsz), 2)
+            outside = ~np.isfinite(values).all(axis=1)
+            if outside.any():
+                if self._nearest is None:
+                    self._nearest = NearestNDInterpolator(self.trace.scale_points,
+                                                          self.trace.scale_values)
+                values[outside] = np.asarray(self._nearest(points[outside])).reshape(-1, 2)
+            return values[:, 0], values[:, 1]
+        return (np.interp(local_bsz, exact.local_bsz, exact.step_time),
+                np.interp(local_bsz, exact.local_bsz, exact.sync_time))
+
     def _row(self, epoch: int) -> int:
         return min(max(epoch, 0), len(self.trace.validation[0].progress) - 1)
 
@@ -219,6 +256,14 @@ class TraceApplication(Application):
             return float(a.grad_sqr[e]), float(a.grad_var[e])
         return (float((1 - w) * a.grad_sqr[e] + w * b.grad_sqr[e]),
                 float((1 - w) * a.grad_var[e] + w * b.grad_var[e]))
+
+    def grad_stats_many(self, batch_size: np.ndarray, epoch: int
+                        ) -> tuple[np.ndarray, np.ndarray]:
+        sizes = np.asarray(self.trace.batch_sizes, dtype=np.float64)
+        e = self._row(epoch)
+        sqr = np.array([v.grad_sqr[e] for v in self.trace.validation], dtype=np.float64)
+        var = np.array([v.grad_var[e] for v in self.trace.validation], dtype=np.float64)
+        return np.interp(batch_size, sizes, sqr), np.interp(batch_size, sizes, var)
 
     def epoch_progress(self, epoch: int) -> float:
         return float(self._epoch_progress[min(max(epoch, 0), len(self._epoch_progress) - 1)])

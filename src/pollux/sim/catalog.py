@@ -115,6 +115,23 @@ class ParametricApplication(Application):
         step = float(optimizer_step_time(params, num_nodes, num_replicas, local_bsz))
         return step, max(step - compute, 0.0)
 
+    def step_sync_times(self, placement: Placement, local_bsz: np.ndarray
+                        ) -> tuple[np.ndarray, np.ndarray]:
+        params = self.model.throughput
+        num_nodes, num_replicas = len(placement), sum(placement)
+        bsz = np.asarray(local_bsz, dtype=np.float64)
+        step = np.asarray(optimizer_step_time(params, num_nodes, num_replicas, bsz),
+                          dtype=np.float64)
+        return step, np.maximum(step - compute_time(params, bsz), 0.0)
+
+    def grad_stats_many(self, batch_size: np.ndarray, epoch: int
+                        ) -> tuple[np.ndarray, np.ndarray]:
+        noise = self.model.noise
+        rows = np.array([np.interp(epoch, noise.knot_epochs, row) for row in noise.log_ratio])
+        log_b = np.log(np.asarray(noise.batch_sizes, dtype=np.float64))
+        ratio = np.exp(np.interp(np.log(np.asarray(batch_size, dtype=np.float64)), log_b, rows))
+        return np.ones_like(ratio), ratio
+
     def _grad_stats(self, batch_size: float, epoch: int) -> tuple[float, float]:
         return 1.0, self.model.noise.ratio(batch_size, epoch)
 

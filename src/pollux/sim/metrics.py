@@ -102,6 +102,9 @@ class RunRecord:
     cost: float = 0.0
     """``node_hours`` x the node price per hour."""
     nodes_over_time: NodeCounts = NodeCounts()
+    lower_bound_avg_jct_s: float | None = None
+    """A lower bound on the average JCT any policy could reach on this workload and
+    cluster (:mod:`pollux.sim.lower_bound`); None when not computed."""
 
     def to_dict(self) -> dict[str, object]:
         """Plain JSON-ready data; undefined figures (NaN, e.g. no job finished) become None."""
@@ -212,6 +215,9 @@ def summarize_policies(runs: Sequence[RunRecord]) -> dict[str, dict[str, float]]
             "mean_gpu_hours_per_job": float(np.mean([r.gpu_hours_per_job for r in items])),
             "mean_node_hours": float(np.mean([r.node_hours for r in items])),
             "mean_cost": float(np.mean([r.cost for r in items])),
+            "mean_lower_bound_avg_jct_s": (
+                float(np.mean([r.lower_bound_avg_jct_s for r in items]))
+                if all(r.lower_bound_avg_jct_s is not None for r in items) else float("nan")),
             "num_workloads": len(items),
         }
     return summary

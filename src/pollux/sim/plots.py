@@ -40,6 +40,38 @@ def plot_jct_cdf(records: Sequence[RunRecord], path: Path) -> Path:
     return path
 
 
+def plot_avg_jct(records: Sequence[RunRecord], path: Path) -> Path:
+    """Average JCT per workload, one bar per policy, with the workload's lower bound on
+    the average JCT any policy could reach (black line) where it was computed."""
+    workloads = list(dict.fromkeys(r.workload for r in records))
+    policies = list(dict.fromkeys(r.policy for r in records))
+    by_key = {(r.workload, r.policy): r for r in records}
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.2 * len(workloads) + 2), 4.5))
+    width = 0.8 / max(len(policies), 1)
+    x = np.arange(len(workloads))
+    for i, policy in enumerate(policies):
+        values = [by_key[(w, policy)].avg_jct_s / 3600 if (w, policy) in by_key else np.nan
+                  for w in workloads]
+        ax.bar(x - 0.4 + width * (i + 0.5), values, width, label=policy)
+    labelled = False
+    for k, workload in enumerate(workloads):
+        bound = next((r.lower_bound_avg_jct_s for r in records if r.workload == workload
+                      and r.lower_bound_avg_jct_s is not None), None)
+        if bound is not None:
+            ax.hlines(bound / 3600, k - 0.45, k + 0.45, colors="black", linewidth=2,
+                      label=None if labelled else "lower bound")
+            labelled = True
+    ax.set_xticks(x, workloads, rotation=30 if len(workloads) > 4 else 0)
+    ax.set_ylabel("average JCT (hours)")
+    ax.set_title("average JCT per workload, and the lower bound")
+    ax.grid(alpha=0.3, axis="y")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
 def plot_gpus_over_time(workload: str, timelines: Sequence[tuple[str, Timeline]],
                         path: Path) -> Path:
     """GPUs allocated over time, one line per policy, for one workload."""
@@ -123,7 +155,8 @@ def save_plots(records: Sequence[RunRecord], timelines: Sequence[Timeline | None
     """Every figure for a set of runs (``timelines[i]`` belongs to ``records[i]``)."""
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
-    paths = [plot_jct_cdf(records, out / "jct_cdf.png")]
+    paths = [plot_jct_cdf(records, out / "jct_cdf.png"),
+             plot_avg_jct(records, out / "avg_jct.png")]
     by_workload: dict[str, list[tuple[str, Timeline]]] = {}
     for record, timeline in zip(records, timelines):
         if timeline is None:

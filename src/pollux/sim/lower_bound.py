@@ -1,0 +1,222 @@
+"""A lower bound on the average JCT any policy can reach on a workload and cluster.
+
+Two relaxations, each valid for every policy the simulator runs; the reported bound is the
+larger of their averages.
+
+**Alone** (a per-job bound). A job cannot finish sooner than if it had the whole cluster to
+itself from the start: it waits for the first scheduling round at or after its submission
+(rounds are every ``interval_s``), pays one restart delay (the first start costs one too),
+then trains every epoch at the best rate any configuration reaches in that epoch. A
+configuration is a placement of ``K <= num_gpus`` replicas, an integer atomic batch and a
+number of accumulation steps, the total batch at most the application's largest; the rate
+is the true progress per second the simulator uses (gain over step seconds) with the
+epoch's gradient statistics. Interference, further restarts and queueing are left out.
+
+**Capacity** (a bound on the sum only). All GPUs together form one machine; a job holding
+``K`` GPUs uses a share ``K / num_gpus`` of it and progresses at most ``K`` times the best
+*per-GPU* rate of its epoch, so its work in machine-seconds is at least
+``sum_e progress_e / (num_gpus * best_per_gpu_rate_e)``. Released at the same time as
+above, the jobs then form a single-machine preemptive problem, for which shortest
+remaining processing time first minimizes the sum of completion times; so the SRPT
+average is a lower bound on the average JCT. (SRPT's completion of one job is not a bound
+for that job, which is why the two are combined on the average, not per job.)
+
+Epoch ends in the simulator are rounded to whole seconds; each epoch's time in both
+relaxations is lowered by half a second to cover that. The placements searched for a
+configuration's step time: for every ``K`` and every number of nodes, the packed and the
+balanced placement, plus every measured placement of a trace application that fits.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from pollux.sim.applications import Application
+from pollux.sim.metrics import RunRecord
+from pollux.sim.placement import Placement, canonical_placement, packed_placement
+from pollux.sim.simulator import ClusterConfig
+from pollux.sim.workload import Workload
+
+EPOCH_ROUNDING_S = 0.5
+"""The simulator ends an epoch at a whole second: up to this much sooner than exact."""
+
+
+@dataclass(frozen=True)
+class BestRates:
+    """One application's best true progress rates on a cluster, per epoch."""
+
+    application: str
+    rate_per_s: tuple[float, ...]
+    """Best progress per second over every configuration, per epoch."""
+    rate_per_gpu_s: tuple[float, ...]
+    """Best progress per second per GPU over every configuration, per epoch."""
+    epoch_progress: tuple[float, ...]
+    """Progress each epoch needs."""
+
+    def alone_s(self) -> float:
+        """Training seconds with the whole cluster at the best configuration."""
+        return sum(max(p / r - EPOCH_ROUNDING_S, 0.0)
+                   for p, r in zip(self.epoch_progress, self.rate_per_s))
+
+    def machine_s(self, num_gpus: int) -> float:
+        """Seconds of the whole cluster's time at the best per-GPU rate."""
+        return sum(max(p / (r * num_gpus) - EPOCH_ROUNDING_S, 0.0)
+                   for p, r in zip(self.epoch_progress, self.rate_per_gpu_s))
+
+
+@dataclass(frozen=True)
+class LowerBound:
+    """Lower bounds on the average JCT of one workload on one cluster."""
+
+    avg_jct_s: float
+    """The bound: the larger of the two below."""
+    alone_avg_jct_s: float
+    """Average of each job alone on the whole cluster."""
+    capacity_avg_jct_s: float
+    """Average of preemptive SRPT on one machine as fast as the whole cluster."""
+    job_alone_s: Mapping[str, float]
+    """Per job: the alone bound on its JCT (valid for that job alone)."""
+
+
+def _candidate_placements(app: Application, num_nodes: int, gpus_per_node: int,
+                          max_replicas: int) -> list[Placement]:
+    out: set[Placement] = set()
+    for k in range(1, max_replicas + 1):
+        fewest = -(-k // gpus_per_node)
+        for n in range(fewest, min(k, num_nodes) + 1):
+            out.add(canonical_placement(packed_placement(k, gpus_per_node, n)))
+            out.add(canonical_placement(tuple(k // n + (i < k % n) for i in range(n))))
+    trace = getattr(app, "trace", None)
+    for placement in getattr(trace, "placements", {}) or {}:
+        if (len(placement) <= num_nodes and max(placement) <= gpus_per_node
+                and sum(placement) <= max_replicas):
+            out.add(canonical_placement(placement))
+    return sorted(out)
+
+
+def _frontier(batch: np.ndarray, seconds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(batch, seconds per step) pairs no other pair beats (larger batch, fewer seconds):
+    progress per step grows with the batch, so only these can be best in some epoch."""
+    order = np.lexsort((seconds, -batch))
+    ordered = seconds[order]
+    before = np.concatenate([[math.inf], np.minimum.accumulate(ordered)[:-1]])
+    keep = order[ordered < before]
+    return batch[keep], seconds[keep]
+
+
+def best_rates(app: Application, num_nodes: int, gpus_per_node: int) -> BestRates:
+    """The best progress rates of ``app`` on a cluster of ``num_nodes`` x ``gpus_per_node``."""
+    spec = app.spec
+    num_gpus = num_nodes * gpus_per_node
+    max_k = min(num_gpus, spec.max_useful_replicas)
+    if spec.pinned_replicas is not None:
+        max_k = min(max_k, spec.pinned_replicas)
+    atomic = np.arange(max(spec.min_local_bsz, 1), max(spec.max_local_bsz, 1) + 1,
+                       dtype=np.float64)
+    batches: list[np.ndarray] = []
+    seconds: list[np.ndarray] = []
+    gpu_seconds: list[np.ndarray] = []
+    for placement in _candidate_placements(app, num_nodes, gpus_per_node, max_k):
+        k = sum(placement)
+        fits = atomic[atomic * k <= spec.max_batch_size]
+        if len(fits) == 0:
+            continue
+        step, sync = app.step_sync_times(placement, fits)
+        most = (spec.max_batch_size // (k * fits)).astype(np.int64)  # accumulation + 1
+        reps = np.repeat(np.arange(len(fits)), most)
+        accum = np.arange(len(reps)) - np.repeat(np.cumsum(most) - most, most)
+        batch = k * fits[reps] * (accum + 1)
+        t = step[reps] + (step[reps] - sync[reps]) * accum
+        batches.append(batch)
+        seconds.append(t)
+        gpu_seconds.append(t * k)
+    if not batches:
+        raise ValueError(f"{spec.name}: no configuration fits the cluster")
+    batch = np.concatenate(batches)
+    alone = _frontier(batch, np.concatenate(seconds))
+    per_gpu = _frontier(batch, np.concatenate(gpu_seconds))
+    rates, rates_gpu, progress = [], [], []
+    for epoch in range(spec.max_epochs):
+        rates.append(_best_rate(app, alone, epoch))
+        rates_gpu.append(_best_rate(app, per_gpu, epoch))
+        progress.append(app.epoch_progress(epoch + 1) - app.epoch_progress(epoch))
+    return BestRates(spec.name, tuple(rates), tuple(rates_gpu), tuple(progress))
+
+
+def _best_rate(app: Application, frontier: tuple[np.ndarray, np.ndarray], epoch: int) -> float:
+    batch, step_s = frontier
+    sqr, var = app.grad_stats_many(batch, epoch)
+    gain = (var + sqr) / (var * app.spec.init_batch_size / batch + sqr)
+    return float(np.max(gain / step_s))
+
+
+def srpt_completions(release_s: Sequence[float], work_s: Sequence[float]) -> list[float]:
+    """Completion times of preemptive shortest-remaining-work-first on one machine."""
+    order = sorted(range(len(release_s)), key=lambda i: release_s[i])
+    done = [0.0] * len(release_s)
+    heap: list[tuple[float, int]] = []
+    now, nxt = 0.0, 0
+    while nxt < len(order) or heap:
+        if not heap:
+            now = max(now, release_s[order[nxt]])
+        while nxt < len(order) and release_s[order[nxt]] <= now:
+            heapq.heappush(heap, (work_s[order[nxt]], order[nxt]))
+            nxt += 1
+        left, i = heapq.heappop(heap)
+        horizon = release_s[order[nxt]] if nxt < len(order) else math.inf
+        if now + left <= horizon:
+            now += left
+            done[i] = now
+        else:
+            heapq.heappush(heap, (left - (horizon - now), i))
+            now = horizon
+    return done
+
+
+def lower_bound(workload: Workload, applications: Mapping[str, Application], num_nodes: int,
+                gpus_per_node: int, interval_s: float, restart_delay_s: float,
+                rates: Mapping[str, BestRates] | None = None) -> LowerBound:
+    """Lower bounds on the average JCT of ``workload`` (see the module docstring)."""
+    jobs = workload.jobs
+    if not jobs:
+        return LowerBound(0.0, 0.0, 0.0, {})
+    found = dict(rates or {})
+    for name in sorted({job.application for job in jobs} - set(found)):
+        found[name] = best_rates(applications[name], num_nodes, gpus_per_node)
+    num_gpus = num_nodes * gpus_per_node
+    release, alone, machine = [], [], []
+    for job in jobs:
+        first_round = max(interval_s, math.ceil(job.submission_time_s / interval_s - 1e-9)
+                          * interval_s)
+        release.append(first_round + restart_delay_s)
+        best = found[job.application]
+        alone.append(release[-1] - job.submission_time_s + best.alone_s())
+        machine.append(best.machine_s(num_gpus))
+    completions = srpt_completions(release, machine)
+    capacity = float(np.mean([c - job.submission_time_s for c, job in zip(completions, jobs)]))
+    alone_avg = float(np.mean(alone))
+    return LowerBound(max(alone_avg, capacity), alone_avg, capacity,
+                      {job.name: a for job, a in zip(jobs, alone)})
+
+
+def with_lower_bounds(records: Sequence[RunRecord], workloads: Sequence[Workload],
+                      applications: Mapping[str, Application],
+                      config: ClusterConfig) -> list[RunRecord]:
+    """``records`` with ``lower_bound_avg_jct_s`` set from their workload (by name) on
+    ``config``'s cluster (its largest size when it is elastic)."""
+    rates: dict[str, BestRates] = {}
+    bounds: dict[str, float] = {}
+    for workload in workloads:
+        for name in sorted({job.application for job in workload.jobs} - set(rates)):
+            rates[name] = best_rates(applications[name], config.scaling_max_nodes,
+                                     config.gpus_per_node)
+        bounds[workload.name] = lower_bound(
+            workload, applications, config.scaling_max_nodes, config.gpus_per_node,
+            config.interval_s, config.restart_delay_s, rates).avg_jct_s
+    return [replace(r, lower_bound_avg_jct_s=bounds.get(r.workload, r.lower_bound_avg_jct_s))
+            for r in records]
