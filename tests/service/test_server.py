@@ -10,7 +10,8 @@ import pytest
 from pollux.cli.main import main
 from pollux.errors import ConfigError, UnknownPluginError
 from pollux.service.client import ServerUnreachableError, locate_server
-from pollux.service.server import ServerConfig, data_dir_lock, is_loopback, load_policy
+from pollux.service.runner import data_dir_lock
+from pollux.service.server import ServerConfig, is_loopback, load_policy
 from tests.service.e2e_helpers import EQUAL_SHARE
 
 

@@ -18,7 +18,8 @@ from pollux.backends.registry import backend_names
 from pollux.errors import ConfigError
 from pollux.policies.autoscaling import DEFAULT_NODE_PRICE_PER_HOUR, autoscaler_names
 from pollux.service.client import read_token_file
-from pollux.service.server import DEFAULT_PORT, ServerConfig, default_data_dir, run_server
+from pollux.service.runner import run_server
+from pollux.service.server import DEFAULT_PORT, ServerConfig, default_data_dir
 
 
 def backend_options_from_args(args: argparse.Namespace) -> dict[str, Any]:

@@ -18,7 +18,8 @@ from urllib.parse import quote
 import httpx
 
 from pollux.errors import PolluxError
-from pollux.service.server import SERVER_FILE, default_data_dir
+from pollux.service.runner import SERVER_FILE
+from pollux.service.server import default_data_dir
 
 DEFAULT_TIMEOUT_S = 15.0
 

@@ -1,27 +1,24 @@
-"""Wiring of the scheduler service: configuration, the service facade the API calls,
-startup reconciliation, and running the HTTP server with the allocation loop."""
+"""Wiring of the scheduler service: its configuration, the service facade the API calls,
+and :func:`build_service`, which puts store, backend, policy and allocation loop together.
+Running it as a process (HTTP server, signals, data-directory lock) is
+:mod:`pollux.service.runner`."""
 
 from __future__ import annotations
 
-import fcntl
 import importlib
 import ipaddress
-import json
 import logging
 import os
-import signal
-import socket
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pollux.backends.base import Backend
 from pollux.backends.registry import make_backend
-from pollux.errors import ConfigError, JobSpecError, PolluxError
+from pollux.errors import ConfigError, JobSpecError
 from pollux.job_spec import JobSpec
 from pollux.models.hints import JobHints
 from pollux.policies.autoscaling import (
@@ -44,8 +41,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-SERVER_FILE = "server.json"
-"""Written in the data directory while a server runs: its URL, pid, token file."""
 DEFAULT_PORT = 8470
 MAX_LOG_CHUNK_BYTES = 1 << 20
 
@@ -262,28 +257,6 @@ class SchedulerService:
         self.backend.close()
 
 
-class ServerShutdown(BaseException):  # noqa: N818 - a signal, not an error
-    """Raised by the SIGTERM/SIGINT handler to unwind into a graceful shutdown."""
-
-
-@contextmanager
-def data_dir_lock(data_dir: Path) -> Iterator[None]:
-    """Hold an exclusive lock on the data directory (one server per directory). A new
-    directory is private to the user: the job store holds the jobs' hints tokens."""
-    data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-    handle = open(data_dir / "server.lock", "w")  # noqa: SIM115 - held for the lifetime
-    try:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError as exc:
-            raise ConfigError("data_dir", str(data_dir),
-                              "another pollux server uses it; stop it or pick another "
-                              "--data-dir") from exc
-        yield
-    finally:
-        handle.close()
-
-
 def autoscaled_policy(policy: Policy, config: ServerConfig, nodes: Sequence[NodeInfo]
                       ) -> AutoscaledPolicy:
     """``policy`` with ``config``'s autoscaler; new nodes copy the most common node."""
@@ -334,67 +307,3 @@ def service_metrics(store: JobStore, backend: Backend) -> ServiceMetrics | None:
     metrics = ServiceMetrics()
     metrics.watch_cluster(ClusterCollector(store.list_jobs, backend.nodes, time.time))
     return metrics
-
-
-def write_server_file(config: ServerConfig, url: str) -> None:
-    path = config.data_dir / SERVER_FILE
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"url": url, "pid": os.getpid(), "token_file": config.token_file,
-                               "has_token": bool(config.token)}))
-    os.replace(tmp, path)
-
-
-def run_server(config: ServerConfig, ready: Callable[[str], None] | None = None) -> None:
-    """Serve until SIGINT/SIGTERM, then checkpoint-and-stop every job and return."""
-    import uvicorn
-
-    from pollux.service.api import create_app
-
-    with data_dir_lock(config.data_dir):
-        sock = socket.socket(socket.AF_INET6 if ":" in config.host else socket.AF_INET)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((config.host, config.port))
-            # Listen now, so that clients reading server.json queue in the backlog instead of
-            # being refused until uvicorn's event loop starts accepting.
-            sock.listen(2048)
-        except OSError as exc:
-            raise ConfigError("port", config.port, f"cannot bind {config.host}: {exc}") from exc
-        port = sock.getsockname()[1]
-        local_host = "127.0.0.1" if config.host in ("0.0.0.0", "::", "localhost") else config.host
-        url = f"http://{local_host}:{port}"
-        advertised = config.advertise_host
-        if advertised and ":" in advertised:
-            advertised = f"[{advertised}]"  # IPv6
-        hints_base = f"http://{advertised}:{port}" if advertised else url
-        service = build_service(config, f"{hints_base}/api/jobs/{{job_id}}/hints")
-        app = create_app(service, config.token)
-        server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
-
-        def request_shutdown(signum: int, frame: object) -> None:
-            raise ServerShutdown(signum)
-
-        previous = {sig: signal.signal(sig, request_shutdown)
-                    for sig in (signal.SIGINT, signal.SIGTERM)}
-        try:
-            service.start()
-            write_server_file(config, url)
-            logger.info("pollux server on %s (policy %s, data %s)", url, config.policy,
-                        config.data_dir)
-            if ready is not None:
-                ready(url)
-            server.run(sockets=[sock])
-        except ServerShutdown:
-            pass
-        finally:
-            (config.data_dir / SERVER_FILE).unlink(missing_ok=True)
-            for sig in previous:
-                signal.signal(sig, signal.SIG_IGN)
-            try:
-                service.shutdown(config.stop_grace_s)
-            except PolluxError:
-                logger.exception("shutdown did not complete")
-            finally:
-                service.store.close()
-                for sig, handler in previous.items():
-                    signal.signal(sig, handler)
