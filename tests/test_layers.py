@@ -21,6 +21,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "pollux.jobenv": RUNTIME + ("pollux.policies", "pollux.models"),
     "pollux.job_spec": RUNTIME + ("pollux.policies", "pollux.models"),
     "pollux.resources": RUNTIME + ("pollux.policies", "pollux.models"),
+    "pollux.cluster_spec": RUNTIME + ("pollux.policies", "pollux.models"),
     "pollux.backends": ("pollux.service", "pollux.policies", "pollux.sim", "pollux.torch",
                         "torch"),
     "pollux.backends.fake": ("pollux.service", "pollux.policies", "pollux.sim",

@@ -16,6 +16,8 @@ CPU = "cpu"
 """CPU cores."""
 MEMORY = "memory"
 """Bytes of host memory."""
+DEFAULT_GPU_TYPE = "default"
+"""The GPU type of a node whose type nobody declared (an untyped, homogeneous cluster)."""
 
 
 @dataclass(frozen=True)
@@ -27,6 +29,10 @@ class NodeInfo:
     """Total resources, e.g. ``{"gpu": 4, "cpu": 48, "memory": 192e9}``."""
     preemptible: bool = False
     """Cloud spot/preemptible node: used last."""
+    gpu_type: str = DEFAULT_GPU_TYPE
+    """The kind of device behind the node's ``gpu`` slots (any name: ``"a100"``, ``"t4"``,
+    ``"cpu"``); a job's allocation never spans types
+    (:func:`pollux.cluster_spec.allocation_gpu_type`)."""
 
     @property
     def num_gpus(self) -> int:

@@ -41,6 +41,7 @@ from types import MappingProxyType
 
 from threadpoolctl import threadpool_limits
 
+from pollux.cluster_spec import allocation_gpu_type
 from pollux.errors import ConfigError, PolluxError
 from pollux.models import ThroughputParams
 from pollux.policies.autoscaling import (
@@ -268,12 +269,17 @@ class Simulator:
     # -- checks and effects --------------------------------------------------------------
     def _check(self, allocations: Mapping[str, Sequence[str]], active: set[str]) -> None:
         used: dict[str, int] = {}
+        by_name = {node.name: node for node in self.nodes}
         for name, alloc in allocations.items():
             if not alloc:
                 continue
             if name not in active:
                 raise PolluxError(f"policy {self.policy.name!r} allocated GPUs to {name!r}, "
                                   "which is not an active job")
+            try:
+                allocation_gpu_type(alloc, by_name)
+            except PolluxError as exc:
+                raise PolluxError(f"policy {self.policy.name!r}, job {name!r}: {exc}") from None
             for node in alloc:
                 used[node] = used.get(node, 0) + 1
         for node, count in used.items():
