@@ -119,3 +119,19 @@ def test_timed_policy_reports_the_optimize_time():
     policy = TimedPolicy(EqualSharePolicy(), seen.append, timer=lambda: next(ticks))
     policy.optimize([], [], {})
     assert seen == [0.25]
+
+
+def test_grafana_example_queries_metrics_the_server_exports(client, service):
+    import json
+    import re
+    from pathlib import Path
+
+    job = client.post("/api/jobs", json=SPEC).json()["id"]
+    service.allocator.tick()
+    assert post_hints(client, service, job) == 204
+    dashboard = json.loads((Path(__file__).resolve().parents[2] / "examples" /
+                            "grafana-dashboard.json").read_text())
+    exported = set(scrape(client))
+    queried = {name for panel in dashboard["panels"] for target in panel["targets"]
+               for name in re.findall(r"\bpollux_[a-z_]+", target["expr"])}
+    assert queried and queried <= exported, queried - exported

@@ -18,10 +18,23 @@ from fastapi.staticfiles import StaticFiles
 
 from pollux.service.openapi import STATIC_PREFIX
 from pollux.service.server import SchedulerService
-from pollux.service.telemetry import samples_as_columns
+from pollux.service.telemetry import job_sample, samples_as_columns
 
 METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 STATIC_DIR = Path(__file__).resolve().parent / "static"
+
+
+def dashboard_view(service: SchedulerService) -> dict[str, Any]:
+    now = service.clock()
+    jobs = service.list_jobs()
+    samples = {record.id: job_sample(record, now) for record in service.store.list_jobs()}
+    for job in jobs:
+        sample = samples.get(job["id"])
+        job["speedup"] = None if sample is None else sample.speedup
+        job["efficiency"] = None if sample is None else sample.efficiency
+    return {"time": now, "health": service.health(), "cluster": service.cluster(),
+            "nodes": service.nodes(), "jobs": jobs,
+            "history": samples_as_columns(service.history.cluster())}
 
 
 def add_dashboard(app: FastAPI, service: SchedulerService) -> None:
@@ -32,6 +45,13 @@ def add_dashboard(app: FastAPI, service: SchedulerService) -> None:
     def page() -> FileResponse:
         return FileResponse(STATIC_DIR / "index.html",
                             headers={"Cache-Control": "no-cache"})
+
+    @app.get("/api/dashboard", tags=["dashboard"])
+    def overview() -> dict[str, Any]:
+        """Everything the dashboard's page shows but one job's details, in one request:
+        health, cluster size, nodes with the jobs holding their slots, jobs (with their
+        speedup and efficiency now) and the cluster's history."""
+        return dashboard_view(service)
 
     @app.get("/api/cluster/history", tags=["dashboard"])
     def cluster_history() -> dict[str, Any]:

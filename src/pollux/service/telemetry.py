@@ -44,6 +44,9 @@ class JobSample:
     """Useful samples/s of the running configuration, from the job's own model."""
     efficiency: float | None
     """Statistical efficiency of ``batch_size`` (1 at the initial batch size)."""
+    speedup: float | None
+    """Best goodput on this allocation over best goodput on one replica (the policy's
+    view of the job), from the job's own model."""
 
 
 @dataclass(frozen=True)
@@ -87,6 +90,20 @@ def goodput_and_efficiency(record: JobRecord, hints: JobHints | None
     return goodput, efficiency
 
 
+def speedup_of_allocation(hints: JobHints | None, allocation: Sequence[str]
+                          ) -> float | None:
+    """The job's speedup on ``allocation`` over one replica, or None without a model."""
+    if hints is None or not allocation:
+        return None
+    speedup = hints.speedup_function()
+    if speedup is None:
+        return None
+    try:
+        return float(speedup(len(set(allocation)), len(allocation)))
+    except ConfigError:
+        return None
+
+
 def job_sample(record: JobRecord, now: float) -> JobSample:
     hints = job_hints(record)
     running = record.allocation if record.state.has_replicas else ()
@@ -94,7 +111,8 @@ def job_sample(record: JobRecord, now: float) -> JobSample:
     return JobSample(time=now, state=record.state.value, replicas=len(running),
                      nodes=len(set(running)),
                      batch_size=None if hints is None else hints.batch_size,
-                     goodput=goodput, efficiency=efficiency)
+                     goodput=goodput, efficiency=efficiency,
+                     speedup=speedup_of_allocation(hints, running))
 
 
 def slots_used_and_total(records: Sequence[JobRecord], nodes: Sequence[NodeInfo]
