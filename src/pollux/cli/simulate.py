@@ -36,6 +36,7 @@ from pollux.policies.registry import make_policy, policy_names
 from pollux.sim.generator import generate_workload
 from pollux.sim.lower_bound import with_lower_bounds
 from pollux.sim.metrics import RunRecord, report, summarize_policies
+from pollux.sim.report import TextTable
 from pollux.sim.runner import RunOutcome, RunTask, load_applications, run_tasks
 from pollux.sim.simulator import ClusterConfig
 from pollux.sim.workload import Workload, read_workload, workload_files
@@ -83,7 +84,7 @@ def _cluster_config(args: argparse.Namespace) -> ClusterConfig:
                          provision_delay_s=args.provision_delay_s)
 
 
-def _policy_table(records: list[RunRecord]) -> Table:
+def _policy_table(records: list[RunRecord]) -> TextTable:
     """Metrics as rows, policies side by side as columns (means over workloads)."""
     summary = summarize_policies(records)
     policies = list(summary)
@@ -117,22 +118,13 @@ def _policy_table(records: list[RunRecord]) -> Table:
         ("policy round max", lambda p: f"{1e3 * max(r.round_s.max for r in runs[p]):.1f} ms"),
         ("wall time", lambda p: f"{sum(r.wall_s for r in runs[p]):.1f} s"),
     ]
-    table = Table(title="policies side by side (means over workloads)")
-    table.add_column("metric")
-    for policy in policies:
-        table.add_column(policy, justify="right")
-    for label, cell in rows:
-        table.add_row(label, *(cell(p) for p in policies))
-    return table
+    return TextTable("policies side by side (means over workloads)", ("metric", *policies),
+                     tuple((label, *(cell(p) for p in policies)) for label, cell in rows))
 
 
-def _workload_table(records: list[RunRecord]) -> Table:
+def _workload_table(records: list[RunRecord]) -> TextTable:
     policies = list(dict.fromkeys(r.policy for r in records))
-    table = Table(title="average JCT per workload (s)")
-    table.add_column("workload")
-    for policy in policies:
-        table.add_column(policy, justify="right")
-    table.add_column("lower bound", justify="right")
+    rows: list[tuple[str, ...]] = []
     by_key = {(r.workload, r.policy): r for r in records}
     for workload in dict.fromkeys(r.workload for r in records):
         cells = []
@@ -145,8 +137,19 @@ def _workload_table(records: list[RunRecord]) -> Table:
                                                       f"{record.num_jobs} done)"))
         bounds = [r.lower_bound_avg_jct_s for r in records
                   if r.workload == workload and r.lower_bound_avg_jct_s is not None]
-        table.add_row(workload, *cells, f"{bounds[0]:.1f}" if bounds else "-")
-    return table
+        rows.append((workload, *cells, f"{bounds[0]:.1f}" if bounds else "-"))
+    return TextTable("average JCT per workload (s)", ("workload", *policies, "lower bound"),
+                     tuple(rows))
+
+
+def _rich(table: TextTable) -> Table:
+    """A TextTable for the terminal: first column left, the others right-aligned."""
+    printed = Table(title=table.title)
+    for i, column in enumerate(table.columns):
+        printed.add_column(column, justify="left" if i == 0 else "right")
+    for row in table.rows:
+        printed.add_row(*row)
+    return printed
 
 
 def _autoscaler_options(args: argparse.Namespace) -> dict[str, float]:
@@ -172,7 +175,8 @@ def run(args: argparse.Namespace) -> int:
     workloads = _workloads(args, applications)
     options = _autoscaler_options(args)
     tasks = [RunTask(policy, workload, config, args.traces, args.seed,
-                     timeline=args.plot is not None, autoscaler=args.autoscaler,
+                     timeline=args.plot is not None or args.html is not None,
+                     autoscaler=args.autoscaler,
                      autoscaler_options=options, job_knowledge=args.job_knowledge)
              for workload in workloads for policy in policies]
     processes = args.processes or min(len(tasks), os.cpu_count() or 1)
@@ -197,9 +201,10 @@ def run(args: argparse.Namespace) -> int:
 
         outcomes = run_tasks(tasks, processes, done)
     records = with_lower_bounds([o.record for o in outcomes], workloads, apps, config)
-    console.print(_policy_table(records))
-    if len(workloads) > 1:
-        console.print(_workload_table(records))
+    tables = [_policy_table(records)] + ([_workload_table(records)] if len(workloads) > 1
+                                         else [])
+    for table in tables:
+        console.print(_rich(table))
     if args.json:
         Path(args.json).write_text(json.dumps(report(records), indent=1) + "\n")
         console.print(f"wrote {args.json}", highlight=False)
@@ -208,6 +213,14 @@ def run(args: argparse.Namespace) -> int:
 
         paths = save_plots(records, [o.timeline for o in outcomes], args.plot)
         console.print(f"wrote {len(paths)} plots to {args.plot}", highlight=False)
+    if args.html:
+        from pollux.sim.report import write_report
+
+        description = (f"{len(workloads)} workload(s) on {cluster}, applications from "
+                       f"{source}, seed {args.seed}")
+        write_report(args.html, "Pollux simulation", description, tables, records,
+                     [o.timeline for o in outcomes])
+        console.print(f"wrote {args.html}", highlight=False)
     return 0
 
 
@@ -265,4 +278,7 @@ def register(subparsers: Any) -> None:
                         help="worker processes (default: one per run, up to the CPU count)")
     parser.add_argument("--json", metavar="OUT", help="write every run's figures as JSON")
     parser.add_argument("--plot", metavar="DIR", help="save PNG figures in DIR")
+    parser.add_argument("--html", metavar="OUT",
+                        help="write one self-contained HTML page with the tables and every "
+                             "figure (embedded; shareable as a single file)")
     parser.set_defaults(func=run)
