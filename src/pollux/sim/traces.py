@@ -143,13 +143,18 @@ def _read_validation(path: Path, batch_size: int) -> ValidationTrace:
                            cols["grad_sqr"], cols["grad_var"])
 
 
-def read_trace_dir(path: str | Path) -> TraceData:
-    """Read one application's trace directory (its name is the directory name)."""
+def read_trace_dir(path: str | Path, gpu_type: str | None = None) -> TraceData:
+    """Read one application's trace directory (its name is the directory name).
+
+    With ``gpu_type`` the step times are that type's (``placements-<type>.csv`` and
+    ``scalability-<type>.csv``, the Sia artifact's layout); validation files are shared.
+    """
     root = Path(path)
     if not root.is_dir():
         raise WorkloadError(str(root), None, "traces", "not a directory of application traces")
-    placements, raw = _read_placements(root / "placements.csv")
-    scalability = _read_scalability(root / "scalability.csv")
+    suffix = "" if gpu_type is None else f"-{gpu_type}"
+    placements, raw = _read_placements(root / f"placements{suffix}.csv")
+    scalability = _read_scalability(root / f"scalability{suffix}.csv")
     validation = []
     for child in sorted(root.iterdir()):
         match = VALIDATION_FILE.match(child.name)
