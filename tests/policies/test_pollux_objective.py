@@ -130,3 +130,25 @@ def test_bad_configuration_names_the_field() -> None:
         ObjectiveConfig(epsilon=0.0)
     with pytest.raises(ConfigError, match="p="):
         ObjectiveConfig(p=float("nan"))
+
+
+def test_remaining_weight_favours_jobs_close_to_done() -> None:
+    jobs = [job("short", seed=1, remaining_s=100.0), job("long", seed=1, remaining_s=10_000.0),
+            job("unknown", seed=1)]
+    paper = _objective(jobs, nodes(4, 4), {})
+    weighted = PolluxObjective(build_problem(jobs, nodes(4, 4), {}),
+                               ObjectiveConfig(remaining_weight=1.0))
+    index = {p.name: i for i, p in enumerate(weighted.problem.jobs)}
+    assert paper.job_scale == pytest.approx([1.0, 1.0, 1.0])
+    # equal speedup functions: the scale is the remaining time over the median (100 and
+    # 10,000 s: median 5,050 s); a job reporting nothing keeps 1
+    assert weighted.job_scale[index["short"]] == pytest.approx(100 / 5050)
+    assert weighted.job_scale[index["long"]] == pytest.approx(10_000 / 5050)
+    assert weighted.job_scale[index["unknown"]] == 1.0
+    # with p = -1 a GPU more is worth more to the short job than to the long one
+    gain = {name: float(weighted.utility(weighted.speedup(j, 1, 2))
+                        - weighted.utility(weighted.speedup(j, 1, 1)))
+            for name, j in index.items()}
+    assert gain["short"] > gain["long"]
+    with pytest.raises(ConfigError, match="remaining_weight"):
+        ObjectiveConfig(remaining_weight=-1.0)

@@ -178,3 +178,26 @@ def test_degenerate_snapshots(name: str) -> None:
     assert len(decision.allocations["free"]) == 3  # needs nothing, so only its max limits
     assert decision.allocations["zero"] == ()
     assert len(decision.allocations["plain"]) == 2
+
+
+def test_ga_raise_mutation_spreads_each_node_over_its_jobs() -> None:
+    # As in the reference, a node's raise chance is shared by the jobs that fit on it:
+    # about one raise per empty node (to 0..4 replicas: 4 in 5 non-zero), not one per job
+    # and node (the old rule: 20 jobs x 1/4 of the nodes, 4 per node).
+    from pollux.policies.pollux import GAConfig, GeneticOptimizer
+
+    problem = build_problem([job(f"j{i}", seed=None) for i in range(20)], nodes(4, 4), {})
+    config = GAConfig(reset_probability=0.0, clear_row_probability=0.0)
+    ga = GeneticOptimizer(config, np.random.default_rng(0))
+    empty = np.zeros((2000, *problem.shape), dtype=np.int64)
+    raised = (ga._mutate(problem, empty) > 0).sum(axis=1)
+    assert 0.7 < raised.mean() < 0.9
+    # a raised entry goes up to what the node holds, whatever the job's own bound
+    assert ga._mutate(problem, empty).max() == 4
+
+
+def test_ga_orders_jobs_by_attained_service() -> None:
+    jobs = [job("old", seed=None, submission_time_s=0.0, attained_service_s=500.0),
+            job("new", seed=None, submission_time_s=10.0, attained_service_s=0.0)]
+    assert [j.name for j in build_problem(jobs, nodes(1), {}).jobs] == ["old", "new"]
+    assert [j.name for j in build_problem(jobs, nodes(1), {}, True).jobs] == ["new", "old"]

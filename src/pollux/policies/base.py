@@ -72,6 +72,9 @@ class JobInfo:
     """Hand-tuned configuration (for baselines that need one)."""
     remaining_time_fn: RemainingTimeFn | None = None
     """Oracle of remaining seconds at an allocation (Optimus+Oracle); None when unknown."""
+    remaining_s: float | None = None
+    """Estimated seconds of training left at one replica (the unit of ``speedup_fn``: at
+    an allocation with speedup ``S`` about ``remaining_s / S`` seconds); None: unknown."""
     extras: Mapping[str, Any] = field(default_factory=dict)
     """Free-form facts a specific policy may read (never required)."""
 

@@ -120,6 +120,17 @@ class SimJob:
             return JobState.WAITING
         return JobState.RESTARTING if self.restart_left_s > 0 else JobState.RUNNING
 
+    def remaining_s_at_one_replica(self) -> float | None:
+        """What the job itself estimates of its remaining training time at one replica:
+        the progress left (the job knows its target epochs) over its modelled goodput at
+        one replica and its current gradient statistics; None before it has a model."""
+        speedup = self.profile.speedup_fn() if self.profile is not None else None
+        base = getattr(speedup, "base_goodput", None)
+        if base is None or not base > 0:
+            return None
+        left = self.app.epoch_progress(self.app.spec.max_epochs) - self.progress
+        return max(left, 0.0) * self.app.spec.init_batch_size / float(base)
+
     def reallocate(self, allocation: tuple[str, ...], placement: Placement,
                    restart_delay_s: float) -> None:
         """Move to a new allocation (empty: release all GPUs)."""

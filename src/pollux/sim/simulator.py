@@ -237,9 +237,11 @@ class Simulator:
             tuned_batch = spec.pinned_batch_size
         speedup_fn = None
         remaining_fn = None
+        remaining_s = None
         if job.profile is not None:
             speedup_fn = job.profile.speedup_fn()
             max_replicas = job.profile.max_replicas()
+            remaining_s = job.remaining_s_at_one_replica()
         else:
             batch = job.target_batch_size or tuned_batch
             max_replicas = max(1, min(batch // spec.min_local_bsz, spec.max_useful_replicas))
@@ -264,6 +266,7 @@ class Simulator:
             speedup_fn=speedup_fn,
             tuned=TunedConfig(num_replicas=tuned_replicas, batch_size=tuned_batch),
             remaining_time_fn=remaining_fn,
+            remaining_s=remaining_s,
         )
 
     # -- checks and effects --------------------------------------------------------------

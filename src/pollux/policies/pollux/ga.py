@@ -10,7 +10,8 @@ cluster evolves. Each generation:
    from one parent and the rest from the other;
 3. *mutation*: some job rows return to the current allocation (no restart), some entries
    are cleared, and some entries where a replica still fits are raised to a random count
-   up to what the node holds for that job;
+   up to what the node holds for that job (each node's raise chance is shared by the jobs
+   that fit on it, as in the reference);
 4. *repair* (:func:`pollux.policies.pollux.constraints.repair`) maps every child onto a
    feasible state;
 5. *survival*: the best distinct states of parents and children form the next population.
@@ -29,7 +30,12 @@ import numpy as np
 from pollux.errors import ConfigError
 from pollux.policies.pollux.constraints import repair
 from pollux.policies.pollux.objective import PolluxObjective
-from pollux.policies.pollux.problem import AllocationProblem, FloatArray, IntArray
+from pollux.policies.pollux.problem import (
+    AllocationProblem,
+    FloatArray,
+    IntArray,
+    fitting_replicas,
+)
 
 
 @dataclass(frozen=True)
@@ -122,19 +128,27 @@ class GeneticOptimizer:
         clear_rows = rng.random(shape[:2]) < cfg.clear_row_probability
         clear = clear_rows[:, :, None] & (rng.random(shape) < cfg.clear_entry_probability)
         states[clear] = 0
-        # Raise entries where one more replica still fits on the node.
+        # Raise entries where one more replica still fits on the node. As in the reference,
+        # each node's chance is spread over the jobs that fit there (and, separately, over
+        # the jobs already on it), and a raised entry goes up to the node's capacity for
+        # the job; the job's own bound is left to the repair.
         used = np.matmul(states.transpose(0, 2, 1).astype(np.float64), problem.demand)
         free = problem.capacity[None] - used
         room = np.all(problem.demand[None, :, None, :] <= free[:, None, :, :] + 1e-9, axis=3)
-        room &= problem.max_per_node[None] > states
         owned = room & (states > 0)
-        p_room = room / np.maximum(room.sum(axis=2, keepdims=True), 1)
-        p_owned = owned / np.maximum(owned.sum(axis=2, keepdims=True), 1)
+        p_room = room / np.maximum(room.sum(axis=1, keepdims=True), 1)
+        p_owned = owned / np.maximum(owned.sum(axis=1, keepdims=True), 1)
         raise_mask = rng.random(shape) < p_room + p_owned - p_room * p_owned
-        upper = np.maximum(problem.max_per_node[None], states)
+        upper = np.maximum(self._node_capacity(problem)[None], states)
         proposal = states + np.floor(rng.random(shape) * (upper - states + 1)).astype(np.int64)
         states[raise_mask] = proposal[raise_mask]
         return states
+
+    @staticmethod
+    def _node_capacity(problem: AllocationProblem) -> IntArray:
+        """(J, N): replicas of each job a node holds on its own, whatever the job's bound."""
+        unbounded = np.full(problem.num_jobs, np.iinfo(np.int32).max, dtype=np.int64)
+        return fitting_replicas(problem.demand, problem.free_capacity, unbounded)
 
     # -- one round ------------------------------------------------------------------------
 

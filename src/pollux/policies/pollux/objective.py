@@ -47,6 +47,10 @@ from pollux.policies.pollux.problem import (
 )
 
 
+MIN_REMAINING_RATIO = 1e-2
+"""Remaining times are compared within [1/100, 100] times the median."""
+
+
 class FairShareRounding(str, Enum):
     """How a fractional fair share of replicas is evaluated (see module docstring)."""
 
@@ -70,6 +74,12 @@ class ObjectiveConfig:
     """Also penalize giving resources to a job that had none (the reference does)."""
     preemptible_penalty: float = 1e-3
     """Relative fitness lost when every replica sits on preemptible nodes."""
+    remaining_weight: float = 0.0
+    """``alpha``: each job's speedup is scaled by ``(T_j / T_median) ** alpha``, ``T_j``
+    its estimated remaining time at its fair share (``JobInfo.remaining_s`` over its
+    fair-share speedup), so that with ``p < 0`` jobs close to done weigh more (Smith's
+    rule inside the power mean's fairness). 0: the paper's objective; jobs that report no
+    remaining time keep a factor of 1."""
 
     def __post_init__(self) -> None:
         if not np.isfinite(self.p) or abs(self.p) > 100:
@@ -79,6 +89,9 @@ class ObjectiveConfig:
         if not 0 <= self.preemptible_penalty < 1:
             raise ConfigError("preemptible_penalty", self.preemptible_penalty,
                               "use a fraction in [0, 1)")
+        if not (np.isfinite(self.remaining_weight) and 0 <= self.remaining_weight <= 4):
+            raise ConfigError("remaining_weight", self.remaining_weight,
+                              "use an exponent in [0, 4] (0: ignore remaining time)")
         object.__setattr__(self, "fair_share", FairShareRounding(self.fair_share))
 
 
@@ -135,6 +148,8 @@ class PolluxObjective:
                                                 problem.dominant_share, 1.0)),
             problem.max_replicas.astype(np.float64))
         self.fair_speedup = np.array([self._fair_speedup(j) for j in range(num_jobs)])
+        self.job_scale = self._remaining_scale()
+        """(J,) factor on each job's fair-share speedup from its remaining time."""
         ages = np.array([job.age_s for job in problem.jobs])
         restarts = np.array([job.num_restarts for job in problem.jobs])
         delays = np.array([job.restart_delay_s for job in problem.jobs])
@@ -226,6 +241,19 @@ class PolluxObjective:
             lo = hi = max(hi, 1)
         return share, lo, hi
 
+    def _remaining_scale(self) -> FloatArray:
+        alpha = self.config.remaining_weight
+        scale = np.ones(self.problem.num_jobs)
+        remaining = np.array([np.nan if job.remaining_s is None else float(job.remaining_s)
+                              for job in self.problem.jobs], dtype=np.float64)
+        known = np.isfinite(remaining) & (remaining > 0)
+        if alpha == 0 or not known.any():
+            return scale
+        at_fair = remaining[known] / self.fair_speedup[known]
+        ratio = at_fair / float(np.median(at_fair))
+        scale[known] = np.clip(ratio, MIN_REMAINING_RATIO, 1 / MIN_REMAINING_RATIO) ** alpha
+        return scale
+
     def _fair_speedup(self, j: int) -> float:
         share, lo, hi = self._fair_counts(j)
         counts = np.array([lo, hi])
@@ -237,7 +265,8 @@ class PolluxObjective:
     def speedup(self, j: int, num_nodes: ArrayLike, num_replicas: ArrayLike,
                 changed: ArrayLike = False) -> FloatArray:
         """Job ``j``'s fair-share speedup, restart factor applied where ``changed``."""
-        s = self.raw_speedup(j, num_nodes, num_replicas) / self.fair_speedup[j]
+        s = self.raw_speedup(j, num_nodes, num_replicas) / self.fair_speedup[j] \
+            * self.job_scale[j]
         return np.asarray(np.where(changed, s * self.restart_factor[j], s))
 
     def state_speedups(self, states: IntArray) -> FloatArray:

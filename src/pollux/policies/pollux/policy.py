@@ -28,6 +28,8 @@ class _PolluxPolicyBase(Policy):
     """Builds the round's arrays and objective, runs the optimizer, reports numbers."""
 
     optimizer_name: ClassVar[str]
+    least_service_first: bool = False
+    """Order jobs by attained service (the reference GA) instead of submission time."""
 
     def __init__(
         self,
@@ -40,6 +42,7 @@ class _PolluxPolicyBase(Policy):
         penalize_first_start: bool = True,
         interference_avoidance: bool = True,
         preemptible_penalty: float = 1e-3,
+        remaining_weight: float = 0.0,
     ) -> None:
         try:
             rounding = FairShareRounding(fair_share)
@@ -49,7 +52,8 @@ class _PolluxPolicyBase(Policy):
             p=float(p), epsilon=float(epsilon), fair_share=rounding,
             restart_penalty=bool(restart_penalty),
             penalize_first_start=bool(penalize_first_start),
-            preemptible_penalty=float(preemptible_penalty))
+            preemptible_penalty=float(preemptible_penalty),
+            remaining_weight=float(remaining_weight))
         self.interference_avoidance = bool(interference_avoidance)
         self.rng = np.random.default_rng(seed)
 
@@ -65,7 +69,7 @@ class _PolluxPolicyBase(Policy):
         previous_allocations: Allocations,
     ) -> PolicyDecision:
         start = time.perf_counter()
-        problem = build_problem(jobs, nodes, previous_allocations)
+        problem = build_problem(jobs, nodes, previous_allocations, self.least_service_first)
         if problem.num_jobs == 0:
             return PolicyDecision(allocations={}, info={"optimizer": self.optimizer_name,
                                                         "objective": 0.0, "optimize_s": 0.0})
@@ -113,10 +117,13 @@ class PolluxGAPolicy(_PolluxPolicyBase):
     optimizer_name = "ga"
 
     def __init__(self, *, population_size: int = 100, num_generations: int = 100,
+                 least_service_first: bool = True, small_first: bool = False,
                  **options: Any) -> None:
         super().__init__(**options)
+        self.least_service_first = bool(least_service_first)
         self.ga_config = GAConfig(population_size=int(population_size),
-                                  num_generations=int(num_generations))
+                                  num_generations=int(num_generations),
+                                  small_first=bool(small_first))
         self.optimizer = GeneticOptimizer(self.ga_config, self.rng, self.interference_avoidance)
 
     def _solve(self, problem: AllocationProblem,

@@ -149,8 +149,13 @@ def build_problem(
     jobs: Sequence[JobInfo],
     nodes: Sequence[NodeInfo],
     previous_allocations: Allocations,
+    least_service_first: bool = False,
 ) -> AllocationProblem:
-    """Arrays for one round; validates names and amounts (ConfigError on bad input)."""
+    """Arrays for one round; validates names and amounts (ConfigError on bad input).
+
+    Jobs go pinned first, then by submission time, or with ``least_service_first`` by
+    attained service (GPU-seconds) and then submission time, as the reference GA orders
+    them (the repair resolves conflicts in favour of earlier jobs)."""
     _check_unique([job.name for job in jobs], "JobInfo.name")
     _check_unique([node.name for node in nodes], "NodeInfo.name")
     for job in jobs:
@@ -171,7 +176,9 @@ def build_problem(
         return any(name in node_index for name in previous_allocations.get(job.name, ()))
 
     job_order = sorted(jobs, key=lambda job: (
-        job.preemptible or not running(job), job.submission_time_s, job.name))
+        job.preemptible or not running(job),
+        job.attained_service_s if least_service_first else 0.0,
+        job.submission_time_s, job.name))
     rtypes = tuple(sorted({r for job in job_order for r, a in job.resources.items()
                            if float(a) > 0}))
     num_jobs, num_nodes = len(job_order), len(node_order)

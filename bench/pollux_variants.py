@@ -1,0 +1,119 @@
+"""Ablation of the Pollux policy: variants of its objective on the paper's workloads.
+
+    python bench/pollux_variants.py --variants paper,alpha1 --workloads 2,6
+    python bench/pollux_variants.py --load 1.5        # denser: the generator at 1.5x jobs
+
+Each variant is the ``pollux`` policy (marginal-gain optimizer) or ``pollux-ga`` with
+keyword options; runs go to ``--processes`` worker processes. Prints, per variant, the
+average JCT per workload, the mean, p99 JCT, max finish-time fairness, restarts per job,
+the median policy round, and the workload's lower bound. ``--json`` keeps the records.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pollux.policies.pollux import PolluxGAPolicy, PolluxPolicy
+from pollux.sim.generator import generate_workload
+from pollux.sim.lower_bound import with_lower_bounds
+from pollux.sim.metrics import RunRecord, summarize_run
+from pollux.sim.runner import load_applications
+from pollux.sim.simulator import ClusterConfig, run_simulation
+from pollux.sim.workload import Workload, read_workload, workload_files
+
+ARTIFACT = Path(__file__).resolve().parents[1].parent / "shared" / "pollux-artifact"
+
+VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
+    "paper": ("pollux", {}),
+    "alpha0.5": ("pollux", {"remaining_weight": 0.5}),
+    "alpha1": ("pollux", {"remaining_weight": 1.0}),
+    "alpha1.5": ("pollux", {"remaining_weight": 1.5}),
+    "alpha2": ("pollux", {"remaining_weight": 2.0}),
+    "ga": ("pollux-ga", {}),
+    "ga-alpha1": ("pollux-ga", {"remaining_weight": 1.0}),
+    "ga-submission": ("pollux-ga", {"least_service_first": False, "small_first": True}),
+}
+"""Variant name -> (optimizer, policy options)."""
+
+
+def run_one(variant: str, options: dict[str, Any], optimizer: str, workload: Workload,
+            traces: str | None, config: ClusterConfig, seed: int) -> RunRecord:
+    apps = load_applications(traces)
+    cls = PolluxPolicy if optimizer == "pollux" else PolluxGAPolicy
+    policy = cls(seed=seed, **options)
+    result = run_simulation(workload, apps, policy, config)
+    record = summarize_run(result, apps)
+    return RunRecord(**{**record.__dict__, "policy": variant})
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--variants", default="paper,alpha1")
+    parser.add_argument("--workloads", default="1,2,3,4,5,6,7,8",
+                        help="paper workload numbers (ignored with --load)")
+    parser.add_argument("--load", type=float, default=None,
+                        help="generated workloads (8 h, seeds 0..--num-generated-1) with "
+                             "this many times the paper's 160 jobs")
+    parser.add_argument("--num-generated", type=int, default=2)
+    parser.add_argument("--artifact", default=str(ARTIFACT))
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--processes", type=int, default=2)
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args()
+    traces = str(Path(args.artifact) / "traces")
+    apps = load_applications(traces)
+    config = ClusterConfig()
+    if args.load is None:
+        wanted = {f"workload-{w}" for w in args.workloads.split(",")}
+        workloads = [read_workload(p, set(apps))
+                     for p in workload_files([Path(args.artifact) / "workloads"])]
+        workloads = [w for w in workloads if w.name in wanted]
+    else:
+        workloads = [generate_workload(int(round(160 * args.load)), 8.0, seed=s)
+                     for s in range(args.num_generated)]
+    tasks = [(v, VARIANTS[v][1], VARIANTS[v][0], w, traces, config, args.seed)
+             for w in workloads for v in args.variants.split(",")]
+    start = time.perf_counter()
+    records = []
+    with ProcessPoolExecutor(max_workers=args.processes) as pool:
+        futures = [pool.submit(run_one, *task) for task in tasks]
+        for future in as_completed(futures):
+            rec = future.result()
+            records.append(rec)
+            print(f"  {rec.policy} on {rec.workload}: avg JCT {rec.avg_jct_s:.1f} s, p99 "
+                  f"{rec.p99_jct_s:.0f} s, max_ftf {rec.max_ftf:.2f}, restarts/job "
+                  f"{rec.restarts_per_job:.2f}, round median {1e3 * rec.round_s.median:.1f} ms,"
+                  f" wall {rec.wall_s:.0f} s", flush=True)
+    records = with_lower_bounds(records, workloads, apps, config)
+    print(f"{len(records)} runs in {time.perf_counter() - start:.0f} s wall")
+    names = [w.name for w in workloads]
+    print("variant".ljust(12) + "".join(n[-12:].rjust(13) for n in names)
+          + "        mean   p99 JCT  max_ftf restarts round_ms")
+    for variant in args.variants.split(","):
+        rows = {r.workload: r for r in records if r.policy == variant}
+        avg = [rows[n].avg_jct_s for n in names]
+        print(variant.ljust(12) + "".join(f"{a:13.1f}" for a in avg)
+              + f"{np.mean(avg):12.1f}{np.mean([rows[n].p99_jct_s for n in names]):10.0f}"
+              + f"{max(rows[n].max_ftf for n in names):9.2f}"
+              + f"{np.mean([rows[n].restarts_per_job for n in names]):9.2f}"
+              + f"{1e3 * np.median([rows[n].round_s.median for n in names]):9.1f}")
+    bounds = {r.workload: r.lower_bound_avg_jct_s for r in records}
+    print("lower bound".ljust(12) + "".join(f"{bounds[n]:13.1f}" for n in names)
+          + f"{np.mean([bounds[n] for n in names]):12.1f}")
+    if args.json:
+        Path(args.json).write_text(json.dumps([r.to_dict() for r in records]) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    raise SystemExit(main())
