@@ -46,7 +46,6 @@ from pollux.policies.pollux.problem import (
     candidate_counts,
 )
 
-
 MIN_REMAINING_RATIO = 1e-2
 """Remaining times are compared within [1/100, 100] times the median."""
 
