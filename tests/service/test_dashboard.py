@@ -71,3 +71,17 @@ def test_overview_names_gpu_types(make_service):
         assert {n["name"]: n["gpu_type"] for n in nodes} == {"a100-0": "a100", "t4-0": "t4"}
     finally:
         service.store.close()
+
+
+def test_every_static_file_is_package_data():
+    """A non-editable install ships only the files pyproject's package-data names."""
+    from pathlib import Path
+
+    tomllib = pytest.importorskip("tomllib")
+    root = Path(__file__).resolve().parents[2]
+    patterns = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"][
+        "package-data"]["pollux.service"]
+    package = root / "src" / "pollux" / "service"
+    shipped = {path for pattern in patterns for path in package.glob(pattern) if path.is_file()}
+    present = {path for path in (package / "static").rglob("*") if path.is_file()}
+    assert present and present <= shipped, sorted(map(str, present - shipped))
