@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
+from urllib.parse import urlencode
 
 import pytest
 
@@ -34,6 +35,14 @@ def server(tmp_path_factory):
     process.cleanup()
 
 
+def page_url(client, path: str, **query: str) -> str:
+    """``path`` on the server; with its token as a ``?token=`` link when it has one (the
+    server then sets the browser's cookie and redirects to the page without it)."""
+    if client.address.token:
+        query["token"] = client.address.token
+    return client.address.url + path + ("?" + urlencode(query) if query else "")
+
+
 def cell(driver, job_id: str, column: str) -> str | None:
     """Text of one cell of the page's jobs table, or None while the row is absent."""
     return driver.execute_script(
@@ -44,7 +53,7 @@ def cell(driver, job_id: str, column: str) -> str | None:
 def test_dashboard_follows_a_job_live(server, tmp_path):
     client = server.clients[-1]
     with headless_chromium() as driver:
-        driver.get(client.address.url + "/?refresh_s=0.5")
+        driver.get(page_url(client, "/", refresh_s="0.5"))
         wait_until(lambda: driver.execute_script(
             "return Number(document.getElementById('updated').dataset.refreshes) > 0"),
             30, "the dashboard's first refresh")
@@ -91,9 +100,10 @@ def test_dashboard_follows_a_job_live(server, tmp_path):
 
 
 def test_docs_render_with_the_network_cut(server):
-    url = server.clients[-1].address.url
+    client = server.clients[-1]
+    url = client.address.url
     with headless_chromium(offline=True) as driver:
-        driver.get(url + "/docs")
+        driver.get(page_url(client, "/docs"))
         wait_until(lambda: driver.execute_script(
             "return document.querySelectorAll('.opblock').length"), 30,
             "Swagger UI to list the operations")
