@@ -135,3 +135,24 @@ def test_grafana_example_queries_metrics_the_server_exports(client, service):
     queried = {name for panel in dashboard["panels"] for target in panel["targets"]
                for name in re.findall(r"\bpollux_[a-z_]+", target["expr"])}
     assert queried and queried <= exported, queried - exported
+
+
+def test_job_models_are_rebuilt_only_when_hints_change(service, monkeypatch):
+    import dataclasses
+
+    from pollux.service import telemetry
+
+    job = service.submit(SPEC)["id"]
+    service.allocator.tick()
+    service.post_hints(job, HINTS)
+    record = service.store.get_job(job)
+    built: list[str] = []
+    real = telemetry.job_model
+    monkeypatch.setattr(telemetry, "job_model", lambda r: built.append(r.id) or real(r))
+    models = telemetry.JobModels()
+    first = models.sample(record, 1.0)
+    assert models.sample(record, 2.0).speedup == first.speedup and built == [job]
+    newer = dataclasses.replace(record, hints_updated_at=(record.hints_updated_at or 0) + 1,
+                                hints={**HINTS, "batch_size": 128})
+    assert models.sample(newer, 3.0).batch_size == 128 and built == [job, job]
+    assert first.speedup is not None and first.speedup > 0

@@ -19,7 +19,7 @@ from fastapi.staticfiles import StaticFiles
 from pollux.resources import DEFAULT_GPU_TYPE
 from pollux.service.openapi import STATIC_PREFIX
 from pollux.service.server import SchedulerService
-from pollux.service.telemetry import job_sample, samples_as_columns
+from pollux.service.telemetry import samples_as_columns
 
 METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 STATIC_DIR = Path(__file__).resolve().parent / "static"
@@ -28,7 +28,8 @@ STATIC_DIR = Path(__file__).resolve().parent / "static"
 def dashboard_view(service: SchedulerService) -> dict[str, Any]:
     now = service.clock()
     jobs = service.list_jobs()
-    samples = {record.id: job_sample(record, now) for record in service.store.list_jobs()}
+    samples = {record.id: service.history.models.sample(record, now)
+               for record in service.store.list_jobs()}
     for job in jobs:
         sample = samples.get(job["id"])
         job["speedup"] = None if sample is None else sample.speedup

@@ -29,7 +29,7 @@ from prometheus_client.registry import Collector
 from pollux.policies.base import NodeInfo
 from pollux.service.states import JobState
 from pollux.service.store import JobRecord
-from pollux.service.telemetry import job_sample, slots_used_and_total
+from pollux.service.telemetry import JobModels, slots_used_and_total
 
 ROUND_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
                    10.0, 30.0)
@@ -42,10 +42,11 @@ class ClusterCollector(Collector):
 
     def __init__(self, list_jobs: Callable[[], Sequence[JobRecord]],
                  list_nodes: Callable[[], Sequence[NodeInfo]],
-                 clock: Callable[[], float]) -> None:
+                 clock: Callable[[], float], models: JobModels | None = None) -> None:
         self.list_jobs = list_jobs
         self.list_nodes = list_nodes
         self.clock = clock
+        self.models = models if models is not None else JobModels()
 
     def collect(self) -> Iterator[Metric]:
         records = self.list_jobs()
@@ -80,7 +81,7 @@ class ClusterCollector(Collector):
         restarts = CounterMetricFamily("pollux_job_restarts", "Launches after the first "
                                        "(rescales, failures, server restarts)", labels=["job"])
         for record in active:
-            sample = job_sample(record, now)
+            sample = self.models.sample(record, now)
             if sample.goodput is not None:
                 goodput.add_metric([record.id], sample.goodput)
             if sample.batch_size is not None:

@@ -283,7 +283,7 @@ def build_service(config: ServerConfig, hints_url: str | None,
     if autoscaling:
         policy = autoscaled_policy(policy, config, backend.nodes())
     history = History()
-    metrics = service_metrics(store, backend)
+    metrics = service_metrics(store, backend, history)
     policy = TimedPolicy(policy, RoundRecorder(
         history, store.list_jobs, backend.nodes, time.time,
         None if metrics is None else metrics.round_duration.observe))
@@ -297,7 +297,8 @@ def build_service(config: ServerConfig, hints_url: str | None,
                             autoscaler=config.autoscaler, history=history, metrics=metrics)
 
 
-def service_metrics(store: JobStore, backend: Backend) -> ServiceMetrics | None:
+def service_metrics(store: JobStore, backend: Backend, history: History
+                    ) -> ServiceMetrics | None:
     """This service's own Prometheus registry, or None without prometheus_client."""
     try:
         from pollux.service.metrics import ClusterCollector, ServiceMetrics
@@ -305,5 +306,6 @@ def service_metrics(store: JobStore, backend: Backend) -> ServiceMetrics | None:
         logger.warning("prometheus_client is not installed: no /metrics")
         return None
     metrics = ServiceMetrics()
-    metrics.watch_cluster(ClusterCollector(store.list_jobs, backend.nodes, time.time))
+    metrics.watch_cluster(ClusterCollector(store.list_jobs, backend.nodes, time.time,
+                                           history.models))
     return metrics

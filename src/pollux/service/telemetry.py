@@ -18,7 +18,9 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from pollux.errors import ConfigError
+from pollux.models.goodput import GoodputFunction
 from pollux.models.hints import JobHints
+from pollux.models.speedup import SpeedupFunction
 from pollux.policies.base import GPU, Allocations, JobInfo, NodeInfo, Policy, PolicyDecision
 from pollux.service.store import JobRecord
 
@@ -62,57 +64,87 @@ class ClusterSample:
     """Wall time of the policy's ``optimize`` call."""
 
 
-def job_hints(record: JobRecord) -> JobHints | None:
+@dataclass(frozen=True)
+class JobModel:
+    """A job's latest hints with the goodput and speedup models built from them."""
+
+    hints: JobHints | None
+    goodput: GoodputFunction | None
+    speedup: SpeedupFunction | None
+
+
+def job_model(record: JobRecord) -> JobModel:
+    """The models of ``record``'s hints (all None before valid hints)."""
     if record.hints is None:
-        return None
+        return JobModel(None, None, None)
     try:
-        return JobHints.from_dict(dict(record.hints))
+        hints = JobHints.from_dict(dict(record.hints))
+        return JobModel(hints, hints.goodput_function(), hints.speedup_function())
     except ConfigError:
-        return None
+        return JobModel(None, None, None)
 
 
-def goodput_and_efficiency(record: JobRecord, hints: JobHints | None
+def goodput_and_efficiency(record: JobRecord, model: JobModel
                            ) -> tuple[float | None, float | None]:
     """(goodput in samples/s, statistical efficiency) of the job's running configuration."""
-    if hints is None or not record.state.has_replicas or not record.allocation:
+    hints, goodput_fn = model.hints, model.goodput
+    if (hints is None or goodput_fn is None or hints.batch_size is None
+            or not record.state.has_replicas or not record.allocation):
         return None, None
-    model = hints.goodput_function()
-    if model is None or hints.batch_size is None:
-        return None, None
-    efficiency = float(model.efficiency(hints.batch_size))
+    efficiency = float(goodput_fn.efficiency(hints.batch_size))
     if hints.local_bsz is None:
         return None, efficiency
     try:
-        goodput = float(model.evaluate(len(set(record.allocation)), len(record.allocation),
-                                       hints.local_bsz, hints.accum_steps or 0))
+        goodput = float(goodput_fn.evaluate(len(set(record.allocation)),
+                                            len(record.allocation), hints.local_bsz,
+                                            hints.accum_steps or 0))
     except ConfigError:
         return None, efficiency
     return goodput, efficiency
 
 
-def speedup_of_allocation(hints: JobHints | None, allocation: Sequence[str]
-                          ) -> float | None:
+def speedup_of_allocation(model: JobModel, allocation: Sequence[str]) -> float | None:
     """The job's speedup on ``allocation`` over one replica, or None without a model."""
-    if hints is None or not allocation:
-        return None
-    speedup = hints.speedup_function()
-    if speedup is None:
+    if model.speedup is None or not allocation:
         return None
     try:
-        return float(speedup(len(set(allocation)), len(allocation)))
+        return float(model.speedup(len(set(allocation)), len(allocation)))
     except ConfigError:
         return None
 
 
-def job_sample(record: JobRecord, now: float) -> JobSample:
-    hints = job_hints(record)
+def job_sample(record: JobRecord, now: float, model: JobModel | None = None) -> JobSample:
+    """``record`` now; ``model``: its hints' models when already built (see JobModels)."""
+    model = job_model(record) if model is None else model
     running = record.allocation if record.state.has_replicas else ()
-    goodput, efficiency = goodput_and_efficiency(record, hints)
+    goodput, efficiency = goodput_and_efficiency(record, model)
     return JobSample(time=now, state=record.state.value, replicas=len(running),
                      nodes=len(set(running)),
-                     batch_size=None if hints is None else hints.batch_size,
+                     batch_size=None if model.hints is None else model.hints.batch_size,
                      goodput=goodput, efficiency=efficiency,
-                     speedup=speedup_of_allocation(hints, running))
+                     speedup=speedup_of_allocation(model, running))
+
+
+class JobModels:
+    """Each job's models, rebuilt only when its hints change (building the speedup
+    function costs milliseconds; the dashboard, /metrics and every round sample every
+    job). Thread-safe, bounded."""
+
+    def __init__(self, max_jobs: int = DEFAULT_MAX_JOBS) -> None:
+        self.max_jobs = max_jobs
+        self._lock = threading.Lock()
+        self._models: OrderedDict[str, tuple[float | None, JobModel]] = OrderedDict()
+
+    def sample(self, record: JobRecord, now: float) -> JobSample:
+        with self._lock:
+            cached = self._models.pop(record.id, None)
+        if cached is None or cached[0] != record.hints_updated_at:
+            cached = (record.hints_updated_at, job_model(record))
+        with self._lock:
+            self._models[record.id] = cached
+            while len(self._models) > self.max_jobs:
+                self._models.popitem(last=False)
+        return job_sample(record, now, cached[1])
 
 
 def slots_used_and_total(records: Sequence[JobRecord], nodes: Sequence[NodeInfo]
@@ -135,6 +167,8 @@ class History:
         self.max_samples = max_samples
         self.max_jobs = max_jobs
         self._lock = threading.Lock()
+        self.models = JobModels(max_jobs)
+        """The jobs' models (shared with /metrics and the dashboard's overview)."""
         self._jobs: OrderedDict[str, deque[JobSample]] = OrderedDict()
         self._cluster: deque[ClusterSample] = deque(maxlen=max_samples)
 
@@ -142,7 +176,7 @@ class History:
                      nodes: Sequence[NodeInfo]) -> None:
         """Sample every non-final job in ``records`` and the cluster."""
         active = [r for r in records if not r.state.is_final]
-        samples = [(r.id, job_sample(r, now)) for r in active]
+        samples = [(r.id, self.models.sample(r, now)) for r in active]
         used, total = slots_used_and_total(active, nodes)
         with self._lock:
             self._cluster.append(ClusterSample(now, used, total, len(active), round_s))
