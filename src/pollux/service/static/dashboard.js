@@ -1,6 +1,6 @@
 // The Pollux dashboard: polls the server's API and redraws in place (no page reload).
-// Authentication: the browser's cookie for this server, or a token given once in the URL
-// fragment (#token=...), kept in sessionStorage and sent as "Authorization: Bearer".
+// Authentication is the API's: the browser sends this server's cookie with each request
+// (set when the page was first opened through a ?token= link).
 "use strict";
 
 (() => {
@@ -11,17 +11,9 @@
                    "#65a30d", "#dc2626", "#4b5563", "#ca8a04"];
   const state = {selected: null, refreshes: 0, colors: new Map()};
 
-  const fragment = new URLSearchParams(location.hash.slice(1));
-  if (fragment.get("token")) {
-    sessionStorage.setItem("pollux-token", fragment.get("token"));
-    history.replaceState(null, "", location.pathname + location.search);
-  }
-
   async function api(path) {
-    const headers = {Accept: "application/json"};
-    const token = sessionStorage.getItem("pollux-token");
-    if (token) headers.Authorization = `Bearer ${token}`;
-    const response = await fetch(path, {headers, credentials: "same-origin", cache: "no-store"});
+    const response = await fetch(path, {headers: {Accept: "application/json"},
+                                        credentials: "same-origin", cache: "no-store"});
     if (!response.ok) {
       let detail = response.statusText;
       try { detail = (await response.json()).detail || detail; } catch (e) { /* not JSON */ }
