@@ -188,7 +188,8 @@ def overhead_worker(args: argparse.Namespace) -> None:
 
     torch.set_num_threads(1)
     backend = None if args.backend == "auto" else args.backend
-    job = pt.init_process_group(backend, install_signal_handler=False)
+    job = pt.init_process_group(backend, install_signal_handler=False,
+                                checkpoint_dir="")
     jobs = [job]
     rank, world, device = job.rank, job.num_replicas, job.device
     ddp_kwargs = {"device_ids": [device.index]} if device.type == "cuda" else {}
@@ -208,7 +209,8 @@ def overhead_worker(args: argparse.Namespace) -> None:
         plain_loader = DataLoader(data, batch_size=local_bsz, sampler=sampler)
 
         if job.model is not None:  # one model per job context: a new one per model
-            job = pt.init_process_group(backend, install_signal_handler=False)
+            job = pt.init_process_group(backend, install_signal_handler=False,
+                                checkpoint_dir="")
             jobs.append(job)
         agent_net = build_mlp(hidden)
         agent_opt = torch.optim.SGD(agent_net.parameters(), lr=0.01, momentum=0.9)

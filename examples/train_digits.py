@@ -160,7 +160,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="stop once validation accuracy reaches this")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--checkpoint-dir", default=None,
-                        help="default: POLLUX_CHECKPOINT_DIR, else no checkpoints")
+                        help="default: POLLUX_CHECKPOINT_DIR, else ./pollux-checkpoints/"
+                             "train_digits ( turns checkpoints off)")
     parser.add_argument("--checkpoint-interval-s", type=float, default=180.0)
     parser.add_argument("--control-interval-s", type=float, default=1.0,
                         help="target time between the replicas' agreement points")

@@ -27,7 +27,8 @@ def process_group() -> Iterator[None]:
 def new_job(**config: float) -> pt.JobContext:
     config.setdefault("noise_interval_steps", 1)  # statistics on every step unless asked
     return pt.init_process_group("gloo", config=pt.AgentConfig(**config),  # type: ignore[arg-type]
-                                 install_signal_handler=False, environ={})
+                                 install_signal_handler=False, environ={},
+                                 checkpoint_dir="")
 
 
 def dataset(num_samples: int = 32, seed: int = 0) -> torch.utils.data.TensorDataset:

@@ -28,6 +28,7 @@ from pollux.torch.distributed import (
     LaunchSource,
     init_process_group,
     read_launch_environment,
+    standalone_checkpoint_dir,
 )
 from pollux.torch.elastic_sampler import ElasticSampler, StepPlan, epoch_order, plan_step
 from pollux.torch.epochs import remaining_epochs_until
@@ -67,4 +68,5 @@ __all__ = [
     "plan_step",
     "read_launch_environment",
     "remaining_epochs_until",
+    "standalone_checkpoint_dir",
 ]

@@ -17,7 +17,7 @@ import time
 from typing import TYPE_CHECKING
 
 from pollux.models import GoodputFunction, GradientStats, JobHints
-from pollux.torch.batch_size import choose_batch_config
+from pollux.torch.batch_size import BatchConfig, choose_batch_config
 from pollux.torch.control import Agreement, agree
 from pollux.torch.gradient_noise import GradientNoiseEstimator
 
@@ -26,6 +26,15 @@ if TYPE_CHECKING:
     from pollux.torch.data_parallel import AdaptiveDataParallel
 
 logger = logging.getLogger(__name__)
+
+
+def describe_batch(config: BatchConfig, num_replicas: int) -> str:
+    """``'512 (2 replicas x 64 samples x 4 micro-steps)'``."""
+    parts = [f"{num_replicas} replica{'s' if num_replicas != 1 else ''}",
+             f"{config.local_bsz} sample{'s' if config.local_bsz != 1 else ''}"]
+    if config.accum_steps:
+        parts.append(f"{config.accum_steps + 1} micro-steps")
+    return f"{config.total(num_replicas)} ({' x '.join(parts)})"
 
 
 class ControlLoop:
@@ -88,10 +97,8 @@ class ControlLoop:
         changed = (agreement.batch_config != loader.batch_config
                    or loader.config_replicas != job.num_replicas)
         if changed:
-            logger.info("batch configuration: %d replicas x %d x %d micro-steps = %d",
-                        job.num_replicas, agreement.batch_config.local_bsz,
-                        agreement.batch_config.accum_steps + 1,
-                        agreement.batch_config.total(job.num_replicas))
+            logger.info("batch size %s", describe_batch(agreement.batch_config,
+                                                        job.num_replicas))
         loader.batch_config = agreement.batch_config
         loader.config_replicas = job.num_replicas
         if job.rank == 0:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import enum
 import logging
 import os
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
@@ -129,8 +130,15 @@ def init_process_group(
     """Join the job's process group and return the agent's :class:`JobContext`.
 
     ``checkpoint_dir`` overrides the launcher's (``POLLUX_CHECKPOINT_DIR``); without
-    either, nothing is checkpointed. With ``install_signal_handler``, SIGTERM asks the job
-    to checkpoint at the next agreed step and exit with ``RESCALE_EXIT_CODE`` (75).
+    either, a job run outside the scheduler checkpoints in
+    ``./pollux-checkpoints/<script name>`` (:func:`standalone_checkpoint_dir`) and
+    resumes from there when run again; ``""`` (argument or variable) turns checkpointing
+    off. With ``install_signal_handler``, SIGTERM and SIGINT (Ctrl-C) ask the job to
+    checkpoint at the next agreed step and exit with ``RESCALE_EXIT_CODE`` (75).
+
+    >>> job = init_process_group(checkpoint_dir=tmp_path)  # doctest: +SKIP
+    >>> job.rank, job.num_replicas, job.device
+    (0, 1, device(type='cpu'))
     """
     from pollux.torch.job import AgentConfig, JobContext
 
@@ -162,15 +170,29 @@ def init_process_group(
     control_group = (dist.group.WORLD if chosen == "gloo"
                      else dist.new_group(backend="gloo", timeout=timeout))
     if checkpoint_dir is not None:
-        launch = _with_checkpoint_dir(launch, os.fspath(checkpoint_dir))
-    logger.info("rank %d/%d (%s, %s on %s), checkpoints in %s", launch.rank,
-                launch.num_replicas, launch.source.value, chosen, device, launch.checkpoint_dir)
+        launch = _with_checkpoint_dir(launch, os.fspath(checkpoint_dir) or None)
+    elif launch.checkpoint_dir is None and jobenv.CHECKPOINT_DIR not in (
+            os.environ if environ is None else environ):
+        launch = _with_checkpoint_dir(launch, standalone_checkpoint_dir())
     return JobContext(launch, device=device, backend=chosen, control_group=control_group,
                       config=cfg, install_signal_handler=install_signal_handler,
                       owns_process_group=created)
 
 
-def _with_checkpoint_dir(launch: LaunchEnvironment, path: str) -> LaunchEnvironment:
+def standalone_checkpoint_dir(argv0: str | None = None) -> str:
+    """``pollux-checkpoints/<script>`` under the working directory: where a job launched
+    outside the scheduler checkpoints unless told otherwise.
+
+    >>> standalone_checkpoint_dir("examples/train_digits.py")
+    'pollux-checkpoints/train_digits'
+    """
+    script = os.path.splitext(os.path.basename(argv0 if argv0 is not None else sys.argv[0]))[0]
+    if not script or script.startswith("-"):  # python -c, an interactive session
+        script = "python"
+    return os.path.join("pollux-checkpoints", script)
+
+
+def _with_checkpoint_dir(launch: LaunchEnvironment, path: str | None) -> LaunchEnvironment:
     from dataclasses import replace
 
     return replace(launch, checkpoint_dir=path)

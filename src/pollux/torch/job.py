@@ -68,6 +68,10 @@ class AgentConfig:
     """Timeout of collectives (a dead peer fails the job after at most this long)."""
     tensorboard_dir: str | None = None
     """Write TensorBoard scalars here (rank 0, when tensorboard is installed)."""
+    log_level: str | None = "INFO"
+    """Level of the agent's own messages (batch-size changes, checkpoints) printed on
+    rank 0's stderr when the script has not configured logging; None: leave logging to
+    the script."""
 
     def __post_init__(self) -> None:
         for name in ("control_interval_s", "checkpoint_interval_s", "hints_interval_s",
@@ -82,6 +86,23 @@ class AgentConfig:
                               "must be >= 1")
         if not self.min_goodput_gain >= 0:
             raise ConfigError("min_goodput_gain", self.min_goodput_gain, "must be >= 0")
+        if self.log_level is not None and not isinstance(
+                logging.getLevelName(self.log_level.upper()), int):
+            raise ConfigError("log_level", self.log_level,
+                              "use DEBUG, INFO, WARNING or ERROR (or None)")
+
+
+def _show_agent_logs(level: str) -> logging.Handler | None:
+    """Print the agent's log records on stderr unless the script configured logging
+    (a handler on the root or on ``pollux``); returns the handler added."""
+    package = logging.getLogger("pollux")
+    if logging.getLogger().handlers or package.handlers:
+        return None
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("[pollux] %(message)s"))
+    package.addHandler(handler)
+    package.setLevel(level.upper())
+    return handler
 
 
 class RngStates:
@@ -156,6 +177,8 @@ class JobContext:
         self.owns_process_group = owns_process_group
         """Whether :meth:`close` destroys the process group (init_process_group created it)."""
         self.config = config
+        self._log_handler = (_show_agent_logs(config.log_level)
+                             if launch.rank == 0 and config.log_level is not None else None)
         self.rank = launch.rank
         self.num_replicas = launch.num_replicas
         self.num_nodes = launch.num_nodes
@@ -177,9 +200,24 @@ class JobContext:
         self.checkpoint.register("pollux/rng", RngStates(self.rank, self.num_replicas,
                                                          control_group, launch.num_restarts))
         self.checkpoint.register("pollux/profile", self.profiler)
-        self._previous_handler: Any = None
+        self._previous_handlers: dict[int, Any] = {}
         if install_signal_handler:
-            self._install_signal_handler()
+            self._install_signal_handlers()
+        if self.rank == 0:
+            self._announce_checkpoints()
+
+    def _announce_checkpoints(self) -> None:
+        directory = self.launch.checkpoint_dir
+        where = (f"rank 0 of {self.num_replicas} ({self.launch.source.value}, "
+                 f"{self.backend} on {self.device})")
+        if directory is None:
+            logger.warning("%s: checkpointing is off, so a stop or a crash loses the "
+                           "progress (set POLLUX_CHECKPOINT_DIR or checkpoint_dir=)", where)
+        elif self.checkpoint.is_restored():
+            logger.info("%s: resuming from the checkpoint in %s (delete it to start afresh)",
+                        where, directory)
+        else:
+            logger.info("%s: checkpoints in %s", where, directory)
 
     # -- epochs ---------------------------------------------------------------------------
 
@@ -209,15 +247,22 @@ class JobContext:
 
     # -- stopping -------------------------------------------------------------------------
 
-    def _install_signal_handler(self) -> None:
+    def _install_signal_handlers(self) -> None:
         if threading.current_thread() is not threading.main_thread():
-            logger.warning("not in the main thread: SIGTERM will not trigger a checkpoint")
+            logger.warning("not in the main thread: SIGTERM and SIGINT will not trigger a "
+                           "checkpoint")
             return
 
-        def on_sigterm(signum: int, frame: Any) -> None:
+        def on_signal(signum: int, frame: Any) -> None:
+            if signum == signal.SIGINT:
+                if self.stop_requested.is_set():  # a second Ctrl-C: quit at once
+                    raise KeyboardInterrupt
+                logger.warning("interrupted: checkpointing at the next step, then exiting "
+                               "(Ctrl-C again to quit without a checkpoint)")
             self.stop_requested.set()
 
-        self._previous_handler = signal.signal(signal.SIGTERM, on_sigterm)
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            self._previous_handlers[signum] = signal.signal(signum, on_signal)
 
     def request_stop(self) -> None:
         """Ask the job to checkpoint and exit at the next agreement point (as SIGTERM does)."""
@@ -225,7 +270,12 @@ class JobContext:
 
     def exit_for_rescale(self) -> NoReturn:
         """Leave after the stop checkpoint: exit with ``RESCALE_EXIT_CODE``."""
-        logger.info("checkpointed on request; exiting with code %d", RESCALE_EXIT_CODE)
+        if self.checkpoint.enabled:
+            logger.info("checkpointed in %s on request; exiting with code %d (run again to "
+                        "resume)", self.launch.checkpoint_dir, RESCALE_EXIT_CODE)
+        else:
+            logger.warning("stopped on request without a checkpoint (checkpointing is off); "
+                           "exiting with code %d", RESCALE_EXIT_CODE)
         self.close()
         raise SystemExit(RESCALE_EXIT_CODE)
 
@@ -240,9 +290,12 @@ class JobContext:
         if self.hints is not None:
             self.hints.close()
         self.metrics.close()
-        if self._previous_handler is not None:
-            signal.signal(signal.SIGTERM, self._previous_handler)
-            self._previous_handler = None
+        for signum, previous in self._previous_handlers.items():
+            signal.signal(signum, previous)
+        self._previous_handlers = {}
+        if self._log_handler is not None:
+            logging.getLogger("pollux").removeHandler(self._log_handler)
+            self._log_handler = None
         if self.owns_process_group and dist.is_initialized():
             if self.num_replicas > 1:
                 try:
