@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Iterator, Sized
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import torch.utils.data
@@ -50,6 +50,13 @@ class BatchInfo:
     num_replicas: int
     local_bsz: int
     accum_steps: int
+
+
+def split_in_halves(plan: StepPlan) -> StepPlan:
+    """A one-replica, one-micro-batch step as two micro-batches of the same samples."""
+    (batch,), = plan.batches
+    half = (len(batch) + 1) // 2
+    return replace(plan, batches=((batch[:half].copy(), batch[half:].copy()),))
 
 
 class AdaptiveDataLoader:
@@ -153,16 +160,24 @@ class AdaptiveDataLoader:
 
     # -- iteration ---------------------------------------------------------------------
 
-    def _plan_rest_of_epoch(self, config: BatchConfig) -> list[StepPlan]:
+    def _plan_rest_of_epoch(self, config: BatchConfig,
+                            model: AdaptiveDataParallel) -> tuple[list[StepPlan], set[int]]:
+        """The steps left in this epoch, and which of them are noise probes (split in two
+        micro-batches, see :meth:`AdaptiveDataParallel.wants_probe`)."""
         plans = []
+        probes = set()
         position = self.sampler.position
         order = self.sampler.order
+        may_probe = config.accum_steps == 0 and config.local_bsz >= 2
         while position < self.sampler.num_samples:
             plan = plan_step(order, position, self.job.num_replicas, config.local_bsz,
                              config.accum_steps)
+            if may_probe and plan.regular and model.wants_probe(steps_ahead=len(plans)):
+                probes.add(len(plans))
+                plan = split_in_halves(plan)
             plans.append(plan)
             position = plan.end
-        return plans
+        return plans, probes
 
     def _torch_loader(self, plans: list[StepPlan]) -> torch.utils.data.DataLoader[Any]:
         rank = self.job.rank
@@ -183,7 +198,7 @@ class AdaptiveDataLoader:
         while self.sampler.remaining > 0:
             config = self.batch_config
             assert config is not None
-            plans = self._plan_rest_of_epoch(config)
+            plans, probes = self._plan_rest_of_epoch(config, model)
             batches = iter(self._torch_loader(plans))
             steps_since_sync = 0
             reconfigured = False
@@ -195,17 +210,20 @@ class AdaptiveDataLoader:
                     if self._control.synchronize(model):
                         reconfigured = True
                         break
-                profile_step = profiling and plan.regular and step_number >= warmup
+                probe = step_number in probes
+                profile_step = (profiling and plan.regular and step_number >= warmup
+                                and not probe)
                 num_micro = plan.num_micro_steps
                 step_batch = plan.total_batch_size
+                local_bsz = len(plan.batches[0][0]) if probe else config.local_bsz
                 for micro in range(num_micro):
                     last = micro == num_micro - 1
                     start = clock.mark() if profile_step else None
                     data = next(batches)
                     self._current = (epoch, plan, micro, config)
-                    model.begin_micro_step(micro, num_micro, config.local_bsz, step_batch,
+                    model.begin_micro_step(micro, num_micro, local_bsz, step_batch,
                                            self.init_batch_size, plan.regular,
-                                           profile_step and last)
+                                           profile_step and last, probe=probe)
                     yield data
                     if start is not None:
                         job.profiler.record(MicroStepTiming(

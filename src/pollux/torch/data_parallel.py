@@ -96,6 +96,7 @@ class AdaptiveDataParallel(DistributedDataParallel):
         checkpoint.register("pollux/trainer", self._trainer)
         self._world = dist.get_world_size(self.process_group)
         self._noise_interval = job.config.noise_interval_steps
+        self._probe_interval = job.config.probe_interval_steps
         # Micro-step state, set by the data loader (defaults: no accumulation, no stats).
         self._step = MicroStep()
         self._norms = GradientNormCollector(self._step, world_size=self._world,
@@ -161,8 +162,12 @@ class AdaptiveDataParallel(DistributedDataParallel):
 
     def begin_micro_step(self, index: int, num_micro_steps: int, local_bsz: int,
                          step_batch_size: int, init_batch_size: int, regular: bool,
-                         mark_compute_end: bool = False) -> None:
-        """Announce micro-step ``index`` of ``num_micro_steps`` of the next optimizer step."""
+                         mark_compute_end: bool = False, probe: bool = False) -> None:
+        """Announce micro-step ``index`` of ``num_micro_steps`` of the next optimizer step.
+
+        ``probe``: a one-replica step split into micro-batches only to measure the
+        gradient noise (:meth:`wants_probe`); ``local_bsz`` is then the first one's size.
+        """
         step = self._step
         step.index = index
         step.num_micro = num_micro_steps
@@ -176,11 +181,23 @@ class AdaptiveDataParallel(DistributedDataParallel):
         if index == 0:
             step.reset_norms()
             # Every rank has taken the same optimizer steps: they agree on ``collect``.
-            step.collect = (regular and (self._world > 1 or num_micro_steps > 1)
-                            and self._trainer.optimizer_steps % self._noise_interval == 0)
+            if probe:
+                step.collect, step.weight_steps = True, self._probe_interval
+            else:
+                step.collect = (regular and (self._world > 1 or num_micro_steps > 1)
+                                and self._trainer.optimizer_steps % self._noise_interval == 0)
+                step.weight_steps = self._noise_interval
         elif index == 1 and self._world == 1 and step.collect:
             step.first_micro_sqr = accumulated_grad_sqr(self.module.parameters(),
                                                         self.job.device)
+
+    def wants_probe(self, steps_ahead: int = 0) -> bool:
+        """Whether the optimizer step ``steps_ahead`` after the next one should be split
+        into two micro-batches to measure the gradient noise: with one replica, every
+        ``probe_interval_steps``-th step (several replicas, or accumulation, measure
+        without it)."""
+        return (self._world == 1
+                and (self._trainer.optimizer_steps + steps_ahead) % self._probe_interval == 0)
 
     # -- gradient statistics ----------------------------------------------------------------
 
@@ -194,7 +211,7 @@ class AdaptiveDataParallel(DistributedDataParallel):
         return float(scaler.get_scale()) ** 2
 
     def _fold_gradient_stats(self) -> None:
-        self._norms.fold(self.noise, self._loss_scale_sqr(), self._noise_interval)
+        self._norms.fold(self.noise, self._loss_scale_sqr())
 
     def set_grad_stats(self, stats: GradientStats | None) -> None:
         """Use these statistics (agreed across ranks) for gains and learning rates."""

@@ -9,7 +9,9 @@ over replicas *and* accumulation micro-steps and, on steps chosen for measuremen
   on the last bucket's all-reduce: no extra collective for small buckets) and the
   averaged gradient's;
 * with one replica: the first micro-batch's accumulated gradient (read before the second
-  micro-step) and the averaged gradient's.
+  micro-step) and the averaged gradient's. Without accumulation, the data loader splits
+  every ``probe_interval_steps``-th step into two half micro-batches for this (a *probe*:
+  same samples, same update, one more forward/backward launch).
 
 :meth:`GradientNormCollector.fold` hands the two norms to a
 :class:`~pollux.torch.gradient_noise.GradientNoiseEstimator` at the optimizer step.
@@ -39,7 +41,7 @@ class MicroStep:
     __slots__ = ("index", "num_micro", "local_bsz", "step_batch", "init_batch_size",
                  "collect", "grads_pending", "local_parts", "global_parts", "local_sqr_sum",
                  "first_micro_sqr", "mark_compute_end", "compute_end_mark", "gain",
-                 "lr_factor")
+                 "lr_factor", "weight_steps")
 
     def __init__(self) -> None:
         self.index = 0
@@ -57,6 +59,8 @@ class MicroStep:
         self.compute_end_mark: Any = None
         self.gain = 1.0
         self.lr_factor = 1.0
+        self.weight_steps = 1
+        """Optimizer steps this step's measurement stands for (until the next one)."""
 
     def reset_norms(self) -> None:
         """Forget the previous step's norms (at micro-step 0)."""
@@ -163,10 +167,9 @@ class GradientNormCollector:
 
         return future.then(finish_mixed)
 
-    def fold(self, noise: GradientNoiseEstimator, loss_scale_sqr: torch.Tensor | float,
-             interval_steps: int) -> None:
+    def fold(self, noise: GradientNoiseEstimator, loss_scale_sqr: torch.Tensor | float) -> None:
         """Give this step's two norms (if measured) to ``noise``; one update stands for the
-        ``interval_steps`` optimizer steps until the next one."""
+        ``weight_steps`` optimizer steps until the next one."""
         step = self.step
         if not step.collect or not step.global_parts or step.local_bsz is None:
             return
@@ -181,9 +184,11 @@ class GradientNormCollector:
             if step.first_micro_sqr is None:
                 return
             small = step.first_micro_sqr / loss_scale_sqr
-            small_bsz, big_bsz = b, b * micro
+            # the first micro-batch against the whole step (a probe's halves may differ
+            # by one sample)
+            small_bsz, big_bsz = b, step.step_batch or b * micro
         m0 = step.init_batch_size or big_bsz
-        noise.update(small, small_bsz, big, big_bsz, scale=big_bsz / m0 * interval_steps)
+        noise.update(small, small_bsz, big, big_bsz, scale=big_bsz / m0 * step.weight_steps)
         step.global_parts = []
 
 

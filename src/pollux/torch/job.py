@@ -60,6 +60,10 @@ class AgentConfig:
     decay by as many steps per update); 1 = every step. Measuring costs reductions over
     the gradients and the replicas' norms in the last all-reduce: 5-11% of a step of a
     small model on CPU (``bench/agent.py``), a quarter of that every 4th step."""
+    probe_interval_steps: int = 4
+    """With one replica and no accumulation, split every this many-th optimizer step into
+    two micro-batches (same samples, same update) so that the gradient noise keeps being
+    measured: one more forward/backward launch per this many steps."""
     profile_warmup_steps: int = 2
     """Optimizer steps not profiled after each (re)configuration (warm-up outliers)."""
     refit_interval_s: float = 5.0
@@ -80,6 +84,9 @@ class AgentConfig:
                 raise ConfigError(name, getattr(self, name), "must be > 0")
         if self.noise_interval_steps < 1:
             raise ConfigError("noise_interval_steps", self.noise_interval_steps,
+                              "must be >= 1 (1: every optimizer step)")
+        if self.probe_interval_steps < 1:
+            raise ConfigError("probe_interval_steps", self.probe_interval_steps,
                               "must be >= 1 (1: every optimizer step)")
         if self.max_control_interval_steps < 1:
             raise ConfigError("max_control_interval_steps", self.max_control_interval_steps,

@@ -23,6 +23,9 @@ def main() -> None:
     parser.add_argument("--accum-steps", type=int, default=0)
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--noise-interval", type=int, default=1)
+    parser.add_argument("--probe-interval", type=int, default=1,
+                        help="one replica without accumulation: probe every this many steps")
     parser.add_argument("--separate-norms", action="store_true",
                         help="also measure with the replicas' norms in their own all-reduce")
     args = parser.parse_args()
@@ -34,7 +37,9 @@ def main() -> None:
 
 
 def measure(args: argparse.Namespace, piggyback: bool) -> pt.JobContext:
-    config = pt.AgentConfig(min_goodput_gain=1e9, min_noise_updates=1, noise_interval_steps=1)
+    config = pt.AgentConfig(min_goodput_gain=1e9, min_noise_updates=1,
+                            noise_interval_steps=args.noise_interval,
+                            probe_interval_steps=args.probe_interval)
     job = pt.init_process_group(config=config, install_signal_handler=False)
     rng = np.random.default_rng(args.seed)
     x = rng.standard_normal((args.samples, args.dims))
