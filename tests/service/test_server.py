@@ -62,4 +62,5 @@ def test_the_cli_finds_the_server_and_its_token(tmp_path, monkeypatch):
     assert locate_server(data_dir=tmp_path, token="other").token == "other"
     monkeypatch.setenv("POLLUX_SERVER", "http://elsewhere:1")
     assert locate_server(data_dir=tmp_path).token is None  # not that server's token file
-    assert main(["ls", "--data-dir", str(tmp_path), "--server", "http://127.0.0.1:9"]) == 2
+    # nothing listens there: a runtime failure, not a usage error
+    assert main(["ls", "--data-dir", str(tmp_path), "--server", "http://127.0.0.1:9"]) == 1

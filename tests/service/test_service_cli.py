@@ -44,26 +44,39 @@ def test_job_commands_against_a_live_server(server, capsys, tmp_path):
     code, out = run_cli(capsys, "logs", *where, "short-1", "-f", "--replica", "1",
                         "--poll-interval", "0.2")
     assert code == 0 and "rank 1 done" in out
+    code, out = run_cli(capsys, "logs", *where, "short-1", "--replica", "1", "--tail", "1")
+    assert code == 0 and out == "rank 1 done\n"  # lines, not bytes
+    code, out = run_cli(capsys, "logs", *where, "short-1", "--replica", "1", "--tail", "50")
+    assert code == 0 and out.startswith("=== pollux") and out.endswith("rank 1 done\n")
     wait_until(lambda: run_cli(capsys, "describe", *where, "long", "--json")[1].count(
         '"state": "Running"'), 30, "the long job to run")
     code, out = run_cli(capsys, "cancel", *where, "long-2")
-    assert code == 0 and "cancelling" in out
+    assert code == 0 and "long-2: Cancelling" in out
     wait_until(lambda: '"Cancelled"' in run_cli(capsys, "ls", *where, "--json")[1], 30,
                "the cancellation")
     rows = {r["id"]: r for r in json.loads(run_cli(capsys, "ls", *where, "--json")[1])}
     assert rows["short-1"]["state"] == "Succeeded" and rows["long-2"]["state"] == "Cancelled"
     code, out = run_cli(capsys, "describe", *where, "short-1")
     assert code == 0 and "all 2 replicas exited 0" in out
+    assert "failures:    0 of 3 tolerated" in out
+    code, out = run_cli(capsys, "describe", *where, "long-2")
+    assert code == 0 and "Cancelling" in out and "Rescaling" not in out
+    for row in rows.values():  # age: since submission; run time: first launch to the end
+        assert row["age_s"] >= row["run_time_s"] > 0
     code, out = run_cli(capsys, "top", *where, "--iterations", "1")
     assert code == 0 and "node-1" in out and "long-2" in out
     code, out = run_cli(capsys, "ls", *where, "--active")
     assert code == 0 and "short-1" not in out
-    assert main(["describe", *where, "nope"]) == 2
+    assert main(["describe", *where, "nope"]) == 1  # a runtime failure
     assert "server said 404" in capsys.readouterr().err
     assert main(["submit", *where, "--max-replicas", "0", "--", "python", "x.py"]) == 2
     assert "max_replicas" in capsys.readouterr().err
     assert main(["submit", *where, "--", "no-such-program-xyz"]) == 2
     assert "command" in capsys.readouterr().err
+    assert main(["submit", *where]) == 2  # no arguments: the usage, not a field's name
+    err = capsys.readouterr().err
+    assert err.startswith("usage: pollux submit") and "give a job YAML file" in err
+    assert main(["logs", *where, "short-1", "--tail", "-1"]) == 2
     server.stop()
 
 

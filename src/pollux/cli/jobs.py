@@ -14,11 +14,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console, Group
+from rich.console import Group
 from rich.live import Live
 from rich.table import Table
 
-from pollux.errors import JobSpecError
+from pollux.cli.output import EventFeed, is_terminal, make_console
+from pollux.errors import ConfigError, JobSpecError
 from pollux.job_spec import JobSpec
 from pollux.service.client import PolluxClient, ServiceError, locate_server
 from pollux.service.server import default_data_dir
@@ -34,7 +35,7 @@ def connect(args: argparse.Namespace) -> PolluxClient:
     return PolluxClient(locate_server(args.server, args.data_dir, args.token, args.token_file))
 
 
-def format_age(seconds: float) -> str:
+def format_duration(seconds: float) -> str:
     seconds = int(seconds)
     if seconds < 120:
         return f"{seconds}s"
@@ -43,22 +44,34 @@ def format_age(seconds: float) -> str:
     return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
 
 
+def run_time_s(row: dict[str, Any], now: float | None = None) -> float | None:
+    """Seconds from the first launch to the end (or now); None if never launched."""
+    if row.get("run_time_s") is not None:
+        return float(row["run_time_s"])
+    started = row.get("started_at")
+    if started is None:
+        return None
+    end = row.get("finished_at") or (time.time() if now is None else now)
+    return max(0.0, end - started)
+
+
 def jobs_table(rows: list[dict[str, Any]], title: str | None = None) -> Table:
     table = Table(title=title)
-    for column in ("job", "state", "replicas", "nodes", "batch size", "goodput", "restarts",
-                   "age"):
+    for column in ("job", "state", "replicas", "nodes", "batch size", "goodput (samples/s)",
+                   "restarts", "age", "run time"):
         table.add_column(column, justify="left" if column in ("job", "state") else "right")
     for row in rows:
         state = row["state"]
-        if row.get("cancel_requested") and state not in FINAL_STATES:
-            state += " (cancelling)"
+        if row.get("cancel_requested") and state not in FINAL_STATES + ("Cancelling",):
+            state += " (cancel requested)"
         goodput = row.get("goodput")
+        ran = run_time_s(row)
         table.add_row(
             row["id"], f"[{STATE_STYLES.get(row['state'], '')}]{state}[/]",
             str(row["replicas"]), str(row["nodes"]),
             "-" if row.get("batch_size") is None else str(row["batch_size"]),
             "-" if goodput is None else f"{goodput:.1f}", str(row["restarts"]),
-            format_age(row["age_s"]))
+            format_duration(row["age_s"]), "-" if ran is None else format_duration(ran))
     return table
 
 
@@ -151,6 +164,11 @@ def _yaml_mapping(path: Path) -> dict[str, Any]:
 
 
 def submit(args: argparse.Namespace) -> int:
+    if not args.spec_or_command:
+        args.print_usage(sys.stderr)
+        raise ConfigError("submit", None, "give a job YAML file, or a command after --, "
+                                          "e.g. pollux submit --max-replicas 4 -- python "
+                                          "train.py")
     spec = spec_from_args(args)
     with connect(args) as client:
         job = client.submit(spec)
@@ -172,9 +190,10 @@ def list_jobs(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(rows, indent=2))
     else:
-        Console().print(jobs_table(rows))
+        console = make_console()
+        console.print(jobs_table(rows))
         if line is not None:
-            Console().print(line, highlight=False)
+            console.print(line, highlight=False)
     return 0
 
 
@@ -184,15 +203,16 @@ def describe(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(job, indent=2))
         return 0
-    console = Console()
+    console = make_console()
     console.print(jobs_table([job], title=f"job {job['id']}"))
     spec = job["spec"]
     console.print(f"command:     {' '.join(spec['command'])}\nworking dir: "
                   f"{spec['working_dir']}\nreplicas:    {spec['min_replicas']}.."
                   f"{spec['max_replicas']} (preemptible: {spec['preemptible']})\n"
                   f"allocation:  {', '.join(job['allocation']) or '-'}\n"
-                  f"failures:    {job['failures']} of max {spec['max_failures']}; "
-                  f"rescales: {job['rescales']}; launches: {job['launches']}")
+                  f"failures:    {failures_text(job['failures'], spec['max_failures'])}; "
+                  f"rescales: {job['rescales']}; launches: {job['launches']}",
+                  highlight=False)
     if job.get("reason"):
         console.print(f"reason:      {job['reason']}")
     events = Table(title="events")
@@ -206,29 +226,67 @@ def describe(args: argparse.Namespace) -> int:
     return 0
 
 
+def failures_text(failures: int, max_failures: int) -> str:
+    """``'2 (1 tolerated: failed)'``, ``'1 of 3 tolerated'``."""
+    if failures > max_failures:
+        return f"{failures} ({max_failures} tolerated: failed)"
+    return f"{failures} of {max_failures} tolerated"
+
+
 def cancel(args: argparse.Namespace) -> int:
     with connect(args) as client:
         job = client.cancel(args.job)
-    print(f"{job['id']}: {job['state']}"
-          + (" (cancelling)" if job["cancel_requested"] and job["state"] not in FINAL_STATES
-             else ""))
+    state = job["state"]
+    if job["cancel_requested"] and state not in FINAL_STATES + ("Cancelling",):
+        state = "Cancelling (asked the replicas to checkpoint and stop)"
+    print(f"{job['id']}: {state}")
     return 0
 
 
 # --- logs, top ----------------------------------------------------------------------------
 
+def tail_offset(client: PolluxClient, job: str, replica: int, num_lines: int) -> tuple[int, str]:
+    """Where the last ``num_lines`` lines of a log start, and those lines: reads
+    backwards in growing chunks until enough line ends are seen (or the start)."""
+    window = 4096
+    while True:
+        chunk = client.logs(job, replica, -window, limit=window)
+        text, start = chunk["text"], chunk["offset"]
+        body = text[:-1] if text.endswith("\n") else text
+        if body.count("\n") >= num_lines or start == 0:
+            lines = text.splitlines(keepends=True)[-num_lines:] if num_lines else []
+            tail = "".join(lines)
+            return chunk["next_offset"], tail
+        window *= 4
+
+
 def logs(args: argparse.Namespace) -> int:
-    offset = 0 if args.tail is None else -args.tail
+    if args.tail is not None and args.tail < 0:
+        raise ConfigError("--tail", args.tail, "give a number of lines >= 0")
+    offset = 0
     with connect(args) as client:
+        first = True
         while True:
             try:
-                chunk = client.logs(args.job, args.replica, offset)
+                if first and args.tail is not None:
+                    offset, text = tail_offset(client, args.job, args.replica, args.tail)
+                    sys.stdout.write(text)
+                    sys.stdout.flush()
+                    first = False
+                    chunk = None
+                else:
+                    chunk = client.logs(args.job, args.replica, offset)
             except ServiceError as exc:  # no log yet: the replica has not started
                 if not (args.follow and exc.status == 404 and "no log" in str(exc)
                         and client.job(args.job)["state"] not in FINAL_STATES):
                     raise
                 time.sleep(args.poll_interval)
                 continue
+            if chunk is None:
+                if not args.follow:
+                    return 0
+                continue
+            first = False
             sys.stdout.write(chunk["text"])
             sys.stdout.flush()
             offset = chunk["next_offset"]
@@ -240,22 +298,65 @@ def logs(args: argparse.Namespace) -> int:
 
 
 def top(args: argparse.Namespace) -> int:
-    console = Console()
-    with connect(args) as client, Live(console=console, auto_refresh=False) as live:
-        count = 0
-        try:
-            while args.iterations is None or count < args.iterations:
-                rows, nodes, health = client.jobs(), client.nodes(), client.health()
-                title = (f"pollux top - {client.address.url} - policy {health['policy']} - "
-                         f"{health['rounds']} rounds - {time.strftime('%H:%M:%S')}")
-                line = cluster_line(client.cluster())
-                live.update(Group(jobs_table(rows, title), nodes_table(nodes),
-                                  *([] if line is None else [line])), refresh=True)
-                count += 1
-                if args.iterations is None or count < args.iterations:
-                    time.sleep(args.refresh)
-        except KeyboardInterrupt:
-            pass
+    with connect(args) as client:
+        if args.json:
+            return _top_json(client, args)
+        if not is_terminal():
+            return _top_lines(client, args)
+        console = make_console()
+        with Live(console=console, auto_refresh=False) as live:
+            count = 0
+            try:
+                while args.iterations is None or count < args.iterations:
+                    rows, nodes, health = client.jobs(), client.nodes(), client.health()
+                    title = (f"pollux top - {client.address.url} - policy "
+                             f"{health['policy']} - {health['rounds']} rounds - "
+                             f"{time.strftime('%H:%M:%S')}")
+                    line = cluster_line(client.cluster())
+                    live.update(Group(jobs_table(rows, title), nodes_table(nodes),
+                                      *([] if line is None else [line])), refresh=True)
+                    count += 1
+                    if args.iterations is None or count < args.iterations:
+                        time.sleep(args.refresh)
+            except KeyboardInterrupt:
+                pass
+    return 0
+
+
+def _top_lines(client: PolluxClient, args: argparse.Namespace) -> int:
+    """Not a terminal: the tables once, then every new job event as one line."""
+    console = make_console()
+    feed = EventFeed()
+    rows = client.jobs()
+    console.print(jobs_table(rows, f"pollux top - {client.address.url} - "
+                                   f"{time.strftime('%H:%M:%S')}"))
+    console.print(nodes_table(client.nodes()))
+    feed.new_events(client, rows)  # the past is in `pollux describe`
+    count = 1
+    try:
+        while args.iterations is None or count < args.iterations:
+            time.sleep(args.refresh)
+            for line in feed.new_events(client):
+                print(line, flush=True)
+            count += 1
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+def _top_json(client: PolluxClient, args: argparse.Namespace) -> int:
+    """One JSON object per refresh: {"time", "jobs", "nodes", "cluster"}."""
+    count = 0
+    try:
+        while args.iterations is None or count < args.iterations:
+            print(json.dumps({"time": time.time(), "jobs": client.jobs(),
+                              "nodes": client.nodes(), "cluster": client.cluster()}),
+                  flush=True)
+            count += 1
+            if args.iterations is None or count < args.iterations:
+                time.sleep(args.refresh)
+    except KeyboardInterrupt:
+        pass
     return 0
 
 
@@ -276,23 +377,34 @@ def register(subparsers: Any) -> None:
                                           "'pollux submit --name N --max-replicas 4 -- "
                                           "python train.py'. Flags override the file.")
     p.add_argument("spec_or_command", nargs="*", help="a job YAML file, or the command")
-    p.add_argument("--name", default=None)
-    p.add_argument("--min-replicas", type=int, default=None)
-    p.add_argument("--max-replicas", type=int, default=None)
+    p.add_argument("--name", default=None,
+                   help="job name; its id is NAME-<n> (default: the script's name)")
+    p.add_argument("--min-replicas", type=int, default=None,
+                   help="fewest replicas the job runs on (default: 1)")
+    p.add_argument("--max-replicas", type=int, default=None,
+                   help="most replicas the scheduler may give the job (default: 1)")
     p.add_argument("--gpu", type=float, default=None, help="GPUs (slots) per replica")
     p.add_argument("--cpu", type=float, default=None, help="CPUs per replica")
     p.add_argument("--memory", default=None, help="memory per replica, e.g. 4GiB")
     p.add_argument("--env", action="append", default=[], help="NAME=VALUE (repeatable)")
     p.add_argument("--workdir", default=None, help="working directory (default: here)")
-    p.add_argument("--preemptible", action=argparse.BooleanOptionalAction, default=None)
+    p.add_argument("--preemptible", action=argparse.BooleanOptionalAction, default=None,
+                   help="whether the scheduler may stop and resize the job (through a "
+                        "checkpoint) once it runs (default: yes)")
     p.add_argument("--restart-delay", type=float, default=None,
                    help="seconds a restart costs the job (policy input)")
-    p.add_argument("--max-failures", type=int, default=None)
+    p.add_argument("--max-failures", type=int, default=None,
+                   help="crashes tolerated, each restarting from the last checkpoint, "
+                        "before the job is Failed (default: 3)")
     p.add_argument("--json", action="store_true", help="print the job as JSON")
     add_connection_arguments(p)
-    p.set_defaults(func=submit)
+    p.set_defaults(func=submit, print_usage=p.print_usage)
 
-    p = subparsers.add_parser("ls", help="list jobs")
+    p = subparsers.add_parser("ls", help="list jobs",
+                              description="List jobs: state, replicas, nodes, batch size, "
+                                          "goodput (samples/s), restarts, age (since "
+                                          "submission) and run time (since the first "
+                                          "launch, to the end).")
     p.add_argument("--active", action="store_true", help="hide finished jobs")
     p.add_argument("--json", action="store_true", help="print the rows as JSON")
     add_connection_arguments(p)
@@ -300,26 +412,33 @@ def register(subparsers: Any) -> None:
 
     p = subparsers.add_parser("describe", help="show a job in detail, with its events")
     p.add_argument("job", help="job id (or a unique name)")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true",
+                   help="print everything as JSON (spec, counters, hints, events, replicas)")
     add_connection_arguments(p)
     p.set_defaults(func=describe)
 
     p = subparsers.add_parser("logs", help="print a replica's log")
-    p.add_argument("job")
+    p.add_argument("job", help="job id (or a unique name)")
     p.add_argument("--replica", type=int, default=0, help="rank (default 0)")
     p.add_argument("-f", "--follow", action="store_true", help="keep printing until it ends")
-    p.add_argument("--tail", type=int, default=None, help="start this many bytes from the end")
+    p.add_argument("--tail", type=int, default=None, metavar="N",
+                   help="print only the last N lines (then follow, with -f)")
     p.add_argument("--poll-interval", type=float, default=1.0, help=argparse.SUPPRESS)
     add_connection_arguments(p)
     p.set_defaults(func=logs)
 
     p = subparsers.add_parser("cancel", help="cancel a job (it checkpoints and stops)")
-    p.add_argument("job")
+    p.add_argument("job", help="job id (or a unique name)")
     add_connection_arguments(p)
     p.set_defaults(func=cancel)
 
-    p = subparsers.add_parser("top", help="live view of jobs and nodes")
+    p = subparsers.add_parser("top", help="live view of jobs and nodes",
+                              description="Live view of jobs and nodes. When the output "
+                                          "is not a terminal: the tables once, then one "
+                                          "line per job event as it happens.")
     p.add_argument("--refresh", type=float, default=1.0, help="seconds between refreshes")
     p.add_argument("--iterations", type=int, default=None, help="stop after N refreshes")
+    p.add_argument("--json", action="store_true",
+                   help="print one JSON object per refresh (jobs, nodes, cluster)")
     add_connection_arguments(p)
     p.set_defaults(func=top)

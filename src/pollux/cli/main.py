@@ -2,6 +2,10 @@
 
 Each command module exposes ``register(subparsers)``, which adds its parser and sets
 ``func(args) -> int`` as the parser default. Add new commands to ``COMMAND_MODULES``.
+
+Exit status: 0 success; 1 a runtime failure (the server is unreachable or refused the
+request, a job or a backend failed); 2 a usage error (bad arguments or input, named
+in the message, or refused by the server as invalid).
 """
 
 from __future__ import annotations
@@ -13,7 +17,10 @@ import sys
 from collections.abc import Sequence
 
 from pollux import __version__
-from pollux.errors import PolluxError
+from pollux.errors import ConfigError, PolluxError, UnknownPluginError, WorkloadError
+
+EXIT_RUNTIME_ERROR = 1
+EXIT_USAGE_ERROR = 2
 
 COMMAND_MODULES: tuple[str, ...] = (
     "pollux.cli.goodput",
@@ -50,9 +57,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     try:
         return int(func(args) or 0)
+    except (ConfigError, UnknownPluginError, WorkloadError) as exc:
+        print(f"pollux: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE_ERROR
     except PolluxError as exc:
         print(f"pollux: error: {exc}", file=sys.stderr)
-        return 2
+        # the server refusing the input (400, 422) is a usage error too
+        if getattr(exc, "status", None) in (400, 422):
+            return EXIT_USAGE_ERROR
+        return EXIT_RUNTIME_ERROR
 
 
 if __name__ == "__main__":  # pragma: no cover

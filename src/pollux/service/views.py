@@ -63,7 +63,9 @@ def job_summary(record: JobRecord, now: float) -> dict[str, Any]:
         "submitted_at": record.submitted_at,
         "started_at": record.started_at,
         "finished_at": record.finished_at,
-        "age_s": max(0.0, (record.finished_at or now) - record.submitted_at),
+        "age_s": max(0.0, now - record.submitted_at),
+        "run_time_s": (None if record.started_at is None else
+                       max(0.0, (record.finished_at or now) - record.started_at)),
     }
 
 
