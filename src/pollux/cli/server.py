@@ -58,6 +58,8 @@ def run(args: argparse.Namespace) -> int:
     def ready(url: str) -> None:
         print(f"pollux server on {url} (policy {config.policy}, backend {config.backend}, "
               f"data {config.data_dir})", flush=True)
+        print(f"dashboard {url}/ · API docs {url}/docs · Prometheus {url}/metrics",
+              flush=True)
 
     run_server(config, ready)
     print("pollux server stopped", file=sys.stderr, flush=True)
