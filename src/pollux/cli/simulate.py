@@ -24,6 +24,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from pollux.cluster_spec import parse_cluster_spec
 from pollux.errors import ConfigError
 from pollux.policies.autoscaling import (
     DEFAULT_HIGH_UTIL,
@@ -169,6 +170,15 @@ def _autoscaler_options(args: argparse.Namespace) -> dict[str, float]:
 def run(args: argparse.Namespace) -> int:
     console = Console()
     policies = _policies(args.policy)
+    if args.cluster is not None:
+        spec = parse_cluster_spec(args.cluster)
+        if spec.is_typed:
+            from pollux.cli.simulate_typed import run_typed
+
+            return run_typed(args, spec, policies, console)
+        if len(spec.groups) > 1:
+            raise ConfigError("cluster", args.cluster, "untyped groups must be one NODESxGPUS")
+        args.nodes, args.gpus_per_node = spec.groups[0].num_nodes, spec.groups[0].gpus_per_node
     config = _cluster_config(args)
     apps = load_applications(args.traces)
     applications = set(apps)
@@ -236,6 +246,10 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--traces", metavar="DIR",
                         help="application traces in the Pollux artifact format "
                              "(default: the built-in catalog)")
+    parser.add_argument("--cluster", metavar="SPEC", default=None,
+                        help="typed cluster, type:NODESxGPUS groups, e.g. "
+                             "aws:6x4,dgx-ext:2x8,rtx:3x8 (needs per-type --traces); "
+                             "NODESxGPUS alone is --nodes/--gpus-per-node")
     parser.add_argument("--nodes", type=int, default=16, help="nodes (default 16)")
     parser.add_argument("--gpus-per-node", type=int, default=4, help="GPUs per node (default 4)")
     parser.add_argument("--interval", type=float, default=60.0,

@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 import numpy as np
 from numpy.typing import ArrayLike
 
+from pollux.models.typed import TypedGoodput
 from pollux.resources import CPU, GPU, MEMORY, NodeInfo
 
 __all__ = [
@@ -75,6 +76,13 @@ class JobInfo:
     remaining_s: float | None = None
     """Estimated seconds of training left at one replica (the unit of ``speedup_fn``: at
     an allocation with speedup ``S`` about ``remaining_s / S`` seconds); None: unknown."""
+    typed_goodput: TypedGoodput | None = None
+    """On a typed cluster: the job's goodput per (GPU type, nodes, replicas), fitted where
+    it ran and projected elsewhere; None when untyped or before any model."""
+    max_replicas_by_type: Mapping[str, int] = field(default_factory=dict)
+    """On a typed cluster: the growth cap per GPU type (a type absent: ``max_replicas``)."""
+    restart_left_s: float = 0.0
+    """Seconds of restart delay the job has still to pay (> 0: it is restoring)."""
     extras: Mapping[str, Any] = field(default_factory=dict)
     """Free-form facts a specific policy may read (never required)."""
 

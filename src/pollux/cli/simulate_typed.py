@@ -1,0 +1,55 @@
+"""``pollux simulate --cluster type:NODESxGPUS,...``: runs on a cluster of several GPU types.
+
+Applications come from per-type traces (``--traces DIR`` with
+``<app>/placements-<type>.csv``, the Sia artifact's layout); every run record has the
+keys of the homogeneous JSON, with ``gpu_hours_per_job`` counting whole rounds held.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+
+from rich.console import Console
+
+from pollux.cluster_spec import ClusterSpec
+from pollux.errors import ConfigError
+from pollux.sim.hetero.runner import HeteroTask, load_for, run_hetero_tasks
+from pollux.sim.metrics import RunRecord, report
+from pollux.sim.workload import read_workload, workload_files
+
+
+def run_typed(args: argparse.Namespace, spec: ClusterSpec, policies: list[str],
+              console: Console) -> int:
+    """Run every (workload, policy) on the typed cluster ``spec``; print and save."""
+    from pollux.cli.simulate import _policy_table, _rich, _workload_table
+
+    if not args.traces:
+        raise ConfigError("traces", None, "a typed --cluster needs per-type traces, e.g. "
+                          "--traces ../shared/sia-artifact/traces")
+    if not args.workloads:
+        raise ConfigError("workloads", None, "give workload files or folders for a typed "
+                          "--cluster, e.g. ../shared/sia-artifact/workloads/philly")
+    apps = load_for(str(spec), args.traces)
+    workloads = [read_workload(path, set(apps)) for path in workload_files(args.workloads)]
+    tasks = [HeteroTask(policy, workload, str(spec), args.traces, args.interval, args.seed)
+             for workload in workloads for policy in policies]
+    processes = args.processes or min(len(tasks), os.cpu_count() or 1)
+    console.print(f"{len(workloads)} workload(s) x {len(policies)} policies on {spec} "
+                  f"({spec.num_gpus} GPUs), applications from {args.traces}, "
+                  f"{processes} process(es)", highlight=False)
+
+    def done(record: RunRecord) -> None:
+        console.print(f"  {record.policy} on {record.workload}: {record.avg_jct_s:,.0f} s "
+                      f"avg JCT", highlight=False)
+
+    records = run_hetero_tasks(tasks, processes, done)
+    console.print(_rich(_policy_table(records)))
+    if len(workloads) > 1:
+        console.print(_rich(_workload_table(records)))
+    if args.json:
+        Path(args.json).write_text(json.dumps(report(records), indent=1) + "\n")
+        console.print(f"wrote {args.json}", highlight=False)
+    return 0

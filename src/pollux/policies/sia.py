@@ -1,0 +1,251 @@
+"""Sia (SOSP'23): heterogeneity-aware goodput-optimized scheduling, as published.
+
+Each round, for every job and every *configuration* (a GPU type and a GPU count: 1, 2, 4
+... on one node, then whole nodes), Sia takes the job's goodput there
+(:attr:`JobInfo.typed_goodput`: fitted where the job ran, projected by 1-GPU speed ratios
+elsewhere) and solves one integer program:
+
+* goodput matrix ``G[i, c]``, each job's row divided by its smallest valid entry (so 1 is
+  the job's worst useful configuration); invalid entries (beyond the job's growth cap, or
+  more than 1 GPU for a job with no model anywhere) are ``1e-4``;
+* restart factor: every entry except last round's configuration is multiplied by
+  ``max(age - restarts x S, 0) / (age + S)`` (1 while ``age < S``), ``S`` the job's
+  restart penalty (Sia's table by application);
+* ``A = round(G ** p, 2)`` with ``p = -0.5`` (capped at 3000);
+* minimize ``sum X[i, c] A[i, c] + lambda_n x (jobs - sum X)``, ``lambda_n = 1.1``, over
+  binary ``X`` with at most one configuration per job, the GPUs of each type within its
+  capacity, and jobs still restoring a checkpoint kept at their configuration.
+
+Solved with :func:`scipy.optimize.milp` (HiGHS). Placement, per type: bigger jobs first,
+whole free nodes first, then free GPUs from any node (so a small job may span nodes); a
+job whose configuration did not change keeps its nodes when they are free.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
+
+import numpy as np
+from scipy.optimize import Bounds, LinearConstraint, milp
+from scipy.sparse import coo_matrix
+
+from pollux.cluster_spec import gpu_types_of
+from pollux.errors import ConfigError
+from pollux.policies.base import (
+    Allocation,
+    Allocations,
+    JobInfo,
+    NodeInfo,
+    Policy,
+    PolicyDecision,
+)
+
+INVALID_GOODPUT = 1e-4
+"""Goodput entry of a configuration a job may not take (raised to p it is huge)."""
+MAX_COST = 3000.0
+"""Entries of the cost matrix are capped here."""
+RESTART_PENALTY_S = MappingProxyType({
+    "deepspeech2": 25.0, "imagenet": 250.0, "cifar10": 30.0, "bert": 120.0, "yolov3": 45.0,
+})
+"""Sia's restart penalties by application (measured on its cluster); others 30 s."""
+DEFAULT_RESTART_PENALTY_S = 30.0
+
+
+@dataclass(frozen=True)
+class Config:
+    """One allocation shape: ``num_gpus`` GPUs of ``gpu_type`` on ``num_nodes`` nodes."""
+
+    gpu_type: str
+    num_nodes: int
+    num_gpus: int
+
+
+def type_configs(gpu_type: str, nodes: Sequence[NodeInfo]) -> list[Config]:
+    """1, 2, 4, ... GPUs on one node (powers of two below a node), then 1..N whole nodes."""
+    per_node = max(node.num_gpus for node in nodes)
+    configs = []
+    count = 1
+    while count < per_node:
+        configs.append(Config(gpu_type, 1, count))
+        count *= 2
+    configs += [Config(gpu_type, k, k * per_node) for k in range(1, len(nodes) + 1)]
+    return configs
+
+
+def restart_factor(job: JobInfo, penalty_s: float) -> float:
+    """Share of the job's age not lost to restarts, counting the one a change would add."""
+    if job.age_s < penalty_s:
+        return 1.0
+    return max(job.age_s - job.num_restarts * penalty_s, 0.0) / (job.age_s + penalty_s)
+
+
+class SiaPolicy(Policy):
+    """Sia's MILP over (job, configuration) pairs; see the module docstring."""
+
+    name = "sia"
+    adaptive_jobs = True
+
+    def __init__(self, p: float = -0.5, lambda_n: float = 1.1,
+                 restart_penalty_s: Mapping[str, float] | None = None,
+                 mip_rel_gap: float = 1e-4, time_limit_s: float = 10.0) -> None:
+        if not (np.isfinite(p) and p < 0):
+            raise ConfigError("p", p, "Sia's objective needs a fairness power p < 0")
+        if not lambda_n > 0:
+            raise ConfigError("lambda_n", lambda_n, "use a cost > 0 for an unallocated job")
+        self.p = float(p)
+        self.lambda_n = float(lambda_n)
+        self.restart_penalty_s = dict(RESTART_PENALTY_S if restart_penalty_s is None
+                                      else restart_penalty_s)
+        self.mip_rel_gap = mip_rel_gap
+        self.time_limit_s = time_limit_s
+
+    # -- the goodput matrix --------------------------------------------------------------
+    def _penalty_s(self, job: JobInfo) -> float:
+        app = str(job.extras.get("application", ""))
+        return self.restart_penalty_s.get(app, DEFAULT_RESTART_PENALTY_S)
+
+    def goodput_row(self, job: JobInfo, configs: Sequence[Config]) -> np.ndarray:
+        """Normalized goodput of ``job`` at each configuration (invalid: 1e-4)."""
+        row = np.full(len(configs), INVALID_GOODPUT)
+        # Sia shares the largest growth cap over types
+        cap = max(job.max_replicas_by_type.values(), default=job.max_replicas)
+        model = job.typed_goodput
+        by_type: dict[str, list[int]] = {}
+        for index, config in enumerate(configs):
+            by_type.setdefault(config.gpu_type, []).append(index)
+        no_model: list[str] = []
+        for gpu_type, indices in by_type.items():
+            valid = [i for i in indices if configs[i].num_gpus <= max(cap, 1)]
+            if model is None or not model.has_model(gpu_type):
+                no_model.append(gpu_type)
+                continue
+            if valid:
+                nodes = np.array([configs[i].num_nodes for i in valid])
+                gpus = np.array([configs[i].num_gpus for i in valid])
+                row[valid] = model.goodput(gpu_type, nodes, gpus)
+        useful = row > INVALID_GOODPUT
+        if useful.any():
+            row[useful] /= row[useful].min()
+        for gpu_type in no_model:  # one GPU of a type without a model counts as 1
+            row[by_type[gpu_type][0]] = 1.0
+        return np.maximum(row, INVALID_GOODPUT)
+
+    # -- the round -----------------------------------------------------------------------
+    def optimize(self, jobs: Sequence[JobInfo], nodes: Sequence[NodeInfo],
+                 previous_allocations: Allocations) -> PolicyDecision:
+        groups = gpu_types_of([n for n in nodes if n.num_gpus > 0])
+        configs = [c for gpu_type, group in groups.items() for c in type_configs(gpu_type,
+                                                                                  group)]
+        if not jobs or not configs:
+            return PolicyDecision({job.name: () for job in jobs})
+        type_of = {node.name: node.gpu_type for node in nodes}
+        index = {(c.gpu_type, c.num_gpus): i for i, c in enumerate(configs)}
+        num_jobs, num_configs = len(jobs), len(configs)
+        cost = np.empty((num_jobs, num_configs))
+        previous_config: list[int | None] = []
+        for i, job in enumerate(jobs):
+            row = self.goodput_row(job, configs)
+            prev = tuple(previous_allocations.get(job.name, ()))
+            prev_index = index.get((type_of[prev[0]], len(prev))) if prev else None
+            previous_config.append(prev_index)
+            if prev_index is not None:
+                keep = row[prev_index]
+                row = row * restart_factor(job, self._penalty_s(job))
+                row[prev_index] = keep
+            cost[i] = np.minimum(np.round(np.power(row, self.p), 2), MAX_COST)
+        chosen = self._solve(jobs, configs, cost, previous_config, groups)
+        allocations = self._place(jobs, configs, chosen, groups, previous_allocations)
+        return PolicyDecision(allocations, info={"num_configs": num_configs})
+
+    def _solve(self, jobs: Sequence[JobInfo], configs: Sequence[Config], cost: np.ndarray,
+               previous_config: Sequence[int | None],
+               groups: Mapping[str, Sequence[NodeInfo]]) -> list[int | None]:
+        num_jobs, num_configs = cost.shape
+        num_vars = num_jobs * num_configs
+        objective = (cost - self.lambda_n).ravel()
+        rows, cols, vals = [], [], []
+        for i in range(num_jobs):  # at most one configuration per job
+            rows += [i] * num_configs
+            cols += list(range(i * num_configs, (i + 1) * num_configs))
+            vals += [1.0] * num_configs
+        type_names = list(groups)
+        for t, gpu_type in enumerate(type_names):  # GPUs of each type within capacity
+            for c, config in enumerate(configs):
+                if config.gpu_type == gpu_type:
+                    rows += [num_jobs + t] * num_jobs
+                    cols += [i * num_configs + c for i in range(num_jobs)]
+                    vals += [float(config.num_gpus)] * num_jobs
+        matrix = coo_matrix((vals, (rows, cols)), shape=(num_jobs + len(type_names), num_vars))
+        upper = np.concatenate([np.ones(num_jobs),
+                                [sum(n.num_gpus for n in groups[t]) for t in type_names]])
+        lower_x = np.zeros(num_vars)
+        for i, job in enumerate(jobs):  # restoring jobs keep their configuration
+            prev = previous_config[i]
+            if prev is not None and job.restart_left_s > 0:
+                lower_x[i * num_configs + prev] = 1.0
+        result = milp(objective, integrality=np.ones(num_vars),
+                      bounds=Bounds(lower_x, np.ones(num_vars)),
+                      constraints=LinearConstraint(matrix.tocsr(), -np.inf, upper),
+                      options={"mip_rel_gap": self.mip_rel_gap,
+                               "time_limit": self.time_limit_s})
+        if result.x is None:  # infeasible (forced restoring jobs exceed capacity): drop them
+            lower_x[:] = 0.0
+            result = milp(objective, integrality=np.ones(num_vars),
+                          bounds=Bounds(lower_x, np.ones(num_vars)),
+                          constraints=LinearConstraint(matrix.tocsr(), -np.inf, upper),
+                          options={"mip_rel_gap": self.mip_rel_gap,
+                                   "time_limit": self.time_limit_s})
+        x = np.zeros(num_vars) if result.x is None else np.round(result.x)
+        x = x.reshape(num_jobs, num_configs)
+        return [int(np.argmax(x[i])) if x[i].max() > 0.5 else None for i in range(num_jobs)]
+
+    def _place(self, jobs: Sequence[JobInfo], configs: Sequence[Config],
+               chosen: Sequence[int | None], groups: Mapping[str, Sequence[NodeInfo]],
+               previous_allocations: Allocations) -> dict[str, Allocation]:
+        allocations: dict[str, Allocation] = {job.name: () for job in jobs}
+        for gpu_type, group in groups.items():
+            free = {node.name: node.num_gpus for node in group}
+            order = [node.name for node in group]
+            per_node = max(node.num_gpus for node in group)
+            wanted = [(configs[c].num_gpus, i) for i, c in enumerate(chosen)
+                      if c is not None and configs[c].gpu_type == gpu_type]
+            pending = []
+            for num_gpus, i in wanted:  # unchanged configuration: keep the same nodes
+                prev = tuple(previous_allocations.get(jobs[i].name, ()))
+                counts: dict[str, int] = {}
+                for node in prev:
+                    counts[node] = counts.get(node, 0) + 1
+                if (len(prev) == num_gpus and all(n in free for n in counts)
+                        and all(free[n] >= k for n, k in counts.items())):
+                    for n, k in counts.items():
+                        free[n] -= k
+                    allocations[jobs[i].name] = prev
+                else:
+                    pending.append((num_gpus, i))
+            pointer = 0
+            for num_gpus, i in sorted(pending, key=lambda item: -item[0]):
+                taken: list[str] = []
+                left = num_gpus
+                for step in range(len(order)):  # whole free nodes first
+                    if left < per_node:
+                        break
+                    name = order[(pointer + step) % len(order)]
+                    if free[name] == per_node:
+                        taken += [name] * per_node
+                        free[name] = 0
+                        left -= per_node
+                        pointer = (pointer + step + 1) % len(order)
+                for step in range(len(order)):  # then free GPUs anywhere
+                    if left == 0:
+                        break
+                    name = order[(pointer + step) % len(order)]
+                    take = min(left, free[name])
+                    if take:
+                        taken += [name] * take
+                        free[name] -= take
+                        left -= take
+                        pointer = (pointer + step) % len(order)
+                allocations[jobs[i].name] = tuple(taken) if left == 0 else ()
+        return allocations

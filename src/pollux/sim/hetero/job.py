@@ -1,0 +1,174 @@
+"""A simulated adaptive job on a cluster of several GPU types.
+
+Like :class:`pollux.sim.job.SimJob` (progress in initial-batch steps at ``gain / step
+seconds`` per second, epochs at fixed progress marks, whole-second epoch ends, a restart
+delay on every placement change), with what the Sia reference adds: the job runs on one
+GPU type at a time, keeps one throughput profile per type (fitted from what it ran
+there), chooses its batch from the current type's own model (before one exists:
+``max(initial batch, min local batch x replicas)``), and its true progress rate is
+divided by the application's calibration slowdown.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from pollux.errors import PolluxError
+from pollux.models import GoodputFunction, GradientStats
+from pollux.models.typed import TypedGoodput, TypeProfile
+from pollux.sim.adaptive import MAX_EXPLORATION_REPLICAS, FitCache, JobProfile
+from pollux.sim.hetero.apps import TypedApplication, TypedTraceApplication
+from pollux.sim.job import JobSpec
+from pollux.sim.placement import Placement
+
+
+class HeteroJob:
+    """Mutable state of one job during a heterogeneous simulation."""
+
+    def __init__(self, spec: JobSpec, app: TypedApplication, fits: FitCache,
+                 type_speeds: dict[str, float] | None = None) -> None:
+        self.spec = spec
+        self.app = app
+        self.type_speeds = type_speeds
+        """Type -> 1-GPU throughput, for projecting models to unseen types (None: none)."""
+        self.profiles = {t: JobProfile(a.spec, fits) for t, a in app.by_type.items()}
+        self.grad_stats: GradientStats | None = None
+        self.gpu_type: str | None = None
+        """Type of the current (or last) allocation."""
+        self.allocation: tuple[str, ...] = ()
+        self.placement: Placement = ()
+        self.atomic_bsz = 0
+        self.accum_steps = 0
+        self.progress = 0.0
+        self.epoch = 0
+        self.attained_service_s = 0.0
+        """GPU-seconds held while training or restoring (within rounds)."""
+        self.held_gpu_s = 0.0
+        """GPU-seconds of whole rounds held (the reference's GPU-hours)."""
+        self.num_restarts: int | None = None
+        self.restart_left_s = 0.0
+        self.completion_time_s: float | None = None
+        self._model: tuple[tuple[object, ...], TypedGoodput | None] | None = None
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def num_replicas(self) -> int:
+        return sum(self.placement)
+
+    def _app(self) -> TypedTraceApplication:
+        if self.gpu_type is None:
+            raise PolluxError(f"job {self.name!r} has never been placed on a GPU type")
+        return self.app.by_type[self.gpu_type]
+
+    # -- what the policy sees ------------------------------------------------------------
+    def max_replicas(self, gpu_type: str) -> int:
+        """Growth cap on a type: twice the most replicas run there (at least 1), at most
+        64 and the most replicas the largest batch can feed."""
+        spec = self.app.by_type[gpu_type].spec
+        if spec.pinned_replicas is not None:
+            return spec.pinned_replicas
+        seen = self.profiles[gpu_type].max_profiled_replicas
+        return int(min(max(2 * seen, 1), MAX_EXPLORATION_REPLICAS,
+                       spec.max_batch_size // spec.min_local_bsz))
+
+    def typed_goodput(self) -> TypedGoodput | None:
+        """The job's goodput per (type, nodes, replicas) from its own per-type fits,
+        projected onto the other types by 1-GPU speed ratios; None before any model.
+        Rebuilt only when a fit or the gradient statistics changed."""
+        params = tuple(self.profiles[t].params for t in self.profiles)
+        key = (params, self.grad_stats,
+               tuple(p.max_profiled_replicas for p in self.profiles.values()))
+        if self._model is not None and self._model[0] == key:
+            return self._model[1]
+        model = None
+        if any(p is not None for p in params) and self.grad_stats is not None:
+            ref = self.app.reference().spec
+            profiles = {t: TypeProfile(p.params, p.max_profiled_replicas)
+                        for t, p in self.profiles.items() if p.params is not None}
+            bounds = {t: (float(a.spec.min_local_bsz), float(a.spec.max_local_bsz))
+                      for t, a in self.app.by_type.items()}
+            model = TypedGoodput(profiles, self.grad_stats, ref.init_batch_size,
+                                 ref.max_batch_size, bounds, True, self.type_speeds)
+        self._model = (key, model)
+        return model
+
+    # -- effects -------------------------------------------------------------------------
+    def reallocate(self, allocation: tuple[str, ...], placement: Placement,
+                   gpu_type: str | None) -> None:
+        """Move to a new allocation on ``gpu_type`` (empty: release every GPU)."""
+        self.allocation = allocation
+        if not placement:
+            self.placement = ()
+            self.atomic_bsz = 0
+            return
+        self.gpu_type = gpu_type
+        self.placement = placement
+        self.update_batch()
+        self.restart_left_s = self.app.restart_delay_s
+        self.num_restarts = 0 if self.num_restarts is None else self.num_restarts + 1
+
+    def update_batch(self) -> None:
+        """Re-decide the atomic batch and accumulation for the current placement."""
+        app = self._app()
+        max_local = app.max_local_bsz_at(self.placement)
+        spec = replace(app.spec, max_local_bsz=max_local)
+        replicas = self.num_replicas
+        if spec.pinned_batch_size is not None:
+            self.atomic_bsz, self.accum_steps = spec.fixed_batch_config(
+                spec.pinned_batch_size, replicas)
+            return
+        profile = self.profiles[app.gpu_type]
+        if profile.params is None or self.grad_stats is None:
+            self.atomic_bsz, self.accum_steps = spec.fixed_batch_config(
+                max(spec.init_batch_size, spec.min_local_bsz * replicas), replicas)
+            return
+        goodput = GoodputFunction(profile.params, self.grad_stats, spec.init_batch_size)
+        _, bsz, steps = goodput.optimize(len(self.placement), replicas, spec.max_batch_size,
+                                         (spec.min_local_bsz, max_local), accumulation=True)
+        self.accum_steps = int(steps)
+        self.atomic_bsz = spec.cap_atomic_bsz(int(bsz), replicas, int(steps))
+
+    def hold_round(self, interval_s: float) -> None:
+        """Count one scheduling round of the GPUs now held (GPU-hours per job)."""
+        self.held_gpu_s += interval_s * self.num_replicas
+
+    def advance(self, now_s: float, seconds: float) -> None:
+        """Train for ``seconds`` from simulated time ``now_s``."""
+        if not self.placement or self.completion_time_s is not None:
+            return
+        replicas = self.num_replicas
+        delay = min(self.restart_left_s, seconds)
+        elapsed = delay
+        self.restart_left_s -= delay
+        seconds -= delay
+        app = self._app()
+        spec = app.spec
+        profile = self.profiles[app.gpu_type]
+        calibration = self.app.calibration
+        while seconds > 0 and self.completion_time_s is None:
+            batch = replicas * self.atomic_bsz * (self.accum_steps + 1)
+            step, sync = app.step_sync_time(self.placement, self.atomic_bsz)
+            sqr, var = app.grad_stats(batch, self.epoch)
+            self.grad_stats = GradientStats(max(sqr, 0.0), max(var, 0.0))
+            profile.observe(len(self.placement), replicas, self.atomic_bsz, step, sync, sqr, var)
+            scale = batch / spec.init_batch_size
+            gain = (var + sqr) / (var / scale + sqr)
+            goodput = gain / (step + (step - sync) * self.accum_steps) * calibration
+            next_progress = app.epoch_progress(self.epoch + 1)
+            if self.progress + goodput * seconds < next_progress:
+                self.progress += goodput * seconds
+                elapsed += seconds
+                seconds = 0
+            else:  # an epoch ends within this stretch (whole seconds, as the reference)
+                self.epoch += 1
+                delta = min(float(round((next_progress - self.progress) / goodput)), seconds)
+                if self.epoch >= spec.max_epochs:
+                    self.completion_time_s = now_s + elapsed + delta
+                self.progress = next_progress
+                elapsed += delta
+                seconds -= delta
+            self.update_batch()
+        self.attained_service_s += elapsed * replicas

@@ -1,0 +1,248 @@
+"""The heterogeneous simulator: a thin driver around one policy on a typed cluster.
+
+Every ``interval_s`` it advances every job, builds the policy's snapshot (each job's
+:class:`~pollux.policies.base.JobInfo` carries its goodput per GPU type and its growth
+cap per type; nodes carry their type), asks the policy, checks the decision (capacity,
+active jobs, one GPU type per job) and applies it: a changed placement (replicas per
+node) or type restarts the job (its application's restart delay); the same shape on other
+nodes of the same type does not, as in the reference. A job that holds GPUs after a round is
+charged the whole round (the reference's GPU-hours per job).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+import numpy as np
+from threadpoolctl import threadpool_limits
+
+from pollux.cluster_spec import ClusterSpec, allocation_gpu_type
+from pollux.errors import ConfigError, PolluxError
+from pollux.policies.base import GPU, JobInfo, Policy, TunedConfig
+from pollux.sim.adaptive import FitCache
+from pollux.sim.hetero.apps import TypedApplication
+from pollux.sim.hetero.job import HeteroJob
+from pollux.sim.metrics import JobRecord, NodeCounts, RoundStats, RunRecord
+from pollux.sim.placement import placement_of
+from pollux.sim.simulator import MAX_IDLE_ROUNDS, RoundLog
+from pollux.sim.workload import Workload
+
+logger = logging.getLogger(__name__)
+
+ONE_GPU = MappingProxyType({GPU: 1.0})
+
+
+@dataclass(frozen=True)
+class HeteroConfig:
+    """The typed cluster and the scheduling loop."""
+
+    cluster: ClusterSpec
+    interval_s: float = 60.0
+    max_time_s: float = 90 * 86400.0
+    project_unseen_types: bool = True
+    """Jobs project their model onto types they have not run on (Sia's bootstrap)."""
+
+    def __post_init__(self) -> None:
+        for name in ("interval_s", "max_time_s"):
+            if not getattr(self, name) > 0:
+                raise ConfigError(name, getattr(self, name), "use a number of seconds > 0")
+
+
+@dataclass(frozen=True)
+class HeteroResult:
+    """Raw outcome of one heterogeneous run."""
+
+    policy: str
+    workload: str
+    config: HeteroConfig
+    jobs: tuple[HeteroJob, ...]
+    rounds: tuple[RoundLog, ...]
+    wall_s: float
+    gpu_types: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+    """Job -> GPU type -> rounds held on it."""
+
+
+class HeteroSimulator:
+    """Runs one workload under one policy on a typed cluster."""
+
+    def __init__(self, workload: Workload, applications: Mapping[str, TypedApplication],
+                 policy: Policy, config: HeteroConfig) -> None:
+        if not bool(getattr(type(policy), "adaptive_jobs", True)):
+            raise ConfigError("policy", policy.name, "the heterogeneous simulator runs "
+                              "adaptive jobs only; choose sia or a Pollux policy")
+        missing = sorted({j.application for j in workload.jobs} - set(applications))
+        if missing:
+            raise ConfigError("application", missing[0],
+                              f"no traces for it; known: {', '.join(sorted(applications))}")
+        self.workload = workload
+        self.policy = policy
+        self.config = config
+        self.nodes = config.cluster.node_infos()
+        self._by_name = {node.name: node for node in self.nodes}
+        self.fits = FitCache()
+        speeds = {name: app.type_speeds() for name, app in applications.items()}
+        self.jobs = tuple(
+            HeteroJob(spec, applications[spec.application], self.fits,
+                      speeds[spec.application] if config.project_unseen_types else None)
+            for spec in workload.jobs)
+        self._held: dict[str, dict[str, int]] = {job.name: {} for job in self.jobs}
+
+    def _job_info(self, job: HeteroJob, now_s: float) -> JobInfo:
+        caps = {t: job.max_replicas(t) for t in job.app.by_type}
+        return JobInfo(
+            name=job.name,
+            resources=ONE_GPU,
+            min_replicas=0,
+            max_replicas=max(caps.values()),
+            preemptible=True,
+            submission_time_s=job.spec.submission_time_s,
+            age_s=now_s - job.spec.submission_time_s,
+            attained_service_s=job.attained_service_s,
+            num_restarts=job.num_restarts or 0,
+            restart_delay_s=job.app.restart_delay_s,
+            tuned=TunedConfig(job.spec.num_replicas, job.spec.batch_size),
+            typed_goodput=job.typed_goodput(),
+            max_replicas_by_type=caps,
+            restart_left_s=job.restart_left_s if job.placement else 0.0,
+            extras={"application": job.app.name},
+        )
+
+    def _check(self, allocations: Mapping[str, Sequence[str]], active: set[str]) -> None:
+        used: dict[str, int] = {}
+        for name, alloc in allocations.items():
+            if not alloc:
+                continue
+            if name not in active:
+                raise PolluxError(f"policy {self.policy.name!r} allocated GPUs to {name!r}, "
+                                  "which is not an active job")
+            try:
+                allocation_gpu_type(alloc, self._by_name)
+            except PolluxError as exc:
+                raise PolluxError(f"policy {self.policy.name!r}, job {name!r}: {exc}") from None
+            for node in alloc:
+                used[node] = used.get(node, 0) + 1
+        for node, count in used.items():
+            capacity = self._by_name[node].num_gpus
+            if count > capacity:
+                raise PolluxError(f"policy {self.policy.name!r} put {count} replicas on "
+                                  f"{node!r}, which has {capacity} GPUs")
+
+    def run(self) -> HeteroResult:
+        """Simulate until every job completes (BLAS held to one thread meanwhile)."""
+        with threadpool_limits(limits=1, user_api="blas"):
+            return self._run()
+
+    def _run(self) -> HeteroResult:
+        start = time.perf_counter()
+        cfg = self.config
+        arrivals = sorted(range(len(self.jobs)),
+                          key=lambda i: (self.jobs[i].spec.submission_time_s, i))
+        next_arrival = 0
+        active: list[int] = []
+        rounds: list[RoundLog] = []
+        now = 0.0
+        idle_rounds = 0
+        num_done = 0
+        while num_done < len(self.jobs) and now < cfg.max_time_s:
+            for i in active:
+                self.jobs[i].advance(now, cfg.interval_s)
+            now += cfg.interval_s
+            done = [i for i in active if self.jobs[i].completion_time_s is not None]
+            if done:
+                num_done += len(done)
+                for i in done:
+                    self.jobs[i].allocation, self.jobs[i].placement = (), ()
+                active = [i for i in active if self.jobs[i].completion_time_s is None]
+            while (next_arrival < len(arrivals)
+                   and self.jobs[arrivals[next_arrival]].spec.submission_time_s <= now):
+                active.append(arrivals[next_arrival])
+                next_arrival += 1
+            active.sort()
+            if not active:
+                rounds.append(RoundLog(now, 0))
+                continue
+            rounds.append(self._schedule([self.jobs[i] for i in active], now))
+            if not rounds[-1].gpus and next_arrival == len(arrivals):
+                idle_rounds += 1
+                if idle_rounds >= MAX_IDLE_ROUNDS:
+                    logger.warning("%s on %s: %d jobs can never run; stopping at t=%.0f s",
+                                   self.policy.name, self.workload.name, len(active), now)
+                    break
+            else:
+                idle_rounds = 0
+        return HeteroResult(self.policy.name, self.workload.name, cfg, self.jobs,
+                            tuple(rounds), time.perf_counter() - start,
+                            {name: dict(held) for name, held in self._held.items()})
+
+    def _schedule(self, jobs: list[HeteroJob], now: float) -> RoundLog:
+        infos = [self._job_info(job, now) for job in jobs]
+        previous = {job.name: job.allocation for job in jobs if job.allocation}
+        tic = time.perf_counter()
+        decision = self.policy.optimize(infos, self.nodes, previous)
+        policy_s = time.perf_counter() - tic
+        self._check(decision.allocations, {job.name for job in jobs})
+        gpus: dict[str, int] = {}
+        for job in jobs:
+            new = tuple(decision.allocations.get(job.name, ()))
+            gpu_type = allocation_gpu_type(new, self._by_name)
+            placement = placement_of(new)
+            if not new:
+                if job.allocation:
+                    job.reallocate((), (), None)
+            elif gpu_type != job.gpu_type or placement != job.placement:
+                job.reallocate(new, placement, gpu_type)
+            else:  # same type and shape on other nodes: the reference does not restart
+                job.allocation = new
+            if new:
+                gpus[job.name] = len(new)
+                job.hold_round(self.config.interval_s)
+                assert gpu_type is not None
+                held = self._held[job.name]
+                held[gpu_type] = held.get(gpu_type, 0) + 1
+        return RoundLog(now, len(jobs), gpus, policy_s)
+
+
+def summarize_hetero(result: HeteroResult) -> RunRecord:
+    """The run's figures in the homogeneous record's shape (fairness figures NaN: they
+    need isolated runs on a homogeneous cluster). GPU-hours count whole rounds held."""
+    records = []
+    for job in result.jobs:
+        done = job.completion_time_s
+        records.append(JobRecord(
+            name=job.name, application=job.spec.application,
+            submission_s=job.spec.submission_time_s, completion_s=done,
+            jct_s=None if done is None else done - job.spec.submission_time_s,
+            restarts=job.num_restarts or 0, gpu_hours=job.held_gpu_s / 3600.0, ftf=None))
+    jcts = np.array([r.jct_s for r in records if r.jct_s is not None], dtype=np.float64)
+    completions = [r.completion_s for r in records if r.completion_s is not None]
+    first = min((r.submission_s for r in records), default=0.0)
+    makespan = (max(completions) - first) if completions else float("nan")
+    held_s = sum(job.held_gpu_s for job in result.jobs)
+    num_gpus = result.config.cluster.num_gpus
+    policy_s = np.array([r.policy_s for r in result.rounds if r.num_active])
+    nan = float("nan")
+
+    def pct(values: np.ndarray, q: float) -> float:
+        return float(np.percentile(values, q)) if values.size else nan
+
+    return RunRecord(
+        policy=result.policy, workload=result.workload,
+        avg_jct_s=float(jcts.mean()) if jcts.size else nan,
+        p50_jct_s=pct(jcts, 50), p99_jct_s=pct(jcts, 99), makespan_s=float(makespan),
+        num_jobs=len(records), num_completed=int(jcts.size),
+        restarts_per_job=float(np.mean([r.restarts for r in records])) if records else 0.0,
+        gpu_utilization=(held_s / (num_gpus * makespan)
+                         if completions and makespan > 0 else 0.0),
+        wall_s=result.wall_s,
+        round_s=RoundStats(median=pct(policy_s, 50), p99=pct(policy_s, 99),
+                           max=float(policy_s.max()) if policy_s.size else nan),
+        max_ftf=nan, p99_ftf=nan, unfair_fraction=nan,
+        gpu_hours_per_job=held_s / 3600.0 / len(records) if records else 0.0,
+        jobs=tuple(records),
+        nodes_over_time=NodeCounts((0.0,), (result.config.cluster.num_nodes,),
+                                   (result.config.cluster.num_nodes,), ()),
+    )

@@ -1,0 +1,120 @@
+"""The heterogeneous simulator on the Sia artifact's per-type traces."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import ClassVar
+
+import pytest
+
+from pollux.cluster_spec import allocation_gpu_type, parse_cluster_spec
+from pollux.errors import ConfigError, PolluxError, WorkloadError
+from pollux.policies.base import Allocations, JobInfo, NodeInfo, Policy, PolicyDecision
+from pollux.policies.sia import SiaPolicy
+from pollux.sim.hetero.apps import TypedApplication, load_typed_applications
+from pollux.sim.hetero.simulator import HeteroConfig, HeteroSimulator, summarize_hetero
+from pollux.sim.job import JobSpec
+from pollux.sim.workload import Workload
+
+SIA = Path(__file__).resolve().parents[2].parent / "shared" / "sia-artifact"
+needs_sia = pytest.mark.skipif(not (SIA / "traces").is_dir(),
+                               reason=f"the Sia artifact data is not at {SIA}")
+SPEC = parse_cluster_spec("aws:6x4,dgx-ext:2x8,rtx:3x8")
+
+
+@pytest.fixture(scope="module")
+def apps() -> dict[str, TypedApplication]:
+    return load_typed_applications(SIA / "traces", SPEC.gpu_types)
+
+
+@needs_sia
+def test_reference_facts_of_the_typed_applications(apps: dict[str, TypedApplication]) -> None:
+    speeds = apps["cifar10"].type_speeds()
+    assert speeds["dgx-ext"] / speeds["aws"] == pytest.approx(6.90, abs=0.005)
+    assert speeds["rtx"] / speeds["aws"] == pytest.approx(2.27, abs=0.005)
+    yolo = apps["yolov3"].type_speeds()
+    assert yolo["rtx"] / yolo["aws"] == pytest.approx(0.42, abs=0.005)
+    assert apps["deepspeech2"].by_type["rtx"].spec.max_local_bsz == 57
+    assert apps["deepspeech2"].by_type["dgx-ext"].spec.max_local_bsz == 320
+    assert apps["cifar10"].calibration == pytest.approx(1 / 1.8)
+    assert apps["imagenet"].restart_delay_s == 250.0
+    with pytest.raises(WorkloadError, match="placements-h100.csv"):
+        load_typed_applications(SIA / "traces", ["aws", "h100"])
+
+
+class SpanningPolicy(Policy):
+    """Puts every job on one aws and one rtx GPU."""
+
+    name: ClassVar[str] = "spanning"
+    adaptive_jobs: ClassVar[bool] = True
+
+    def optimize(self, jobs: Sequence[JobInfo], nodes: Sequence[NodeInfo],
+                 previous_allocations: Allocations) -> PolicyDecision:
+        return PolicyDecision({jobs[0].name: ("aws-0", "rtx-0")})
+
+
+def workload() -> Workload:
+    return Workload("three", (JobSpec("bert-0", 0.0, "bert", 1, 12),
+                              JobSpec("deepspeech2-1", 30.0, "deepspeech2", 2, 40),
+                              JobSpec("bert-2", 100.0, "bert", 1, 12)))
+
+
+@needs_sia
+def test_an_allocation_that_spans_types_is_refused(apps: dict[str, TypedApplication]) -> None:
+    sim = HeteroSimulator(workload(), apps, SpanningPolicy(), HeteroConfig(SPEC))
+    with pytest.raises(PolluxError, match="spans GPU types"):
+        sim.run()
+
+
+@needs_sia
+def test_sia_runs_a_small_workload_with_the_reference_accounting(apps: dict[str, TypedApplication]) -> None:
+    result = HeteroSimulator(workload(), apps, SiaPolicy(), HeteroConfig(SPEC)).run()
+    record = summarize_hetero(result)
+    assert record.num_completed == 3
+    for job in result.jobs:
+        assert job.completion_time_s is not None
+        assert job.completion_time_s == int(job.completion_time_s)  # 1 s resolution
+        # whole rounds held: a multiple of one GPU-minute, and at least the time trained
+        assert job.held_gpu_s % 60.0 == 0
+        assert job.held_gpu_s >= job.attained_service_s - 1e-6
+        assert sum(result.gpu_types[job.name].values()) * 60.0 <= job.held_gpu_s
+        assert job.num_restarts is not None and job.num_restarts >= 0
+    # bert gains 10.8x on an A100 over a T4: it ends up on the A100s
+    assert "dgx-ext" in result.gpu_types["bert-0"]
+    assert record.gpu_hours_per_job == pytest.approx(
+        sum(j.held_gpu_s for j in result.jobs) / 3600 / 3)
+    assert record.round_s.median < 1.0
+
+
+@needs_sia
+def test_baselines_with_fixed_batches_are_refused(apps: dict[str, TypedApplication]) -> None:
+    from pollux.policies.tiresias import TiresiasPolicy
+
+    with pytest.raises(ConfigError, match="adaptive jobs only"):
+        HeteroSimulator(workload(), apps, TiresiasPolicy(), HeteroConfig(SPEC))
+    assert allocation_gpu_type((), {}) is None
+
+
+@needs_sia
+def test_cli_runs_a_typed_cluster_and_keeps_the_record_keys(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from pollux.cli.main import main
+    from pollux.sim.workload import write_workload
+    from tests.sim.test_cli import RUN_FIELDS
+
+    path = tmp_path / "three.csv"
+    write_workload(workload(), path)
+    out = tmp_path / "out.json"
+    assert main(["simulate", str(path), "--cluster", str(SPEC), "--traces",
+                 str(SIA / "traces"), "--policy", "sia", "--processes", "1",
+                 "--json", str(out)]) == 0
+    assert "sia" in capsys.readouterr().out
+    run = json.loads(out.read_text())["runs"][0]
+    assert RUN_FIELDS <= set(run)
+    assert run["num_completed"] == 3 and run["gpu_hours_per_job"] > 0
+    assert main(["simulate", str(path), "--cluster", str(SPEC), "--policy", "sia"]) != 0
+    assert "needs per-type traces" in capsys.readouterr().err
+    assert main(["simulate", str(path), "--cluster", "aws:6", "--policy", "sia"]) != 0
+    assert "type:NODESxGPUS" in capsys.readouterr().err
