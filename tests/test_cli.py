@@ -22,3 +22,43 @@ def test_goodput_demo_runs(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["goodput", "--seed", "1"]) == 0
     out = capsys.readouterr().out
     assert "converged=True" in out and "speedup" in out
+
+
+def test_goodput_validates_before_fitting(monkeypatch: pytest.MonkeyPatch,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    import pollux.cli.goodput as goodput_cli
+
+    def no_fit(*args: object) -> None:
+        raise AssertionError("fitted before validating")
+
+    monkeypatch.setattr(goodput_cli, "fit_throughput", no_fit)
+    assert main(["goodput", "--init-batch-size", "128", "--max-batch-size", "10"]) == 2
+    assert "--max-batch-size" in capsys.readouterr().err
+
+
+def test_goodput_prints_parameters_with_sensible_digits(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["goodput", "--seed", "1"]) == 0
+    fitted = next(line for line in capsys.readouterr().out.splitlines() if "fitted:" in line)
+    values = [item.split("=")[1] for item in fitted.split("fitted:")[1].split(", ")]
+    assert len(values) == 7 and all(len(v.replace(".", "").lstrip("0")) <= 5 for v in values)
+
+
+def test_workload_generate_to_stdout(tmp_path, monkeypatch: pytest.MonkeyPatch,
+                                     capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main(["workload", "generate", "--jobs", "3", "-o", "-"]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.splitlines()[0].startswith("name,") and len(
+        captured.out.splitlines()) == 4
+    assert "to stdout" in captured.err and not (tmp_path / "-").exists()
+
+
+def test_usage_errors_exit_2_and_runtime_failures_exit_1(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["ls", "--no-such-flag"])
+    assert exc.value.code == 2
+    assert main(["simulate", "--policy", "tiresas"]) == 2  # bad input
+    assert main(["ls", "--server", "http://127.0.0.1:9"]) == 1  # nothing listens there
+    assert "pollux: error:" in capsys.readouterr().err

@@ -87,6 +87,9 @@ def test_demo_runs_end_to_end_with_a_stand_in_script(monkeypatch, capsys):
     out = capsys.readouterr().out
     assert code == 0, out
     assert "summary" in out and "digits-b-2" in out and "Succeeded" in out
+    # piped (capsys is not a terminal): one line per job event as it happens
+    assert " digits-a-1 Starting: launch 1: " in out and " digits-b-2 Succeeded: " in out
+    assert "ended by SIGTERM" not in out
 
 
 def submit_args(*argv: str):

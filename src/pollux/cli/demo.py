@@ -4,12 +4,14 @@ It starts ``pollux server`` on a temporary data directory (2 virtual nodes x 2 s
 default), submits the digits example (examples/train_digits.py, which uses the agent)
 three times at staggered moments, shows the jobs being scheduled and resized live, and
 ends with a summary: launches, rescales and replica counts of each job, its duration and
-final accuracy. A few minutes on a CPU.
+final accuracy. About 1-2 minutes on a CPU. On a terminal the view is live; piped, it
+prints one line per job event (``--json``: the summary as JSON on stdout).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import json
 import re
@@ -23,12 +25,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console, Group
+from rich.console import Group
 from rich.live import Live
 from rich.table import Table
 
 import pollux
 from pollux.cli.jobs import FINAL_STATES, jobs_table, nodes_table
+from pollux.cli.output import EventFeed, is_terminal, make_console
 from pollux.errors import ConfigError
 from pollux.service.client import PolluxClient, ServerAddress
 
@@ -104,17 +107,28 @@ def final_accuracy(data_dir: Path, job_id: str) -> str:
     return "-"
 
 
-def summary_table(client: PolluxClient, data_dir: Path) -> Table:
+def summary_rows(client: PolluxClient, data_dir: Path) -> list[dict[str, Any]]:
+    rows = []
+    for row in client.jobs():
+        job = client.job(row["id"])
+        end = job["finished_at"] or time.time()
+        rows.append({"job": job["id"], "state": job["state"],
+                     "replicas_per_launch": replica_history(job),
+                     "rescales": job["rescales"], "failures": job["failures"],
+                     "duration_s": round(end - job["submitted_at"], 1),
+                     "accuracy": final_accuracy(data_dir, job["id"])})
+    return rows
+
+
+def summary_table(rows: list[dict[str, Any]]) -> Table:
     table = Table(title="pollux demo: summary")
     for column in ("job", "state", "replicas per launch", "rescales", "failures",
                    "duration", "accuracy"):
         table.add_column(column, justify="left" if column in ("job", "state") else "right")
-    for row in client.jobs():
-        job = client.job(row["id"])
-        end = job["finished_at"] or time.time()
-        table.add_row(job["id"], job["state"], replica_history(job), str(job["rescales"]),
-                      str(job["failures"]), f"{end - job['submitted_at']:.0f}s",
-                      final_accuracy(data_dir, job["id"]))
+    for row in rows:
+        table.add_row(row["job"], row["state"], row["replicas_per_launch"],
+                      str(row["rescales"]), str(row["failures"]), f"{row['duration_s']:.0f}s",
+                      row["accuracy"])
     return table
 
 
@@ -130,7 +144,11 @@ def recent_events(client: PolluxClient, limit: int = 8) -> Table:
 
 
 def run(args: argparse.Namespace) -> int:
-    console = Console()
+    console = make_console()
+
+    def say(line: str) -> None:  # progress: stderr with --json, so stdout stays JSON
+        print(line, file=sys.stderr if args.json else sys.stdout, flush=True)
+
     script = Path(args.script) if args.script else example_script()
     if not script.is_file():
         raise ConfigError("script", str(script), "the demo runs examples/train_digits.py "
@@ -140,35 +158,46 @@ def run(args: argparse.Namespace) -> int:
                                          "pip install -e '.[torch]'")
     workdir = Path(tempfile.mkdtemp(prefix="pollux-demo-"))
     data_dir = workdir / "data"
-    console.print(f"pollux demo: server on {args.nodes} virtual nodes x {args.slots_per_node} "
-                  f"slots, policy {args.policy}, data in {workdir}")
+    say(f"pollux demo: server on {args.nodes} virtual nodes x {args.slots_per_node} "
+        f"slots, policy {args.policy}, data in {workdir}")
     process, client = start_server(args, data_dir)
     start = time.monotonic()
     jobs = DEMO_JOBS[: args.jobs]
     pending = list(jobs)
+    live_view = is_terminal() and not args.json
+    feed = EventFeed()
     try:
-        with Live(console=console, auto_refresh=False) as live:
+        with (Live(console=console, auto_refresh=False) if live_view
+              else contextlib.nullcontext()) as live:
             while True:
                 elapsed = time.monotonic() - start
                 while pending and elapsed >= pending[0].submit_after_s * args.stagger:
                     client.submit(job_spec(pending.pop(0), script))
                 rows = client.jobs()
-                title = f"pollux demo - {elapsed:.0f}s - policy {args.policy}"
-                live.update(Group(jobs_table(rows, title), nodes_table(client.nodes()),
-                                  recent_events(client)), refresh=True)
+                if live is not None:
+                    title = f"pollux demo - {elapsed:.0f}s - policy {args.policy}"
+                    live.update(Group(jobs_table(rows, title), nodes_table(client.nodes()),
+                                      recent_events(client)), refresh=True)
+                else:
+                    for line in feed.new_events(client, rows):
+                        say(line)
                 if not pending and rows and all(r["state"] in FINAL_STATES for r in rows):
                     break
                 if elapsed > args.timeout:
-                    console.print(f"demo timeout ({args.timeout:.0f} s): cancelling the rest")
+                    say(f"demo timeout ({args.timeout:.0f} s): cancelling the rest")
                     for row in rows:
                         if row["state"] not in FINAL_STATES:
                             client.cancel(row["id"])
                     args.timeout = float("inf")
                 time.sleep(1.0)
-        console.print(summary_table(client, data_dir))
-        states = {row["state"] for row in client.jobs()}
+        summary = summary_rows(client, data_dir)
+        if args.json:
+            print(json.dumps({"summary": summary}), flush=True)
+        else:
+            console.print(summary_table(summary))
+        states = {row["state"] for row in summary}
     except KeyboardInterrupt:
-        console.print("interrupted")
+        say("interrupted")
         states = {"Cancelled"}
     finally:
         client.close()
@@ -178,10 +207,10 @@ def run(args: argparse.Namespace) -> int:
         except subprocess.TimeoutExpired:
             process.kill()
         if args.keep:
-            console.print(f"kept {workdir} (server log, job store, checkpoints, logs)")
+            say(f"kept {workdir} (server log, job store, checkpoints, logs)")
         else:
             shutil.rmtree(workdir, ignore_errors=True)
-    console.print(f"done in {time.monotonic() - start:.0f}s")
+    say(f"done in {time.monotonic() - start:.0f}s")
     return 0 if states == {"Succeeded"} else 1
 
 
@@ -202,8 +231,11 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--stagger", type=float, default=1.0,
                         help="scale of the delays between submissions (default: 1)")
     parser.add_argument("--timeout", type=float, default=420.0,
-                        help="cancel what still runs after this many seconds")
+                        help="cancel what still runs after this many seconds "
+                             "(default: %(default)s)")
     parser.add_argument("--script", default=None, help="training script (default: "
                                                        "examples/train_digits.py)")
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory")
+    parser.add_argument("--json", action="store_true",
+                        help="print the summary as JSON on stdout (progress on stderr)")
     parser.set_defaults(func=run)

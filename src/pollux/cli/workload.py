@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import json
+import sys
+import tempfile
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
+from pollux.cli.output import make_console
 from pollux.sim.applications import MAX_EPOCHS
 from pollux.sim.generator import generate_workload
 from pollux.sim.workload import read_workload, workload_files, write_workload
@@ -16,28 +21,44 @@ from pollux.sim.workload import read_workload, workload_files, write_workload
 
 def run_generate(args: argparse.Namespace) -> int:
     workload = generate_workload(args.jobs, args.hours, args.seed)
-    write_workload(workload, args.output)
+    if args.output == "-":
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / "workload.csv"
+            write_workload(workload, path)
+            sys.stdout.write(path.read_text())
+            sys.stdout.flush()
+    else:
+        write_workload(workload, args.output)
     apps = Counter(job.application for job in workload.jobs)
+    where = "stdout" if args.output == "-" else args.output
     Console(stderr=True).print(
-        f"wrote {len(workload)} jobs over {args.hours:g} h to {args.output}: "
-        + ", ".join(f"{app} {count}" for app, count in sorted(apps.items())))
+        f"wrote {len(workload)} jobs over {args.hours:g} h to {where}: "
+        + ", ".join(f"{app} {count}" for app, count in sorted(apps.items())), highlight=False)
     return 0
 
 
 def run_check(args: argparse.Namespace) -> int:
-    console = Console()
+    console = make_console()
     table = Table(title="workloads")
     for col in ("workload", "jobs", "span (h)", "GPUs asked (mean)", "applications"):
         table.add_column(col, justify="right" if col != "applications" else "left")
+    rows = []
     for path in workload_files(args.workloads):
         workload = read_workload(path, MAX_EPOCHS.keys())
         times = [job.submission_time_s for job in workload.jobs]
         apps = Counter(job.application for job in workload.jobs)
-        table.add_row(workload.name, str(len(workload)),
-                      f"{(max(times) - min(times)) / 3600:.1f}",
-                      f"{sum(j.num_replicas for j in workload.jobs) / len(workload):.1f}",
-                      ", ".join(f"{a} {c}" for a, c in sorted(apps.items())))
-    console.print(table)
+        row = {"workload": workload.name, "jobs": len(workload),
+               "span_h": (max(times) - min(times)) / 3600,
+               "mean_gpus_asked": sum(j.num_replicas for j in workload.jobs) / len(workload),
+               "applications": dict(sorted(apps.items()))}
+        rows.append(row)
+        table.add_row(row["workload"], str(row["jobs"]), f"{row['span_h']:.1f}",
+                      f"{row['mean_gpus_asked']:.1f}",
+                      ", ".join(f"{a} {c}" for a, c in row["applications"].items()))
+    if args.json:
+        print(json.dumps(rows, indent=2))
+    else:
+        console.print(table)
     return 0
 
 
@@ -50,9 +71,10 @@ def register(subparsers: Any) -> None:
     gen.add_argument("--hours", type=float, default=8.0,
                      help="hours over which jobs arrive (default 8)")
     gen.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
-    gen.add_argument("-o", "--output", required=True, help="CSV file to write")
+    gen.add_argument("-o", "--output", required=True, help="CSV file to write ('-': stdout)")
     gen.set_defaults(func=run_generate)
     check = sub.add_parser("check", help="validate workload CSVs and summarize them")
     check.add_argument("workloads", nargs="+", metavar="WORKLOAD",
                        help="CSV files or folders of CSVs")
+    check.add_argument("--json", action="store_true", help="print the summary as JSON")
     check.set_defaults(func=run_check)

@@ -290,8 +290,8 @@ class Allocator:
             return
         unclean = sorted(rank for rank, code in exits.items() if code not in (0, RESCALE_EXIT_CODE))
         message = ("replicas checkpointed and stopped" if not unclean else
-                   f"replicas stopped; {len(unclean)} ended by SIGTERM before checkpointing "
-                   "(the job resumes from its last checkpoint)")
+                   f"replicas stopped ({len(unclean)} starting up or finishing, before the "
+                   "agent could take the signal; the job resumes from its last checkpoint)")
         target = record.target_allocation
         self.store.transition(record.id, JobState.PENDING, now,
                               ("server shutting down: " if self._shutting_down else "")

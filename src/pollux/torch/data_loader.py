@@ -168,7 +168,9 @@ class AdaptiveDataLoader:
         probes = set()
         position = self.sampler.position
         order = self.sampler.order
-        may_probe = config.accum_steps == 0 and config.local_bsz >= 2
+        # only a loader that adapts its batch size needs the noise (a fixed one keeps
+        # exactly one micro-batch per optimizer step)
+        may_probe = self.limits.adaptive and config.accum_steps == 0 and config.local_bsz >= 2
         while position < self.sampler.num_samples:
             plan = plan_step(order, position, self.job.num_replicas, config.local_bsz,
                              config.accum_steps)

@@ -61,8 +61,9 @@ class AgentConfig:
     the gradients and the replicas' norms in the last all-reduce: 5-11% of a step of a
     small model on CPU (``bench/agent.py``), a quarter of that every 4th step."""
     probe_interval_steps: int = 4
-    """With one replica and no accumulation, split every this many-th optimizer step into
-    two micro-batches (same samples, same update) so that the gradient noise keeps being
+    """With one replica and no accumulation, a loader that adapts its batch size
+    (``autoscale_batch_size``) splits every this many-th optimizer step into two
+    micro-batches (same samples, same update) so that the gradient noise keeps being
     measured: one more forward/backward launch per this many steps."""
     profile_warmup_steps: int = 2
     """Optimizer steps not profiled after each (re)configuration (warm-up outliers)."""
