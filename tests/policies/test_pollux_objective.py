@@ -152,3 +152,30 @@ def test_remaining_weight_favours_jobs_close_to_done() -> None:
     assert gain["short"] > gain["long"]
     with pytest.raises(ConfigError, match="remaining_weight"):
         ObjectiveConfig(remaining_weight=-1.0)
+
+
+def test_remaining_guard_rounding_and_admission() -> None:
+    jobs = [job("short", seed=1, remaining_s=100.0), job("mid", seed=1, remaining_s=1_000.0),
+            job("long", seed=1, remaining_s=10_000.0)]
+    cluster = nodes(4, 4)
+
+    def scale(**config: object) -> dict[str, float]:
+        obj = _objective(jobs, cluster, {}, remaining_weight=1.0, **config)
+        return {p.name: float(s) for p, s in zip(obj.problem.jobs, obj.job_scale)}
+
+    assert scale() == pytest.approx({"short": 0.1, "mid": 1.0, "long": 10.0})
+    # the guard: no job weighs less than the median one
+    assert scale(remaining_max_ratio=1.0) == pytest.approx({"short": 0.1, "mid": 1.0,
+                                                            "long": 1.0})
+    # rounding to powers of 4: 0.1 -> 4^-2, 10 -> 4^2
+    assert scale(remaining_step=4.0) == pytest.approx({"short": 1 / 16, "mid": 1.0,
+                                                       "long": 16.0})
+    # admission: leaving the long job without GPUs costs 10x less than the paper's eps^p
+    obj = _objective(jobs, cluster, {}, remaining_weight=1.0, remaining_admission=True)
+    j = [p.name for p in obj.problem.jobs].index("long")
+    empty = obj.utility(obj.speedup(j, 0, 0))
+    assert float(empty) == pytest.approx(-1 / (10 * obj.config.epsilon))
+    with pytest.raises(ConfigError, match="remaining_max_ratio"):
+        ObjectiveConfig(remaining_max_ratio=0.0)
+    with pytest.raises(ConfigError, match="remaining_step"):
+        ObjectiveConfig(remaining_step=-2.0)

@@ -79,6 +79,17 @@ class ObjectiveConfig:
     fair-share speedup), so that with ``p < 0`` jobs close to done weigh more (Smith's
     rule inside the power mean's fairness). 0: the paper's objective; jobs that report no
     remaining time keep a factor of 1."""
+    remaining_max_ratio: float = 1 / MIN_REMAINING_RATIO
+    """Ratios ``T_j / T_median`` above this are lowered to it: with 1, every job longer
+    than the median weighs as the median one (short jobs are favoured, long ones are not
+    pushed back further; a guard for the longest jobs' completion times)."""
+    remaining_admission: bool = False
+    """Scale ``speedup + eps`` rather than the speedup alone, so that the cost of leaving
+    a job without GPUs (``eps^p``) scales too: when the cluster is saturated, the jobs
+    with the most work left may wait while shorter ones run (admission control)."""
+    remaining_step: float = 0.0
+    """If > 1, the ratio ``T_j / T_median`` is rounded to a power of this number, so that
+    a job's weight moves in steps (fewer reallocations) rather than every round."""
 
     def __post_init__(self) -> None:
         if not np.isfinite(self.p) or abs(self.p) > 100:
@@ -91,6 +102,12 @@ class ObjectiveConfig:
         if not (np.isfinite(self.remaining_weight) and 0 <= self.remaining_weight <= 4):
             raise ConfigError("remaining_weight", self.remaining_weight,
                               "use an exponent in [0, 4] (0: ignore remaining time)")
+        if not self.remaining_max_ratio > 0:
+            raise ConfigError("remaining_max_ratio", self.remaining_max_ratio,
+                              "use a ratio > 0 (1: no job weighs less than the median one)")
+        if not (np.isfinite(self.remaining_step) and self.remaining_step >= 0):
+            raise ConfigError("remaining_step", self.remaining_step,
+                              "use 0 (no rounding) or a factor > 1, e.g. 2")
         object.__setattr__(self, "fair_share", FairShareRounding(self.fair_share))
 
 
@@ -250,7 +267,11 @@ class PolluxObjective:
             return scale
         at_fair = remaining[known] / self.fair_speedup[known]
         ratio = at_fair / float(np.median(at_fair))
-        scale[known] = np.clip(ratio, MIN_REMAINING_RATIO, 1 / MIN_REMAINING_RATIO) ** alpha
+        step = self.config.remaining_step
+        if step > 1:
+            ratio = step ** np.round(np.log(ratio) / np.log(step))
+        upper = min(self.config.remaining_max_ratio, 1 / MIN_REMAINING_RATIO)
+        scale[known] = np.clip(ratio, MIN_REMAINING_RATIO, upper) ** alpha
         return scale
 
     def _fair_speedup(self, j: int) -> float:
@@ -264,9 +285,12 @@ class PolluxObjective:
     def speedup(self, j: int, num_nodes: ArrayLike, num_replicas: ArrayLike,
                 changed: ArrayLike = False) -> FloatArray:
         """Job ``j``'s fair-share speedup, restart factor applied where ``changed``."""
-        s = self.raw_speedup(j, num_nodes, num_replicas) / self.fair_speedup[j] \
-            * self.job_scale[j]
-        return np.asarray(np.where(changed, s * self.restart_factor[j], s))
+        s = self.raw_speedup(j, num_nodes, num_replicas) / self.fair_speedup[j]
+        s = np.where(changed, s * self.restart_factor[j], s)
+        if self.config.remaining_admission:  # scales speedup + eps; stays > -eps
+            eps = self.config.epsilon
+            return np.asarray((s + eps) * self.job_scale[j] - eps)
+        return np.asarray(s * self.job_scale[j])
 
     def state_speedups(self, states: IntArray) -> FloatArray:
         """(P, J) penalized fair-share speedups of states shaped (P, J, N)."""

@@ -43,6 +43,9 @@ class _PolluxPolicyBase(Policy):
         interference_avoidance: bool = True,
         preemptible_penalty: float = 1e-3,
         remaining_weight: float = 0.0,
+        remaining_step: float = 0.0,
+        remaining_max_ratio: float = 100.0,
+        remaining_admission: bool = False,
     ) -> None:
         try:
             rounding = FairShareRounding(fair_share)
@@ -53,7 +56,10 @@ class _PolluxPolicyBase(Policy):
             restart_penalty=bool(restart_penalty),
             penalize_first_start=bool(penalize_first_start),
             preemptible_penalty=float(preemptible_penalty),
-            remaining_weight=float(remaining_weight))
+            remaining_weight=float(remaining_weight),
+            remaining_step=float(remaining_step),
+            remaining_max_ratio=float(remaining_max_ratio),
+            remaining_admission=bool(remaining_admission))
         self.interference_avoidance = bool(interference_avoidance)
         self.rng = np.random.default_rng(seed)
 
