@@ -34,6 +34,7 @@ from pollux.backends.base import (
 from pollux.jobenv import RESCALE_EXIT_CODE
 from pollux.policies.base import Allocation, Policy, PolicyDecision
 from pollux.service.decisions import checked_allocations, fits, subtract
+from pollux.service.explain import hints_of, rescale_reason
 from pollux.service.snapshot import HintsCache, Snapshot, build_snapshot
 from pollux.service.states import ACTIVE_STATES, LIVE_STATES, JobState
 from pollux.service.store import JobRecord, JobStore, ReplicaRecord
@@ -158,9 +159,10 @@ class Allocator:
             return
         for record in records:
             if not record.cancel_requested and not record.state.is_final:
-                self._apply(record, allocations.get(record.id, ()), now)
+                self._apply(record, allocations.get(record.id, ()), now, len(records) - 1)
 
-    def _apply(self, record: JobRecord, new: Allocation, now: float) -> None:
+    def _apply(self, record: JobRecord, new: Allocation, now: float,
+               num_other_jobs: int = 0) -> None:
         new = rank_order(new)
         if record.state is JobState.PENDING or record.state.is_stopping:
             if record.target_allocation != new:
@@ -174,9 +176,10 @@ class Allocator:
             logger.info("job %s is not preemptible; keeping its allocation", record.id)
             return
         verb = "preempted" if not new else f"rescale {len(record.allocation)} -> {len(new)}"
+        why = rescale_reason(hints_of(record.hints), record.allocation, new, num_other_jobs)
         self._request_stop(record.id, StopCause.RESCALE, now)
         self.store.transition(record.id, JobState.RESCALING, now,
-                              f"{verb} replicas: asked replicas to checkpoint and stop",
+                              f"{verb} replicas: {why}; asked replicas to checkpoint and stop",
                               target_allocation=new, num_rescales=record.num_rescales + 1)
 
     def _launch_ready(self, now: float) -> None:

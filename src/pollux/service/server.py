@@ -32,6 +32,7 @@ from pollux.policies.autoscaling import (
 from pollux.policies.base import Allocations, JobInfo, NodeInfo, Policy, PolicyDecision
 from pollux.policies.registry import make_policy
 from pollux.service.allocator import Allocator, AllocatorConfig, job_dir
+from pollux.service.explain import batch_change_event
 from pollux.service.store import JobRecord, JobStore, UnknownJobError
 from pollux.service.telemetry import History, RoundRecorder, TimedPolicy
 from pollux.service.views import job_detail, job_summary, node_views
@@ -205,7 +206,12 @@ class SchedulerService:
             raise
         except (ValueError, TypeError, OverflowError, AttributeError) as exc:
             raise ConfigError("hints", data, f"a field has the wrong type ({exc})") from exc
-        self.store.set_hints(job_id, hints.to_dict(), self.clock())
+        before = self.store.get_job(job_id)
+        now = self.clock()
+        self.store.set_hints(job_id, hints.to_dict(), now)
+        event = batch_change_event(before, hints)
+        if event is not None:
+            self.store.add_event(job_id, now, "Batch size", event)
 
     def nodes(self) -> list[dict[str, Any]]:
         return node_views(self.backend.nodes(), self.store.list_jobs())

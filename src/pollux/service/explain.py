@@ -1,0 +1,122 @@
+"""Why a job was resized or changed its batch size, in words for its events.
+
+Computed from what the job itself reported (its :class:`~pollux.models.JobHints`): the
+predicted goodput (useful samples/s) of the old and the new configuration and, where it
+explains the choice, the step time split into compute and gradient synchronization.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from pollux.errors import ConfigError
+from pollux.models import JobHints
+from pollux.models.throughput import compute_time, sync_time
+from pollux.service.store import JobRecord
+
+
+def hints_of(raw: Mapping[str, Any] | None) -> JobHints | None:
+    """The job's hints as posted, or None (none yet, or not usable)."""
+    if raw is None:
+        return None
+    try:
+        return JobHints.from_dict(dict(raw))
+    except (ValueError, TypeError, ArithmeticError):
+        return None
+
+
+def replicas_text(count: int) -> str:
+    return f"{count} replica{'' if count == 1 else 's'}"
+
+
+def _rate(samples_per_s: float) -> str:
+    """``'31,010'``, ``'759.9'``, ``'0.512'``: whole samples/s above 1000."""
+    if samples_per_s >= 1000:
+        return f"{samples_per_s:,.0f}"
+    return f"{samples_per_s:.4g}"
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1000:.3g} ms"
+
+
+def _best(hints: JobHints, num_nodes: int, num_replicas: int) -> tuple[float, int, int]:
+    """(goodput, atomic batch, accumulation steps) of the best batch on an allocation."""
+    goodput = hints.goodput_function()
+    assert goodput is not None
+    good, bsz, accum = goodput.optimize(num_nodes, num_replicas, hints.max_batch_size,
+                                        hints.local_bsz_bounds, hints.accumulation)
+    return float(good), int(bsz), int(accum)
+
+
+def rescale_reason(hints: JobHints | None, old: Sequence[str], new: Sequence[str],
+                   num_other_jobs: int) -> str:
+    """Why the policy moved a job from allocation ``old`` to ``new`` (node per replica)."""
+    if not new:
+        return "preempted for other jobs" if num_other_jobs else "preempted"
+    if hints is None or hints.goodput_function() is None:
+        return "no throughput profile yet: the policy assumes a linear speedup"
+    try:
+        old_good, old_bsz, _ = _best(hints, max(len(set(old)), 1), max(len(old), 1))
+        new_good, new_bsz, _ = _best(hints, len(set(new)), len(new))
+    except ConfigError:
+        return "the job's hints do not allow a prediction"
+    if not (math.isfinite(old_good) and math.isfinite(new_good)):
+        return "the job's hints do not allow a prediction"
+    params = hints.throughput_params
+    assert params is not None
+    better, worse = (new, old) if new_good >= old_good else (old, new)
+    good_better, good_worse = max(new_good, old_good), min(new_good, old_good)
+    text = (f"{replicas_text(len(better))} {'has' if len(better) == 1 else 'have'} the "
+            f"higher goodput: {_rate(good_better)} vs {_rate(good_worse)} samples/s")
+    if len(new) < len(old) and new_good >= old_good:
+        # shrinking helps the job itself: synchronization outweighs the extra compute
+        sync = float(sync_time(params, len(set(old)), len(old)))
+        compute = float(compute_time(params, old_bsz))
+        text += f" (on {len(old)}: sync {_ms(sync)} vs compute {_ms(compute)} per step)"
+    elif len(new) < len(old) and num_other_jobs:
+        text = (f"shared with {num_other_jobs} other job{'s' if num_other_jobs > 1 else ''}"
+                f" (its predicted goodput {_rate(old_good)} -> {_rate(new_good)} samples/s)")
+    elif len(new) > len(old):
+        text = (f"predicted goodput {_rate(old_good)} -> {_rate(new_good)} samples/s "
+                f"on {replicas_text(len(new))}")
+    elif sorted(new) != sorted(old):
+        text = f"moved to {', '.join(sorted(set(new)))} (placement)"
+    return text
+
+
+def batch_change_reason(hints: JobHints, num_nodes: int, num_replicas: int,
+                        old_batch_size: int) -> str:
+    """Why the job's agent moved from ``old_batch_size`` to ``hints.batch_size``."""
+    goodput = hints.goodput_function()
+    if goodput is None or hints.local_bsz is None or hints.grad_stats is None:
+        return "the agent's initial configuration"
+    accum = hints.accum_steps or 0
+    try:
+        new_good = float(goodput.evaluate(num_nodes, num_replicas, hints.local_bsz, accum))
+        lo, hi = hints.local_bsz_bounds
+        per_replica = old_batch_size / num_replicas
+        old_micro = max(1, math.ceil(per_replica / hi)) if hints.accumulation else 1
+        old_local = min(max(round(per_replica / old_micro), lo), hi)
+        old_good = float(goodput.evaluate(num_nodes, num_replicas, old_local, old_micro - 1))
+    except ConfigError:
+        return "goodput-optimal for the job's new profile"
+    noise = hints.grad_stats.noise_scale(hints.init_batch_size)
+    noise_text = f"noise scale {noise:.3g} samples" if math.isfinite(noise) else "noise scale -"
+    return (f"goodput {_rate(new_good)} vs {_rate(old_good)} samples/s at batch {old_batch_size} on "
+            f"{replicas_text(num_replicas)} (gradient {noise_text}, efficiency "
+            f"{float(goodput.efficiency(hints.batch_size or 0)):.2f})")
+
+
+def batch_change_event(before: JobRecord, hints: JobHints) -> str | None:
+    """The event for new ``hints`` of a job whose record was ``before``, when its batch
+    size changed on the same allocation; None otherwise."""
+    old = hints_of(before.hints)
+    if (old is None or old.batch_size is None or hints.batch_size is None
+            or old.batch_size == hints.batch_size or not before.allocation):
+        return None
+    num_replicas, num_nodes = len(before.allocation), len(set(before.allocation))
+    why = batch_change_reason(hints, num_nodes, num_replicas, old.batch_size)
+    return f"batch size {old.batch_size} -> {hints.batch_size}: {why}"
