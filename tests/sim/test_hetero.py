@@ -118,3 +118,15 @@ def test_cli_runs_a_typed_cluster_and_keeps_the_record_keys(
     assert "needs per-type traces" in capsys.readouterr().err
     assert main(["simulate", str(path), "--cluster", "aws:6", "--policy", "sia"]) != 0
     assert "type:NODESxGPUS" in capsys.readouterr().err
+
+
+@needs_sia
+def test_unaware_jobs_pool_one_model(apps: dict[str, TypedApplication]) -> None:
+    from pollux.policies.pollux_unaware import PolluxUnawarePolicy
+
+    result = HeteroSimulator(workload(), apps, PolluxUnawarePolicy(),
+                             HeteroConfig(SPEC)).run()
+    assert summarize_hetero(result).num_completed == 3
+    for job in result.jobs:
+        assert job.pooled is not None and job.pooled.observations
+        assert all(not p.observations for p in job.profiles.values())

@@ -26,12 +26,19 @@ class HeteroJob:
     """Mutable state of one job during a heterogeneous simulation."""
 
     def __init__(self, spec: JobSpec, app: TypedApplication, fits: FitCache,
-                 type_speeds: dict[str, float] | None = None) -> None:
+                 type_speeds: dict[str, float] | None = None, pooled: bool = False,
+                 pooled_type: str | None = None) -> None:
         self.spec = spec
         self.app = app
         self.type_speeds = type_speeds
         """Type -> 1-GPU throughput, for projecting models to unseen types (None: none)."""
         self.profiles = {t: JobProfile(a.spec, fits) for t, a in app.by_type.items()}
+        self.pooled: JobProfile | None = None
+        """Heterogeneity-unaware jobs: one profile of every type's measurements (the first
+        time measured per configuration wins), with ``pooled_type``'s batch limits."""
+        if pooled:
+            limits = app.by_type[pooled_type] if pooled_type else app.reference()
+            self.pooled = JobProfile(limits.spec, fits)
         self.grad_stats: GradientStats | None = None
         self.gpu_type: str | None = None
         """Type of the current (or last) allocation."""
@@ -73,6 +80,14 @@ class HeteroJob:
         seen = self.profiles[gpu_type].max_profiled_replicas
         return int(min(max(2 * seen, 1), MAX_EXPLORATION_REPLICAS,
                        spec.max_batch_size // spec.min_local_bsz))
+
+    def pooled_max_replicas(self) -> int:
+        """Growth cap of a heterogeneity-unaware job: twice the most replicas it ran on
+        any type (at least 1), at most 64 and what its largest batch can feed."""
+        assert self.pooled is not None
+        spec = self.pooled.spec
+        return int(min(max(2 * self.pooled.max_profiled_replicas, 1),
+                       MAX_EXPLORATION_REPLICAS, spec.max_batch_size // spec.min_local_bsz))
 
     def typed_goodput(self) -> TypedGoodput | None:
         """The job's goodput per (type, nodes, replicas) from its own per-type fits,
@@ -120,7 +135,7 @@ class HeteroJob:
             self.atomic_bsz, self.accum_steps = spec.fixed_batch_config(
                 spec.pinned_batch_size, replicas)
             return
-        profile = self.profiles[app.gpu_type]
+        profile = self.profiles[app.gpu_type] if self.pooled is None else self.pooled
         if profile.params is None or self.grad_stats is None:
             self.atomic_bsz, self.accum_steps = spec.fixed_batch_config(
                 max(spec.init_batch_size, spec.min_local_bsz * replicas), replicas)
@@ -146,7 +161,7 @@ class HeteroJob:
         seconds -= delay
         app = self._app()
         spec = app.spec
-        profile = self.profiles[app.gpu_type]
+        profile = self.profiles[app.gpu_type] if self.pooled is None else self.pooled
         calibration = self.app.calibration
         while seconds > 0 and self.completion_time_s is None:
             batch = replicas * self.atomic_bsz * (self.accum_steps + 1)

@@ -7,6 +7,10 @@ active jobs, one GPU type per job) and applies it: a changed placement (replicas
 node) or type restarts the job (its application's restart delay); the same shape on other
 nodes of the same type does not, as in the reference. A job that holds GPUs after a round is
 charged the whole round (the reference's GPU-hours per job).
+
+A policy whose class sets ``heterogeneity_aware = False`` gets heterogeneity-unaware
+jobs, as Sia's artifact runs Pollux: one throughput model pooled over every type, a plain
+``speedup_fn`` with the batch limits of the policy's ``pooled_limits_type``.
 """
 
 from __future__ import annotations
@@ -85,13 +89,28 @@ class HeteroSimulator:
         self._by_name = {node.name: node for node in self.nodes}
         self.fits = FitCache()
         speeds = {name: app.type_speeds() for name, app in applications.items()}
+        aware = bool(getattr(type(policy), "heterogeneity_aware", True))
+        pooled_type = getattr(type(policy), "pooled_limits_type", None)
         self.jobs = tuple(
             HeteroJob(spec, applications[spec.application], self.fits,
-                      speeds[spec.application] if config.project_unseen_types else None)
+                      speeds[spec.application] if config.project_unseen_types else None,
+                      pooled=not aware, pooled_type=pooled_type)
             for spec in workload.jobs)
         self._held: dict[str, dict[str, int]] = {job.name: {} for job in self.jobs}
 
     def _job_info(self, job: HeteroJob, now_s: float) -> JobInfo:
+        if job.pooled is not None:  # heterogeneity-unaware: one pooled speedup function
+            return JobInfo(
+                name=job.name, resources=ONE_GPU, min_replicas=0,
+                max_replicas=job.pooled_max_replicas(), preemptible=True,
+                submission_time_s=job.spec.submission_time_s,
+                age_s=now_s - job.spec.submission_time_s,
+                attained_service_s=job.attained_service_s,
+                num_restarts=job.num_restarts or 0, restart_delay_s=job.app.restart_delay_s,
+                speedup_fn=job.pooled.speedup_fn(),
+                tuned=TunedConfig(job.spec.num_replicas, job.spec.batch_size),
+                restart_left_s=job.restart_left_s if job.placement else 0.0,
+                extras={"application": job.app.name})
         caps = {t: job.max_replicas(t) for t in job.app.by_type}
         return JobInfo(
             name=job.name,
