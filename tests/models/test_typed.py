@@ -88,7 +88,7 @@ def test_hints_carry_type_profiles_and_stay_backward_compatible() -> None:
     ({"type_profiles": {"a100": {"max_profiled_replicas": -1}}}, "max_profiled_replicas"),
     ({"type_profiles": {"a100": {"max_profiled_replicas": True}}}, "max_profiled_replicas"),
     ({"type_profiles": {"a100": {"speed": 2}}}, "speed"),
-    ({"type_profiles": {"a100": {"throughput_params": {"alpha_c": 1}}}}, "ThroughputParams"),
+    ({"type_profiles": {"a100": {"throughput_params": {"alpha_c": 1}}}}, "throughput_params"),
     ({"type_profiles": {"a100": {"throughput_params": [1, 2]}}}, "throughput_params"),
 ])
 def test_bad_type_fields_name_the_field(extra: dict, field: str) -> None:

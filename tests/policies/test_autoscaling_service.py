@@ -27,7 +27,7 @@ from pollux.service.server import ServerConfig, build_service
 from pollux.service.states import JobState
 from pollux.service.telemetry import TimedPolicy
 from tests.service.e2e_helpers import EQUAL_SHARE
-from tests.service.service_builders import make_nodes, make_spec
+from tests.service.service_builders import AUTH_HEADERS, make_auth, make_nodes, make_spec
 from tests.service.service_test_policies import EqualSharePolicy
 
 with warnings.catch_warnings():  # starlette 1.0 asks for the httpx2 fork; httpx works
@@ -80,7 +80,7 @@ def test_the_service_hands_the_desired_size_to_the_backend_every_round(tmp_path:
             service.allocator.tick(float(second))
         # no hints yet: perfect scaling assumed, 8 replicas of 1 slot fill 4 nodes of 2
         assert backend.requested == [2, 2, 2, 2, 4]
-        with TestClient(create_app(service)) as client:
+        with TestClient(create_app(service, make_auth()), headers=AUTH_HEADERS) as client:
             view = client.get("/api/cluster").json()
         assert view["desired_num_nodes"] == 4 and view["num_nodes"] == 2
         assert view["autoscaler"] == "pollux" and view["utility"] == pytest.approx(1.0)

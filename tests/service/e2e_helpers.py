@@ -18,7 +18,7 @@ from typing import Any
 
 from pollux.backends.local import MARKER_ENV
 from pollux.backends.processes import marked_processes, signal_group
-from pollux.service.client import PolluxClient, ServerAddress
+from pollux.service.client import PolluxClient, server_address
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "train_digits.py"
@@ -88,7 +88,7 @@ class ServerProcess:
             return record if record.get("pid") == self.process.pid else None
 
         record = wait_until(ready, timeout_s, "the server to start")
-        self.clients.append(PolluxClient(ServerAddress(record["url"])))
+        self.clients.append(PolluxClient(server_address(record)))
         return self.clients[-1]
 
     def log_text(self) -> str:

@@ -18,3 +18,15 @@ def make_spec(name: str = "job", **fields: Any) -> JobSpec:
                             "working_dir": "/tmp", "max_replicas": 4}
     data.update(fields)
     return JobSpec.from_dict(data)
+
+
+TEST_TOKEN = "test-token"
+"""The API token of the in-process test apps (TestClient's Host is 'testserver')."""
+AUTH_HEADERS = {"Authorization": f"Bearer {TEST_TOKEN}"}
+
+
+def make_auth(token: str = TEST_TOKEN) -> Any:
+    """What the API guard accepts in tests: ``token`` and TestClient's host name."""
+    from pollux.service.auth import ApiAuth
+
+    return ApiAuth(token, frozenset({"testserver"}))

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from pollux.service.api import create_app
 from pollux.service.states import JobState
+from tests.service.service_builders import AUTH_HEADERS, make_auth
 
 with warnings.catch_warnings():  # starlette 1.0 asks for the httpx2 fork; httpx works
     warnings.simplefilter("ignore", UserWarning)
@@ -31,7 +32,7 @@ def service(make_service):
 
 @pytest.fixture
 def client(service):
-    with TestClient(create_app(service)) as test_client:
+    with TestClient(create_app(service, make_auth()), headers=AUTH_HEADERS) as test_client:
         yield test_client
 
 
@@ -98,7 +99,7 @@ def test_logs_by_offset_and_tail(client, service):
 
 def test_token_is_required_on_every_request(make_service):
     service = make_service()
-    with TestClient(create_app(service, token="s3cret")) as client:
+    with TestClient(create_app(service, make_auth("s3cret"))) as client:
         for method, path in [("get", "/api/health"), ("get", "/api/jobs"),
                              ("post", "/api/jobs"), ("get", "/api/nodes"),
                              ("get", "/openapi.json")]:
@@ -113,7 +114,7 @@ def test_token_is_required_on_every_request(make_service):
 
 def test_hints_need_the_jobs_own_token(make_service):
     service = make_service()
-    with TestClient(create_app(service, token="admin")) as client:
+    with TestClient(create_app(service, make_auth("admin"))) as client:
         auth = {"Authorization": "Bearer admin"}
         a = client.post("/api/jobs", json=SPEC, headers=auth).json()["id"]
         b = client.post("/api/jobs", json=SPEC, headers=auth).json()["id"]
@@ -130,7 +131,9 @@ def test_hints_need_the_jobs_own_token(make_service):
         bad = client.post(f"/api/jobs/{b}/hints", json={"init_batch_size": 32},
                           headers={"Authorization": f"Bearer {token_b}"})
         assert bad.status_code == 422 and bad.json()["field"] == "max_batch_size"
-        assert client.post("/api/jobs/zzz/hints", json=HINTS, headers=as_a).status_code == 404
+        # a job token learns nothing about other jobs, existing or not (no enumeration)
+        assert client.post("/api/jobs/zzz/hints", json=HINTS, headers=as_a).status_code == 403
+        assert client.post("/api/jobs/zzz/hints", json=HINTS, headers=auth).status_code == 404
         rows = client.get("/api/jobs", headers=auth).json()
         assert [r["batch_size"] for r in rows] == [64, None]
 

@@ -9,6 +9,7 @@ import pytest
 
 from pollux.service.api import create_app
 from pollux.service.telemetry import History, TimedPolicy
+from tests.service.service_builders import AUTH_HEADERS, make_auth
 from tests.service.service_test_policies import EqualSharePolicy
 
 parser = pytest.importorskip("prometheus_client.parser")
@@ -53,7 +54,7 @@ def service(make_service):
 
 @pytest.fixture
 def client(service):
-    with TestClient(create_app(service)) as test_client:
+    with TestClient(create_app(service, make_auth()), headers=AUTH_HEADERS) as test_client:
         yield test_client
 
 

@@ -11,6 +11,7 @@ import pytest
 from pollux.job_spec import RESOURCE_FIELDS, SPEC_FIELDS, JobSpec
 from pollux.service.api import create_app
 from pollux.service.openapi import JOB_SPEC_SCHEMA
+from tests.service.service_builders import AUTH_HEADERS, make_auth
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", UserWarning)
@@ -19,7 +20,7 @@ with warnings.catch_warnings():
 
 @pytest.fixture
 def client(make_service):
-    with TestClient(create_app(make_service())) as test_client:
+    with TestClient(create_app(make_service(), make_auth()), headers=AUTH_HEADERS) as test_client:
         yield test_client
 
 

@@ -4,12 +4,14 @@ finding the server from the CLI side."""
 from __future__ import annotations
 
 import json
+import stat
 
 import pytest
 
 from pollux.cli.main import main
 from pollux.errors import ConfigError, UnknownPluginError
 from pollux.service.client import ServerUnreachableError, locate_server
+from pollux.service.private import load_or_create_token
 from pollux.service.runner import data_dir_lock
 from pollux.service.server import ServerConfig, is_loopback, load_policy
 from tests.service.e2e_helpers import EQUAL_SHARE
@@ -22,13 +24,13 @@ def test_loopback_hosts(host, loopback):
     assert is_loopback(host) is loopback
 
 
-def test_binding_beyond_loopback_needs_a_token(tmp_path, capsys):
-    with pytest.raises(ConfigError) as info:
-        ServerConfig(data_dir=tmp_path, host="0.0.0.0")
-    assert info.value.field == "host" and "--token" in str(info.value)
-    ServerConfig(data_dir=tmp_path, host="0.0.0.0", token="t")
-    assert main(["server", "--data-dir", str(tmp_path), "--host", "0.0.0.0"]) == 2
-    assert "needs a token" in capsys.readouterr().err
+def test_every_address_gets_a_token(tmp_path):
+    """Defect 2: a token is now always required (generated when not given), so binding
+    beyond loopback no longer needs an explicit one."""
+    assert ServerConfig(data_dir=tmp_path, host="0.0.0.0").token is None
+    token, path = load_or_create_token(tmp_path)
+    assert load_or_create_token(tmp_path) == (token, path) and len(token) >= 32
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
 
 
 def test_one_server_per_data_directory(tmp_path):

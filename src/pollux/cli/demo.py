@@ -33,7 +33,7 @@ import pollux
 from pollux.cli.jobs import FINAL_STATES, jobs_table, nodes_table
 from pollux.cli.output import EventFeed, is_terminal, make_console
 from pollux.errors import ConfigError
-from pollux.service.client import PolluxClient, ServerAddress
+from pollux.service.client import PolluxClient, server_address
 
 LAUNCH_PATTERN = re.compile(r"launch \d+: (\d+) replicas")
 
@@ -81,7 +81,7 @@ def start_server(args: argparse.Namespace, data_dir: Path) -> tuple[subprocess.P
         try:
             record = json.loads((data_dir / "server.json").read_text())
             if record.get("pid") == process.pid:
-                return process, PolluxClient(ServerAddress(record["url"]))
+                return process, PolluxClient(server_address(record))
         except (OSError, ValueError):
             pass
         time.sleep(0.2)

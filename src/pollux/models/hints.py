@@ -6,8 +6,9 @@ job's speedup function for the policy. Pure data, no torch.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from dataclasses import field as dataclass_field
 from types import MappingProxyType
 from typing import Any
@@ -20,15 +21,49 @@ from pollux.models.throughput import ThroughputParams
 from pollux.models.typed import (
     TypedGoodput,
     TypeProfile,
-    profile_from_dict,
     profile_to_dict,
 )
 from pollux.resources import DEFAULT_GPU_TYPE
 
 MAX_GPU_TYPE_CHARS = 100
+MAX_TYPE_PROFILES = 64
+"""Most GPU types one job's hints may carry a profile for."""
 
 _REQUIRED = object()
 """Marker of a field with no default."""
+
+MAX_HINT_BATCH_SIZE = 1 << 30
+"""Largest batch size (total or per replica) hints may state."""
+MAX_HINT_COUNT = 1 << 30
+"""Largest count (replicas profiled, accumulation steps, epoch) hints may state."""
+MAX_HINT_PROGRESS = 1e18
+"""Largest statistical progress hints may state."""
+MAX_THROUGHPUT_PARAM = 1e6
+"""Largest value of a fitted step-time parameter (seconds, or seconds per sample)."""
+MAX_GRADIENT_STAT = 1e30
+"""Largest gradient statistic (sqr or var) hints may state."""
+
+
+def _whole(key: str, raw: Any, lowest: int, highest: int) -> int:
+    """A JSON integer (not a bool, float or string) in [lowest, highest]."""
+    if isinstance(raw, bool) or not isinstance(raw, int):
+        raise ConfigError(key, raw, "give a whole number (a JSON integer)")
+    if not lowest <= raw <= highest:
+        raise ConfigError(key, raw, f"must be between {lowest} and {highest}")
+    return raw
+
+
+def _real(key: str, raw: Any, lowest: float, highest: float) -> float:
+    """A finite JSON number (not a bool or string) in [lowest, highest]."""
+    if isinstance(raw, bool) or not isinstance(raw, (int, float)):
+        raise ConfigError(key, raw, "give a number")
+    try:
+        value = float(raw)
+    except OverflowError as exc:
+        raise ConfigError(key, raw, f"must be between {lowest} and {highest}") from exc
+    if not (math.isfinite(value) and lowest <= value <= highest):
+        raise ConfigError(key, raw, f"must be a finite number between {lowest} and {highest}")
+    return value
 
 
 @dataclass(frozen=True)
@@ -105,9 +140,17 @@ class JobHints:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> JobHints:
-        """Parse JSON hints; a bad or missing field raises ConfigError naming the field."""
+        """Parse JSON hints strictly: every field of its JSON type and within its bounds
+        (see ``HINT_BOUNDS``), no unknown keys; the first bad field raises ConfigError
+        naming it. Hints come from a job's own process, so nothing here is trusted."""
         if not isinstance(data, dict):
             raise ConfigError("hints", type(data).__name__, "send a JSON object")
+        unknown = sorted((k for k in data if k not in HINT_FIELDS), key=str)
+        if unknown:
+            key = unknown[0]
+            name = key if isinstance(key, str) and key and key.strip() == key else repr(key)
+            raise ConfigError(name, data[key],
+                              f"unknown hints field; valid fields: {', '.join(HINT_FIELDS)}")
 
         def field(key: str, convert: Any, default: Any = _REQUIRED) -> Any:
             raw = data.get(key, default)
@@ -115,48 +158,76 @@ class JobHints:
                 raise ConfigError(key, None, "this field is required")
             if raw is None:
                 return None
-            try:
-                return convert(raw)
-            except ConfigError:
-                raise
-            except (TypeError, ValueError, KeyError) as exc:
-                raise ConfigError(key, raw, f"malformed value ({exc})") from exc
+            return convert(key, raw)
 
-        def bounds(raw: Any) -> tuple[int, int]:
-            lo, hi = raw
-            return int(lo), int(hi)
+        def bounds(key: str, raw: Any) -> tuple[int, int]:
+            if not isinstance(raw, list) or len(raw) != 2:
+                raise ConfigError(key, raw, "give [lo, hi], two whole numbers")
+            return (_whole(f"{key}[0]", raw[0], 1, MAX_HINT_BATCH_SIZE),
+                    _whole(f"{key}[1]", raw[1], 1, MAX_HINT_BATCH_SIZE))
 
-        def stats(raw: Any) -> GradientStats:
-            return GradientStats(float(raw["sqr"]), float(raw["var"]))
+        def params(key: str, raw: Any) -> ThroughputParams:
+            names = [f.name for f in fields(ThroughputParams)]
+            if not isinstance(raw, dict) or sorted(raw) != sorted(names):
+                raise ConfigError(key, raw, f"give an object with exactly {', '.join(names)}")
+            return ThroughputParams(*(_real(f"{key}.{name}", raw[name], 0.0,
+                                            MAX_THROUGHPUT_PARAM) for name in names))
 
-        def gpu_type_name(raw: Any) -> str:
-            return check_gpu_type("gpu_type", raw)
+        def stats(key: str, raw: Any) -> GradientStats:
+            if not isinstance(raw, dict) or sorted(raw) != ["sqr", "var"]:
+                raise ConfigError(key, raw, "give an object with exactly sqr and var")
+            return GradientStats(_real(f"{key}.sqr", raw["sqr"], 0.0, MAX_GRADIENT_STAT),
+                                 _real(f"{key}.var", raw["var"], 0.0, MAX_GRADIENT_STAT))
 
-        def profiles(raw: Any) -> dict[str, TypeProfile]:
-            if not isinstance(raw, dict):
-                raise TypeError("expected an object of GPU type -> profile")
-            return {check_gpu_type("type_profiles", name):
-                    profile_from_dict(value, f"type_profiles[{name!r}]")
-                    for name, value in raw.items()}
+        def gpu_type_name(key: str, raw: Any) -> str:
+            return check_gpu_type(key, raw)
 
-        def flag(raw: Any) -> bool:
+        def profiles(key: str, raw: Any) -> dict[str, TypeProfile]:
+            if not isinstance(raw, dict) or len(raw) > MAX_TYPE_PROFILES:
+                raise ConfigError(key, raw, "give an object of GPU type -> profile, at most "
+                                            f"{MAX_TYPE_PROFILES} types")
+            parsed = {}
+            for name, value in raw.items():
+                where = f"{key}[{check_gpu_type(key, name)!r}]"
+                if not isinstance(value, dict) or not set(value) <= {
+                        "throughput_params", "max_profiled_replicas"}:
+                    raise ConfigError(where, value, "give an object with throughput_params "
+                                                    "and max_profiled_replicas")
+                raw_params = value.get("throughput_params")
+                parsed[name] = TypeProfile(
+                    None if raw_params is None else params(f"{where}.throughput_params",
+                                                           raw_params),
+                    count(f"{where}.max_profiled_replicas",
+                          value.get("max_profiled_replicas", 0)))
+            return parsed
+
+        def flag(key: str, raw: Any) -> bool:
             if not isinstance(raw, bool):
-                raise TypeError("expected true or false")
+                raise ConfigError(key, raw, "give true or false")
             return raw
 
+        def batch(low: int) -> Any:
+            return lambda key, raw: _whole(key, raw, low, MAX_HINT_BATCH_SIZE)
+
+        def count(key: str, raw: Any) -> int:
+            return _whole(key, raw, 0, MAX_HINT_COUNT)
+
+        def progress(key: str, raw: Any) -> float:
+            return _real(key, raw, 0.0, MAX_HINT_PROGRESS)
+
         return cls(
-            init_batch_size=field("init_batch_size", int),
-            max_batch_size=field("max_batch_size", int),
+            init_batch_size=field("init_batch_size", batch(1)),
+            max_batch_size=field("max_batch_size", batch(1)),
             local_bsz_bounds=field("local_bsz_bounds", bounds),
             accumulation=field("accumulation", flag, True),
-            throughput_params=field("throughput_params", ThroughputParams.from_dict, None),
+            throughput_params=field("throughput_params", params, None),
             grad_stats=field("grad_stats", stats, None),
-            max_profiled_replicas=field("max_profiled_replicas", int, 0),
-            batch_size=field("batch_size", int, None),
-            local_bsz=field("local_bsz", int, None),
-            accum_steps=field("accum_steps", int, None),
-            epoch=field("epoch", int, 0),
-            progress=field("progress", float, 0.0),
+            max_profiled_replicas=field("max_profiled_replicas", count, 0),
+            batch_size=field("batch_size", batch(1), None),
+            local_bsz=field("local_bsz", batch(1), None),
+            accum_steps=field("accum_steps", count, None),
+            epoch=field("epoch", count, 0),
+            progress=field("progress", progress, 0.0),
             gpu_type=field("gpu_type", gpu_type_name, None),
             type_profiles=field("type_profiles", profiles, {}),
         )
@@ -205,3 +276,7 @@ def check_gpu_type(field_name: str, value: object) -> str:
                           f"a GPU type is a non-empty name of at most {MAX_GPU_TYPE_CHARS} "
                           "characters")
     return value
+
+
+HINT_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(JobHints))
+"""The JSON fields of hints (those of :class:`JobHints`)."""

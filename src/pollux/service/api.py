@@ -1,16 +1,17 @@
 """The REST API (FastAPI). Thin: parses, checks tokens, calls the service, formats.
 
-Errors are JSON ``{"detail": message, "field": name}``: 400 malformed body, 401 missing
-or wrong token, 403 a job token used for another job, 404 unknown job, 413 body too
-large, 422 a field with a bad value (the field is named).
+Errors are JSON ``{"detail": message, "field": name}``: 400 malformed body (or a Host
+this server does not answer to), 401 missing or wrong token, 403 a job token used for
+another job (or a foreign Origin), 404 unknown job, 413 body too large, 415 a body that
+is not ``application/json``, 422 a field with a bad value (the field is named).
 
-Every request needs ``Authorization: Bearer <token>`` when the server has a token. The
-hints endpoint instead takes the job's own hints token (or the server token).
+Every request needs the server's token (see :mod:`pollux.service.auth`, which guards
+every route of the app). The hints endpoint instead takes the job's own hints token (or
+the server token), checked before it says whether the job exists.
 """
 
 from __future__ import annotations
 
-import hmac
 import json
 import time
 from typing import Any
@@ -22,12 +23,15 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from pollux import __version__
 from pollux.errors import ConfigError, UnknownPluginError
+from pollux.service.auth import ApiAuth, bearer_token, error_response, install_guard, tokens_match
 from pollux.service.dashboard import add_dashboard
 from pollux.service.openapi import SUBMIT_OPENAPI, add_offline_docs, add_schemas
 from pollux.service.server import SchedulerService
 from pollux.service.store import UnknownJobError
 
 MAX_BODY_BYTES = 1 << 20
+MAX_JSON_DEPTH = 32
+"""Deepest nesting of arrays/objects a body may have (specs and hints need 3)."""
 HINTS_PATH_SUFFIX = "/hints"
 
 
@@ -41,53 +45,54 @@ class ApiError(Exception):
         self.field = field
 
 
-def error_response(status: int, message: str, field: str | None = None) -> JSONResponse:
-    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
-    return JSONResponse({"detail": message, "field": field}, status_code=status,
-                        headers=headers)
-
-
-def bearer_token(request: Request) -> str | None:
-    header = request.headers.get("authorization", "")
-    scheme, _, value = header.partition(" ")
-    if scheme.lower() != "bearer" or not value.strip():
-        return None
-    return value.strip()
-
-
-def tokens_match(given: str | None, expected: str | None) -> bool:
-    if given is None or expected is None:
-        return False
-    return hmac.compare_digest(given.encode(), expected.encode())
+def json_depth(value: Any) -> int:
+    """Nesting depth of a parsed JSON value (iterative: no recursion limit to hit)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (list, dict)):
+            deepest = max(deepest, depth)
+            stack.extend((child, depth + 1) for child in
+                         (item.values() if isinstance(item, dict) else item))
+    return deepest
 
 
 async def json_body(request: Request) -> Any:
+    """The request's JSON body, read as a stream that stops at ``MAX_BODY_BYTES`` (413)
+    so an endless or huge body never sits in memory; malformed or too deeply nested
+    JSON is a 400."""
+    too_large = ApiError(413, f"body larger than {MAX_BODY_BYTES} bytes", "body")
     length = request.headers.get("content-length")
     if length is not None and length.isdigit() and int(length) > MAX_BODY_BYTES:
-        raise ApiError(413, f"body larger than {MAX_BODY_BYTES} bytes", "body")
-    raw = await request.body()
-    if len(raw) > MAX_BODY_BYTES:
-        raise ApiError(413, f"body larger than {MAX_BODY_BYTES} bytes", "body")
+        raise too_large
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            raise too_large
+        chunks.append(chunk)
     try:
-        return json.loads(raw)
+        value = json.loads(b"".join(chunks))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ApiError(400, f"body is not valid JSON: {exc}", "body") from exc
+    except RecursionError as exc:
+        raise ApiError(400, f"body nests deeper than {MAX_JSON_DEPTH} levels", "body") from exc
+    if json_depth(value) > MAX_JSON_DEPTH:
+        raise ApiError(400, f"body nests deeper than {MAX_JSON_DEPTH} levels", "body")
+    return value
 
 
-def create_app(service: SchedulerService, token: str | None = None) -> FastAPI:
+def is_hints_post(request: Request) -> bool:
+    """A job posting its hints (authenticated by the route with the job's own token)."""
+    return request.method == "POST" and request.url.path.endswith(HINTS_PATH_SUFFIX)
+
+
+def create_app(service: SchedulerService, auth: ApiAuth) -> FastAPI:
+    """The API app; ``auth`` guards every route (see :mod:`pollux.service.auth`)."""
     app = FastAPI(title="Pollux scheduler", version=__version__,
                   description="Submit, watch and cancel elastic training jobs.",
                   docs_url=None, redoc_url=None)
-
-    @app.middleware("http")
-    async def check_token(request: Request, call_next: Any) -> Response:
-        is_hints = request.method == "POST" and request.url.path.endswith(HINTS_PATH_SUFFIX)
-        if token is not None and not is_hints and not tokens_match(bearer_token(request),
-                                                                   token):
-            return error_response(401, "missing or wrong token: send 'Authorization: "
-                                       "Bearer <token>'", "Authorization")
-        response: Response = await call_next(request)
-        return response
+    install_guard(app, auth, exempt=is_hints_post)
 
     if service.metrics is not None:
         request_duration = service.metrics.request_duration
@@ -162,11 +167,18 @@ def create_app(service: SchedulerService, token: str | None = None) -> FastAPI:
     @app.post("/api/jobs/{job_id}/hints", status_code=204)
     async def post_hints(job_id: str, request: Request) -> Response:
         given = bearer_token(request)
-        record = service.job_for_hints(job_id)
-        if not (tokens_match(given, record.hints_token) or tokens_match(given, token)):
-            status = 401 if given is None else 403
-            raise ApiError(status, f"this token may not post hints for job {job_id}",
-                           "Authorization")
+        if given is None:
+            raise ApiError(401, "send the job's hints token: 'Authorization: Bearer "
+                                "<token>'", "Authorization")
+        if not auth.accepts_token(given):
+            # a job token: the same answer whether or not the job exists (no enumeration)
+            try:
+                allowed = tokens_match(given, service.job_for_hints(job_id).hints_token)
+            except UnknownJobError:
+                allowed = False
+            if not allowed:
+                raise ApiError(403, f"this token may not post hints for job {job_id}",
+                               "Authorization")
         service.post_hints(job_id, await json_body(request))
         return Response(status_code=204)
 

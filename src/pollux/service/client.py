@@ -53,6 +53,13 @@ def read_token_file(path: str | os.PathLike[str]) -> str:
     return token
 
 
+def server_address(record: dict[str, Any]) -> ServerAddress:
+    """The address and token of a running server from its ``server.json`` record."""
+    token_file = record.get("token_file")
+    return ServerAddress(str(record["url"]).rstrip("/"),
+                         None if not token_file else read_token_file(token_file))
+
+
 def locate_server(server: str | None = None, data_dir: str | os.PathLike[str] | None = None,
                   token: str | None = None, token_file: str | None = None) -> ServerAddress:
     """Where the server is and which token to send (see the module docstring)."""

@@ -12,9 +12,11 @@ import signal
 import socket
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 
 from pollux.errors import ConfigError, PolluxError
+from pollux.service.private import load_or_create_token, make_private_dir, make_private_file
 from pollux.service.server import ServerConfig, build_service
 
 logger = logging.getLogger(__name__)
@@ -31,7 +33,8 @@ class ServerShutdown(BaseException):  # noqa: N818 - a signal, not an error
 def data_dir_lock(data_dir: Path) -> Iterator[None]:
     """Hold an exclusive lock on the data directory (one server per directory). A new
     directory is private to the user: the job store holds the jobs' hints tokens."""
-    data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    make_private_dir(data_dir)
+    make_private_file(data_dir / "server.lock")
     handle = open(data_dir / "server.lock", "w")  # noqa: SIM115 - held for the lifetime
     try:
         try:
@@ -48,6 +51,8 @@ def data_dir_lock(data_dir: Path) -> Iterator[None]:
 def write_server_file(config: ServerConfig, url: str) -> None:
     path = config.data_dir / SERVER_FILE
     tmp = path.with_suffix(".tmp")
+    tmp.unlink(missing_ok=True)
+    make_private_file(tmp)
     tmp.write_text(json.dumps({"url": url, "pid": os.getpid(), "token_file": config.token_file,
                                "has_token": bool(config.token)}))
     os.replace(tmp, path)
@@ -58,8 +63,12 @@ def run_server(config: ServerConfig, ready: Callable[[str], None] | None = None)
     import uvicorn
 
     from pollux.service.api import create_app
+    from pollux.service.auth import ApiAuth, allowed_hosts_for
 
     with data_dir_lock(config.data_dir):
+        if not config.token:  # a token always: generated once, kept in the data directory
+            token, token_path = load_or_create_token(config.data_dir)
+            config = replace(config, token=token, token_file=str(token_path))
         sock = socket.socket(socket.AF_INET6 if ":" in config.host else socket.AF_INET)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
@@ -77,7 +86,9 @@ def run_server(config: ServerConfig, ready: Callable[[str], None] | None = None)
             advertised = f"[{advertised}]"  # IPv6
         hints_base = f"http://{advertised}:{port}" if advertised else url
         service = build_service(config, f"{hints_base}/api/jobs/{{job_id}}/hints")
-        app = create_app(service, config.token)
+        assert config.token is not None
+        app = create_app(service, ApiAuth(config.token, allowed_hosts_for(
+            config.host, config.advertise_host)))
         server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
 
         def request_shutdown(signum: int, frame: object) -> None:

@@ -57,7 +57,8 @@ class ServerConfig:
     port: int = DEFAULT_PORT
     """0 picks a free port (written to server.json)."""
     token: str | None = None
-    """Required on every request when set; mandatory when binding beyond loopback."""
+    """Required on every request; None: the token in ``<data_dir>/token``, generated on
+    first start (mode 0600)."""
     token_file: str | None = None
     """Where the token came from (recorded in server.json so the CLI can read it)."""
     policy: str = "pollux"
@@ -86,9 +87,6 @@ class ServerConfig:
 
     def __post_init__(self) -> None:
         check_autoscaler_name(self.autoscaler)
-        if not is_loopback(self.host) and not self.token:
-            raise ConfigError("host", self.host, "binding beyond 127.0.0.1 needs a token: "
-                                                 "pass --token or --token-file")
         if self.interval_s <= 0:
             raise ConfigError("interval", self.interval_s, "must be > 0 seconds")
         if not 0 <= self.port < 65536:

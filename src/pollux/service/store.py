@@ -21,6 +21,7 @@ from typing import Any
 
 from pollux.errors import ConfigError, PolluxError
 from pollux.job_spec import JobSpec
+from pollux.service.private import make_private_file
 from pollux.service.states import JobState, can_transition
 
 logger = logging.getLogger(__name__)
@@ -184,7 +185,11 @@ class JobStore:
         if synchronous not in ("FULL", "NORMAL", "OFF"):
             raise ConfigError("synchronous", synchronous, "choose FULL, NORMAL or OFF")
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        # 0600 before SQLite opens it: its WAL and shared-memory files copy the mode
+        for name in (self.path, Path(f"{self.path}-wal"), Path(f"{self.path}-shm")):
+            if name == self.path or name.exists():
+                make_private_file(name)
         self._lock = threading.RLock()
         self._conn = sqlite3.connect(str(self.path), isolation_level=None,
                                      check_same_thread=False, timeout=10.0)

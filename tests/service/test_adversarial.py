@@ -1,0 +1,221 @@
+"""Hostile inputs against the service: what a malicious job, a local user or a web page
+in a browser could send. Each test names the defect of issue #13 it guards against;
+every one failed on the service before that issue was fixed."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import stat
+import warnings
+from typing import Any
+
+import pytest
+
+from pollux.service.api import MAX_BODY_BYTES, create_app
+from pollux.service.auth import TOKEN_COOKIE, ApiAuth, allowed_hosts_for
+from pollux.service.store import JobStore
+from tests.service.service_builders import AUTH_HEADERS, TEST_TOKEN, make_auth, make_spec
+
+with warnings.catch_warnings():  # starlette 1.0 asks for the httpx2 fork; httpx works
+    warnings.simplefilter("ignore", UserWarning)
+    from fastapi.testclient import TestClient
+
+SPEC = {"name": "evil", "command": ["sh", "-c", "id > proof"], "working_dir": "/tmp"}
+HINTS = {"init_batch_size": 32, "max_batch_size": 512, "local_bsz_bounds": [16, 128]}
+
+
+@pytest.fixture
+def service(make_service):
+    return make_service()
+
+
+@pytest.fixture
+def client(service):
+    with TestClient(create_app(service, make_auth())) as test_client:
+        yield test_client
+
+
+# --- defect 2: nobody gets in uninvited --------------------------------------------------
+
+@pytest.mark.parametrize(("method", "path"), [
+    ("get", "/api/health"), ("get", "/api/jobs"), ("post", "/api/jobs"),
+    ("get", "/api/nodes"), ("get", "/api/cluster"), ("get", "/api/jobs/x"),
+    ("post", "/api/jobs/x/cancel"), ("get", "/api/jobs/x/logs"), ("get", "/openapi.json"),
+    ("get", "/docs"), ("get", "/"), ("get", "/metrics")])
+def test_every_route_needs_the_token_on_loopback_too(client, method, path):
+    response = getattr(client, method)(path)
+    assert response.status_code == 401, (path, response.text)
+    assert response.json()["field"] == "Authorization"
+    wrong = getattr(client, method)(path, headers={"Authorization": "Bearer nope"})
+    assert wrong.status_code == 401
+
+
+def test_a_cross_site_form_post_cannot_submit(client, service):
+    """A page in the user's browser posts a text/plain 'form' (no preflight): refused
+    for its missing token and, even with one, for its content type."""
+    form = client.post("/api/jobs", content=json.dumps(SPEC),
+                       headers={"Content-Type": "text/plain", "Origin": "http://evil.example"})
+    assert form.status_code in (401, 403)
+    for content_type in ("text/plain", "application/x-www-form-urlencoded",
+                         "multipart/form-data; boundary=x", None):
+        headers = dict(AUTH_HEADERS)
+        if content_type is not None:
+            headers["Content-Type"] = content_type
+        response = client.post("/api/jobs", content=json.dumps(SPEC).encode(), headers=headers)
+        assert response.status_code == 415, (content_type, response.text)
+        assert response.json()["field"] == "Content-Type"
+    assert service.store.list_jobs() == []
+    ok = client.post("/api/jobs", json={**SPEC, "command": ["true"]}, headers=AUTH_HEADERS)
+    assert ok.status_code == 201
+
+
+def test_foreign_host_and_origin_are_refused(client):
+    """DNS rebinding: a page of evil.example whose name now points at 127.0.0.1 sends
+    Host: evil.example -- refused even with a valid token."""
+    rebound = client.get("/api/jobs", headers={**AUTH_HEADERS, "Host": "evil.example:8470"})
+    assert rebound.status_code == 400 and rebound.json()["field"] == "Host"
+    foreign = client.get("/api/jobs", headers={**AUTH_HEADERS, "Origin": "http://evil.example"})
+    assert foreign.status_code == 403 and foreign.json()["field"] == "Origin"
+    assert client.get("/api/jobs", headers=AUTH_HEADERS).status_code == 200
+
+
+@pytest.mark.parametrize(("bind", "advertise", "host", "ok"), [
+    ("127.0.0.1", None, "127.0.0.1:8470", True), ("127.0.0.1", None, "localhost:8470", True),
+    ("127.0.0.1", None, "[::1]:8470", True), ("127.0.0.1", None, "evil.example:8470", False),
+    ("127.0.0.1", None, "10.0.0.1:8470", False), ("10.0.0.5", None, "10.0.0.5", True),
+    ("10.0.0.5", None, "localhost", False), ("0.0.0.0", None, "192.168.1.9:8470", True),
+    ("0.0.0.0", "head.example", "head.example:8470", True),
+    ("0.0.0.0", None, "evil.example:8470", False), ("127.0.0.1", None, "", False)])
+def test_host_rule(bind, advertise, host, ok):
+    assert ApiAuth("t", allowed_hosts_for(bind, advertise)).accepts_host(host) is ok
+
+
+def test_hints_route_does_not_reveal_which_jobs_exist(client, service):
+    job_id = client.post("/api/jobs", json=SPEC, headers=AUTH_HEADERS).json()["id"]
+    token = service.store.get_job(job_id).hints_token
+    other = client.post("/api/jobs", json=SPEC, headers=AUTH_HEADERS).json()["id"]
+    as_job = {"Authorization": f"Bearer {token}"}
+    answers = {ref: client.post(f"/api/jobs/{ref}/hints", json=HINTS, headers=as_job)
+               for ref in (other, "evil-99", "nope")}
+    assert {ref: r.status_code for ref, r in answers.items()} == dict.fromkeys(answers, 403)
+    assert len({r.json()["detail"].replace(ref, "") for ref, r in answers.items()}) == 1
+    guesses = {ref: client.post(f"/api/jobs/{ref}/hints", json=HINTS).status_code
+               for ref in (other, "nope")}
+    assert guesses == {other: 401, "nope": 401}
+
+
+def test_a_token_link_sets_a_strict_cookie_for_browsers(client):
+    """How a browser (the dashboard) presents the token: ``?token=`` once, then a cookie."""
+    assert client.get("/api/jobs?token=wrong", follow_redirects=False).status_code == 401
+    link = client.get(f"/api/jobs?token={TEST_TOKEN}&x=1", follow_redirects=False)
+    assert link.status_code == 303 and link.headers["location"] == "/api/jobs?x=1"
+    cookie = link.headers["set-cookie"].lower()
+    assert f"{TOKEN_COOKIE}=" in cookie and "httponly" in cookie
+    assert "samesite=strict" in cookie
+    client.cookies.set(TOKEN_COOKIE, TEST_TOKEN)
+    assert client.get("/api/jobs").status_code == 200
+    client.cookies.set(TOKEN_COOKIE, "forged")
+    assert client.get("/api/jobs").status_code == 401
+
+
+# --- defect 6 and 10: bodies that exhaust memory or the parser ---------------------------
+
+def run_asgi(app: Any, method: str, path: str, chunks: Any, headers: list[tuple[bytes, bytes]]
+             ) -> tuple[int, dict[str, Any]]:
+    """One request straight through the ASGI app, its body sent chunk by chunk."""
+    sent: list[dict[str, Any]] = []
+    iterator = iter(chunks)
+
+    async def receive() -> dict[str, Any]:
+        chunk = next(iterator, None)
+        if chunk is None:
+            return {"type": "http.request", "body": b"", "more_body": False}
+        return {"type": "http.request", "body": chunk, "more_body": True}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1",
+             "method": method, "path": path, "raw_path": path.encode(), "query_string": b"",
+             "root_path": "", "scheme": "http", "server": ("127.0.0.1", 8470),
+             "client": ("127.0.0.1", 5000), "headers": headers}
+    asyncio.run(app(scope, receive, send))
+    start = next(m for m in sent if m["type"] == "http.response.start")
+    body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
+    return start["status"], json.loads(body)
+
+
+def test_a_huge_chunked_body_is_cut_off_at_the_limit(service):
+    """400 MiB sent chunked (no Content-Length): reading stops just past the limit."""
+    chunk = b"x" * (64 << 10)
+    consumed = []
+
+    def endless() -> Any:
+        for _ in range((400 << 20) // len(chunk)):
+            consumed.append(len(chunk))
+            yield chunk
+
+    status, body = run_asgi(create_app(service, make_auth()), "POST", "/api/jobs", endless(),
+                            [(b"host", b"testserver"), (b"transfer-encoding", b"chunked"),
+                             (b"content-type", b"application/json"),
+                             (b"authorization", f"Bearer {TEST_TOKEN}".encode())])
+    assert status == 413 and body["field"] == "body"
+    assert sum(consumed) <= MAX_BODY_BYTES + len(chunk)
+
+
+@pytest.mark.parametrize("depth", [100, 5000, 200000])
+def test_deeply_nested_json_is_a_400(client, depth):
+    body = "[" * depth + "]" * depth
+    for path in ("/api/jobs", "/api/jobs/evil-1/hints"):
+        response = client.post(path, content=body, headers={
+            **AUTH_HEADERS, "Content-Type": "application/json"})
+        assert response.status_code in (400, 413), (path, response.text)
+        assert response.json()["field"] == "body"
+
+
+# --- defect 3: the store and the token are private ---------------------------------------
+
+def test_store_files_are_private_even_in_an_open_directory(tmp_path):
+    data_dir = tmp_path / "data"
+    data_dir.mkdir(mode=0o755)
+    old = os.umask(0o022)
+    try:
+        store = JobStore(data_dir / "pollux.db")
+        store.add_job(make_spec(), 0.0)
+        store.close()
+    finally:
+        os.umask(old)
+    for name in ("pollux.db", "pollux.db-wal", "pollux.db-shm"):
+        path = data_dir / name
+        if path.exists():
+            assert stat.S_IMODE(path.stat().st_mode) & 0o077 == 0, name
+
+
+def test_an_open_data_directory_is_made_private(tmp_path, caplog):
+    from pollux.service.runner import data_dir_lock
+
+    data_dir = tmp_path / "shared"
+    data_dir.mkdir()
+    data_dir.chmod(0o777)
+    (data_dir / "pollux.db").touch(mode=0o644)
+    (data_dir / "pollux.db").chmod(0o644)
+    with data_dir_lock(data_dir):
+        pass
+    assert stat.S_IMODE(data_dir.stat().st_mode) == 0o700
+    assert "open to other users" in caplog.text
+    assert stat.S_IMODE((data_dir / "server.lock").stat().st_mode) == 0o600
+
+
+def test_files_written_beside_the_store_are_private(tmp_path):
+    from pollux.service.runner import write_server_file
+    from pollux.service.server import ServerConfig
+
+    old = os.umask(0o022)
+    try:
+        write_server_file(ServerConfig(data_dir=tmp_path, token="t"), "http://127.0.0.1:1")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "server.json").stat().st_mode) == 0o600
+
