@@ -34,10 +34,16 @@ HINTS_TOKEN = "POLLUX_HINTS_TOKEN"
 NUM_RESTARTS = "POLLUX_NUM_RESTARTS"
 """How many times the job has been (re)started before this launch."""
 
+ON_CORRUPT_CHECKPOINT = "POLLUX_ON_CORRUPT_CHECKPOINT"
+"""What the agent does when every checkpoint is corrupt: ``fail`` (default) or ``fresh``."""
+
 _Env = TypeVar("_Env", bound="JobEnvironment")
 
 RESCALE_EXIT_CODE = 75
 """Exit code of a replica that checkpointed and stopped because it was asked to (SIGTERM)."""
+CORRUPT_CHECKPOINT_EXIT_CODE = 76
+"""Exit code of a replica that found only corrupt checkpoints and was told not to start
+over (``on_corrupt_checkpoint: fail``): the job fails at once, with that reason."""
 
 
 @dataclass(frozen=True)
@@ -61,6 +67,7 @@ class JobEnvironment:
     hints_target: str | None = None
     hints_token: str | None = None
     num_restarts: int = 0
+    on_corrupt_checkpoint: str = "fail"
 
     def to_env(self) -> dict[str, str]:
         env = {
@@ -71,6 +78,7 @@ class JobEnvironment:
             NODE_RANK: str(self.node_rank),
             NUM_NODES: str(self.num_nodes),
             NUM_RESTARTS: str(self.num_restarts),
+            ON_CORRUPT_CHECKPOINT: self.on_corrupt_checkpoint,
         }
         if self.master_addr is not None:
             env[MASTER_ADDR] = self.master_addr
@@ -116,4 +124,5 @@ class JobEnvironment:
             hints_target=env.get(HINTS_TARGET),
             hints_token=env.get(HINTS_TOKEN),
             num_restarts=integer(NUM_RESTARTS, 0),
+            on_corrupt_checkpoint=env.get(ON_CORRUPT_CHECKPOINT, "fail"),
         )

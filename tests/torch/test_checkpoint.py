@@ -14,8 +14,10 @@ from typing import Any
 import pytest
 
 from pollux.errors import ConfigError
+from pollux.jobenv import CORRUPT_CHECKPOINT_EXIT_CODE
 from pollux.torch.checkpoint import (
     CheckpointManager,
+    CorruptCheckpointsError,
     InvalidCheckpointError,
     latest_valid_checkpoint,
     list_checkpoints,
@@ -87,7 +89,8 @@ def test_a_damaged_newest_checkpoint_falls_back_to_the_previous(tmp_path: Path,
     box = Box()
     manager.register("box", box)
     box.value = 10
-    assert manager.save() == 3
+    # a file without the checkpoint header is not ours: it does not steer the sequence
+    assert manager.save() == (2 if damage == "garbage" else 3)
     assert restored(tmp_path) == 10
 
 
@@ -168,3 +171,86 @@ def test_sigkill_while_writing_leaves_the_previous_checkpoint_and_resumes_from_i
     assert report == {"restored": expected, "intact": True}, check.stdout + check.stderr
     # The restart removed the torn temporary file (when the kill left one behind).
     assert not list(ckpt.glob(".checkpoint-*.tmp")), leftovers
+
+
+def test_a_planted_high_sequence_does_not_hide_new_checkpoints(tmp_path: Path) -> None:
+    """Defect 8: after ``checkpoint-99999999.pt`` new checkpoints got 9-digit names that
+    the 8-digit pattern never listed: never loaded, never pruned."""
+    saved_values(tmp_path, 1)
+    write_checkpoint_file(tmp_path / "checkpoint-99999999.pt", b"junk payload")
+    (tmp_path / "checkpoint-123456789012.pt").write_bytes(b"foreign, no header")
+    (tmp_path / "checkpoint-00000007.pt.bak").write_bytes(b"not ours either")
+    manager = CheckpointManager(tmp_path, keep=2)
+    box = Box()
+    assert manager.register("box", box) and box.value == 1
+    for value in (20, 21, 22):
+        box.value = value
+        manager.save()
+    assert [f.sequence for f in list_checkpoints(tmp_path)] == [100000001, 100000002]
+    assert restored(tmp_path) == 22
+    assert (tmp_path / "checkpoint-123456789012.pt").exists()  # foreign: left alone
+
+
+def test_a_planted_pickle_cannot_run_code(tmp_path: Path) -> None:
+    """Defect 10: ``torch.load(weights_only=False)`` ran whatever a planted file held."""
+    import io
+    import pickle
+
+    marker = tmp_path / "pwned"
+
+    class Exploit:
+        def __reduce__(self) -> Any:
+            return (os.system, (f"touch {marker}",))
+
+    buffer = io.BytesIO()
+    pickle.dump({"meta": {}, "states": {"box": Exploit()}}, buffer, protocol=2)
+    saved_values(tmp_path, 1)
+    write_checkpoint_file(tmp_path / "checkpoint-00000002.pt", buffer.getvalue())
+    assert restored(tmp_path) == 1  # the planted file is refused, the older one used
+    assert not marker.exists()
+
+
+def test_the_agents_own_state_loads_under_the_allow_list(tmp_path: Path) -> None:
+    import random
+
+    import numpy as np
+    import torch
+
+    manager = CheckpointManager(tmp_path)
+    state = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(),
+             "random": random.getstate(), "arr": np.arange(3.0), "f": np.float32(1.5)}
+    manager.register_functions("rng", lambda: state, lambda s: None)
+    manager.save()
+    loaded = latest_valid_checkpoint(tmp_path)
+    assert loaded is not None
+    assert loaded[1]["states"]["rng"]["numpy"][0] == "MT19937"
+
+
+def _corrupt_all(directory: Path) -> None:
+    for found in list_checkpoints(directory):
+        data = bytearray(found.path.read_bytes())
+        data[-1] ^= 0xFF
+        found.path.write_bytes(bytes(data))
+
+
+def test_all_corrupt_checkpoints_fail_by_default(tmp_path: Path) -> None:
+    """Defect 9: all checkpoints corrupt meant a silent fresh start."""
+    saved_values(tmp_path, 2)
+    _corrupt_all(tmp_path)
+    with pytest.raises(CorruptCheckpointsError) as info:
+        CheckpointManager(tmp_path)
+    assert info.value.code == CORRUPT_CHECKPOINT_EXIT_CODE
+    assert "all 2 checkpoints" in str(info.value) and "on_corrupt_checkpoint" in str(info.value)
+
+
+def test_all_corrupt_checkpoints_start_fresh_when_asked(tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    saved_values(tmp_path, 2)
+    _corrupt_all(tmp_path)
+    monkeypatch.setenv("POLLUX_ON_CORRUPT_CHECKPOINT", "fresh")
+    manager = CheckpointManager(tmp_path)
+    assert manager.register("box", Box()) is False and manager.restored_sequence is None
+    assert sorted(p.name for p in tmp_path.glob("*.corrupt")) == [
+        "checkpoint-00000001.pt.corrupt", "checkpoint-00000002.pt.corrupt"]
+    with pytest.raises(ConfigError, match="on_corrupt_checkpoint"):
+        CheckpointManager(tmp_path, on_corrupt="ignore")

@@ -24,25 +24,34 @@ import hashlib
 import io
 import logging
 import os
+import pickle
 import re
 import struct
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+import numpy as np
 import torch
 import torch.distributed as dist
 
 from pollux.errors import ConfigError
+from pollux.jobenv import CORRUPT_CHECKPOINT_EXIT_CODE, ON_CORRUPT_CHECKPOINT
 
 logger = logging.getLogger(__name__)
 
 MAGIC = b"POLLUX-CHECKPOINT-1\n"
 _HEADER = struct.Struct("<Q32s")  # payload length, sha256 of the payload
-_NAME = re.compile(r"^checkpoint-(\d{8})\.pt$")
+_NAME = re.compile(r"checkpoint-(\d{8,})\.pt")
+"""Names written by :func:`checkpoint_path` (8 digits, more past 99,999,999); matched
+with ``fullmatch``. A file so named without :data:`MAGIC` is not ours and is ignored."""
+CORRUPT_SUFFIX = ".corrupt"
+"""Appended to a checkpoint found corrupt when the job starts fresh (kept to inspect)."""
+ON_CORRUPT_CHOICES = ("fail", "fresh")
+"""What a job does when every checkpoint is corrupt: stop with the reason, or start over."""
 DEFAULT_WRITE_CHUNK_BYTES = 4 << 20
 
 
@@ -56,6 +65,26 @@ class Checkpointable(Protocol):
 
 class InvalidCheckpointError(Exception):
     """A checkpoint file that is torn, truncated or corrupted (internal: it is skipped)."""
+
+
+class CorruptCheckpointsError(SystemExit):
+    """Every checkpoint of the job is corrupt and the job chose to fail rather than start
+    over: the process exits with :data:`~pollux.jobenv.CORRUPT_CHECKPOINT_EXIT_CODE`, which
+    the scheduler reports as the job's failure reason (the details are in the log)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(CORRUPT_CHECKPOINT_EXIT_CODE)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def on_corrupt_from_env(environ: Mapping[str, str] | None = None) -> str:
+    """The launcher's choice for all-corrupt checkpoints (``fail`` when not launched by
+    Pollux)."""
+    env = os.environ if environ is None else environ
+    return env.get(ON_CORRUPT_CHECKPOINT, "fail")
 
 
 @dataclass(frozen=True)
@@ -89,10 +118,20 @@ def list_checkpoints(directory: str | os.PathLike[str]) -> list[CheckpointFile]:
         return []
     found = []
     for entry in path.iterdir():
-        match = _NAME.match(entry.name)
-        if match:
+        match = _NAME.fullmatch(entry.name)
+        if match and _starts_with_magic(entry):
             found.append(CheckpointFile(entry, int(match.group(1))))
     return sorted(found, key=lambda f: f.sequence)
+
+
+def _starts_with_magic(path: Path) -> bool:
+    """Whether ``path`` is a regular file that begins like a Pollux checkpoint (foreign
+    files under a checkpoint's name never steer the sequence, loading or pruning)."""
+    try:
+        with open(path, "rb") as handle:
+            return path.is_file() and handle.read(len(MAGIC)) == MAGIC
+    except OSError:
+        return False
 
 
 def _fsync_directory(directory: Path) -> None:
@@ -141,12 +180,32 @@ def read_checkpoint_file(path: Path) -> bytes:
 def load_checkpoint(path: Path) -> dict[str, Any]:
     """Decode a verified checkpoint file into ``{"meta": ..., "states": {name: state}}``."""
     payload = read_checkpoint_file(path)
-    # weights_only=False: the file is this job's own, verified by its checksum, and
-    # holds numpy RNG states and user objects that the restricted unpickler refuses.
-    content = torch.load(io.BytesIO(payload), map_location="cpu", weights_only=False)
+    # weights_only: a planted file must not run code when unpickled; the agent's own
+    # state needs only tensors, containers and numpy arrays (RNG states) besides.
+    try:
+        with torch.serialization.safe_globals(agent_safe_globals()):
+            content = torch.load(io.BytesIO(payload), map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as exc:
+        raise InvalidCheckpointError(
+            f"{path}: holds objects outside the allow-list of checkpoint contents ("
+            f"{str(exc).splitlines()[-1] if str(exc) else exc!r}); register plain state "
+            "(tensors, numbers, lists, dicts) or allow your type with "
+            "torch.serialization.add_safe_globals([YourType])") from exc
+    except Exception as exc:  # a verified file that still does not decode: corrupt
+        raise InvalidCheckpointError(f"{path}: cannot decode ({type(exc).__name__}: "
+                                     f"{exc})") from exc
     if not isinstance(content, dict) or "states" not in content:
         raise InvalidCheckpointError(f"{path}: unexpected content")
     return content
+
+
+def agent_safe_globals() -> list[Any]:
+    """What the agent's own checkpoint state needs beyond tensors and Python containers:
+    numpy arrays and scalars (``np.random.get_state()``) and their dtypes."""
+    multiarray = getattr(np, "_core", None) or np.core
+    dtypes = [type(np.dtype(code)) for code in "?bBhHiIlLqQefdgFDGUSV"]
+    return [multiarray.multiarray._reconstruct, multiarray.multiarray.scalar, np.ndarray,
+            np.dtype, *dtypes]
 
 
 def latest_valid_checkpoint(
@@ -170,9 +229,18 @@ class CheckpointManager:
 
     def __init__(self, directory: str | os.PathLike[str] | None, *, rank: int = 0,
                  group: Any = None, keep: int = 2,
-                 write_chunk_bytes: int = DEFAULT_WRITE_CHUNK_BYTES) -> None:
+                 write_chunk_bytes: int = DEFAULT_WRITE_CHUNK_BYTES,
+                 on_corrupt: str | None = None) -> None:
+        """``on_corrupt``: when checkpoints exist but none is valid, ``fail`` (raise
+        :class:`CorruptCheckpointsError`, the default) or ``fresh`` (set the corrupt files
+        aside as ``*.corrupt`` and start over); None: the launcher's choice
+        (``POLLUX_ON_CORRUPT_CHECKPOINT``)."""
         if keep < 1:
             raise ConfigError("checkpoints_kept", keep, "keep at least 1 checkpoint")
+        self.on_corrupt = on_corrupt_from_env() if on_corrupt is None else on_corrupt
+        if self.on_corrupt not in ON_CORRUPT_CHOICES:
+            raise ConfigError("on_corrupt_checkpoint", self.on_corrupt,
+                              f"choose {' or '.join(ON_CORRUPT_CHOICES)}")
         self.directory = None if directory is None else Path(directory)
         self.rank = rank
         self.group = group
@@ -198,7 +266,7 @@ class CheckpointManager:
 
     def _find_and_load(self) -> None:
         assert self.directory is not None
-        choice: list[Any] = [None, 0]
+        choice: list[Any] = [None, 0, None]
         if self.rank == 0:
             self.directory.mkdir(parents=True, exist_ok=True)
             for stale in self.directory.glob(".checkpoint-*.tmp"):
@@ -206,18 +274,39 @@ class CheckpointManager:
             existing = list_checkpoints(self.directory)
             found = latest_valid_checkpoint(self.directory)
             choice = [None if found is None else found[0].sequence,
-                      max((f.sequence for f in existing), default=0)]
+                      max((f.sequence for f in existing), default=0), None]
             if found is not None:
                 self._restored = found[1]["states"]
+            elif existing:
+                choice[2] = self._all_corrupt(existing)
         if self._distributed():
             dist.broadcast_object_list(choice, src=0, group=self.group)
-        sequence, highest = choice
+        sequence, highest, failure = choice
+        if failure is not None:
+            raise CorruptCheckpointsError(failure)
         self.last_sequence = int(highest)
         if sequence is not None and self.rank != 0:
             self._restored = load_checkpoint(checkpoint_path(self.directory, sequence))["states"]
         self.restored_sequence = sequence
         if sequence is not None:
             logger.info("restoring from checkpoint %d in %s", sequence, self.directory)
+
+    def _all_corrupt(self, existing: list[CheckpointFile]) -> str | None:
+        """Every checkpoint in ``existing`` failed to load: the failure message (``fail``),
+        or None after setting them aside to start fresh (``fresh``)."""
+        names = ", ".join(f.path.name for f in existing)
+        if self.on_corrupt == "fresh":
+            for corrupt in existing:
+                corrupt.path.rename(corrupt.path.with_name(corrupt.path.name + CORRUPT_SUFFIX))
+            logger.error("all %d checkpoints in %s are corrupt (%s): starting fresh as "
+                         "on_corrupt_checkpoint=fresh asks; they were renamed *%s",
+                         len(existing), self.directory, names, CORRUPT_SUFFIX)
+            return None
+        message = (f"all {len(existing)} checkpoints in {self.directory} are corrupt "
+                   f"({names}; the log above says why); not starting over from scratch: "
+                   "repair or remove them, or set on_corrupt_checkpoint: fresh")
+        logger.error("%s", message)
+        return message
 
     def register(self, name: str, obj: Checkpointable) -> bool:
         """Add a named state object; restore it now if the checkpoint has it.
