@@ -67,6 +67,13 @@ def test_defaults():
     ({"restart_delay_s": float("nan")}, "restart_delay_s"),
     ({"max_failures": True}, "max_failures"),
     ({"max_falures": 3}, "max_falures"),
+    # issue #13 item 10: '$' let a trailing newline through; exec fails past 128 KiB
+    ({"name": "digits\n"}, "name"),
+    ({"env": {"KEY\n": "x"}}, "env.'KEY\\n'"),
+    ({"env": {"BIG": "x" * (128 << 10)}}, "env"),
+    ({"env": {f"V{i}": "x" * 1024 for i in range(200)}}, "env"),
+    ({"command": ["python", "x" * (200 << 10)]}, "command"),
+    ({"on_corrupt_checkpoint": "ignore"}, "on_corrupt_checkpoint"),
 ])
 def test_invalid_fields_are_named(change, field):
     with pytest.raises(JobSpecError) as info:

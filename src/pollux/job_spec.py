@@ -69,6 +69,9 @@ class JobSpec:
     max_failures: int = 3
     """Replica failures tolerated (each restarts the job from its checkpoint); one more
     and the job is Failed."""
+    on_corrupt_checkpoint: str = "fail"
+    """When every checkpoint of the job is corrupt: ``fail`` (at once, with the reason)
+    or ``fresh`` (set them aside and start over)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -83,6 +86,7 @@ class JobSpec:
             "preemptible": self.preemptible,
             "restart_delay_s": self.restart_delay_s,
             "max_failures": self.max_failures,
+            "on_corrupt_checkpoint": self.on_corrupt_checkpoint,
         }
 
     @classmethod
@@ -113,6 +117,8 @@ class JobSpec:
             preemptible=_boolean(data, "preemptible", True),
             restart_delay_s=_number(data, "restart_delay_s", 30.0, lowest=0.0),
             max_failures=_integer(data, "max_failures", 3, lowest=0),
+            on_corrupt_checkpoint=_choice(data, "on_corrupt_checkpoint",
+                                          ON_CORRUPT_CHECKPOINT_CHOICES),
         )
 
     @classmethod
@@ -126,7 +132,12 @@ class JobSpec:
 
 SPEC_FIELDS: tuple[str, ...] = (
     "name", "command", "working_dir", "env", "resources", "min_replicas", "max_replicas",
-    "preemptible", "restart_delay_s", "max_failures")
+    "preemptible", "restart_delay_s", "max_failures", "on_corrupt_checkpoint")
+ON_CORRUPT_CHECKPOINT_CHOICES: tuple[str, ...] = ("fail", "fresh")
+"""When every checkpoint is corrupt: fail with the reason (default) or start over."""
+MAX_ENV_BYTES = 128 << 10
+"""Most bytes of the job's environment (``NAME=value`` strings) and, separately, of its
+command line: beyond, exec fails with E2BIG (Linux allows 128 KiB per string)."""
 RESOURCE_FIELDS: tuple[str, ...] = ("gpu", "cpu", "memory")
 
 
@@ -136,7 +147,7 @@ def _field_name(key: Any) -> str:
 
 
 def _name(value: Any) -> str:
-    if not isinstance(value, str) or not NAME_PATTERN.match(value):
+    if not isinstance(value, str) or not NAME_PATTERN.fullmatch(value):
         raise JobSpecError("name", value, "use 1-63 letters, digits, '.', '_' or '-', "
                                           "starting with a letter or digit")
     return value
@@ -156,6 +167,10 @@ def _command(value: Any) -> tuple[str, ...]:
         raise JobSpecError("command", value, "must name a program to run")
     if any("\x00" in a for a in argv):
         raise JobSpecError("command", value, "must not contain NUL characters")
+    size = sum(len(a.encode("utf-8", "surrogatepass")) + 1 for a in argv)
+    if size > MAX_ENV_BYTES:
+        raise JobSpecError("command", f"{size} bytes", f"must be at most {MAX_ENV_BYTES} "
+                                                       "bytes; pass large inputs in a file")
     return tuple(argv)
 
 
@@ -175,7 +190,7 @@ def _env(value: Any) -> dict[str, str]:
         raise JobSpecError("env", value, "give a mapping of variable names to strings")
     env: dict[str, str] = {}
     for key, item in value.items():
-        if not isinstance(key, str) or not ENV_NAME_PATTERN.match(key):
+        if not isinstance(key, str) or not ENV_NAME_PATTERN.fullmatch(key):
             raise JobSpecError(f"env.{_field_name(key)}", item, "variable names are letters, digits, "
                                                    "'_', not starting with a digit")
         if key.startswith(RESERVED_ENV_PREFIX):
@@ -187,7 +202,21 @@ def _env(value: Any) -> dict[str, str]:
         if "\x00" in text:
             raise JobSpecError(f"env.{key}", item, "must not contain NUL characters")
         env[key] = text
+    size = sum(len(f"{k}={v}".encode("utf-8", "surrogatepass")) + 1 for k, v in env.items())
+    if size > MAX_ENV_BYTES:
+        raise JobSpecError("env", f"{size} bytes", f"must total at most {MAX_ENV_BYTES} bytes "
+                                                   "(NAME=value strings); pass large values "
+                                                   "in a file")
     return env
+
+
+def _choice(data: Mapping[str, Any], key: str, choices: tuple[str, ...]) -> str:
+    value = data.get(key)
+    if value is None:
+        return choices[0]
+    if value not in choices:
+        raise JobSpecError(key, value, f"choose {' or '.join(choices)}")
+    return str(value)
 
 
 def parse_memory(value: Any, field_name: str = "resources.memory") -> float:

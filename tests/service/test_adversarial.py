@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from pollux.errors import JobSpecError
 from pollux.service.api import MAX_BODY_BYTES, create_app
 from pollux.service.auth import TOKEN_COOKIE, ApiAuth, allowed_hosts_for
 from pollux.service.store import JobStore
@@ -219,3 +220,21 @@ def test_files_written_beside_the_store_are_private(tmp_path):
         os.umask(old)
     assert stat.S_IMODE((tmp_path / "server.json").stat().st_mode) == 0o600
 
+
+
+# --- defect 10: a reference means one job -------------------------------------------------
+
+def test_job_ids_and_names_never_collide(store):
+    """A job named like another job's id could shadow it (``describe x-1`` / ``cancel
+    x-1`` took whichever came first); now neither direction can happen."""
+    first = store.add_job(make_spec("x"), 0.0)
+    assert first.id == "x-1"
+    with pytest.raises(JobSpecError) as info:
+        store.add_job(make_spec("x-1"), 1.0)  # would be found under x-1 as well
+    assert info.value.field == "name"
+    named = store.add_job(make_spec("x-3"), 2.0)  # seq 2 or 3: no clash yet
+    later = [store.add_job(make_spec("x"), 3.0 + i) for i in range(3)]
+    ids = {first.id, named.id, *(job.id for job in later)}
+    names = {"x", "x-3"}
+    assert not ids & names, ids
+    assert store.find_job("x-3").id == named.id

@@ -7,7 +7,7 @@ from collections import Counter
 import pytest
 
 from pollux.backends.fake import FakeBackend
-from pollux.jobenv import RESCALE_EXIT_CODE
+from pollux.jobenv import CORRUPT_CHECKPOINT_EXIT_CODE, RESCALE_EXIT_CODE
 from pollux.service.allocator import LOST_EXIT_CODE, Allocator
 from pollux.service.states import JobState
 from pollux.service.store import JobStore
@@ -94,7 +94,14 @@ def test_a_crashed_replica_restarts_the_job_until_max_failures(store, fake_backe
         allocator.tick(failure * 10.0 + 2)
         record = store.get_job(job.id)
         assert record.num_failures == failure
-        if failure <= 2:  # relaunched at once on the same allocation
+        if failure <= 2:  # relaunched on the same allocation after a doubling back-off
+            backoff_s = 2.0 ** (failure - 1)
+            assert record.state is JobState.PENDING
+            assert f"in {backoff_s:g} s" in store.events(job.id)[-1].message
+            allocator.tick(failure * 10.0 + 2 + backoff_s - 0.01)
+            assert store.get_job(job.id).state is JobState.PENDING
+            allocator.tick(failure * 10.0 + 2 + backoff_s)
+            record = store.get_job(job.id)
             assert record.state is JobState.STARTING
             assert record.num_launches == failure + 1
     record = store.get_job(job.id)
@@ -110,6 +117,22 @@ def test_launch_errors_count_as_failures(store, fake_backend, make_allocator):
     allocator.tick(1.0)
     record = store.get_job(job.id)
     assert record.state is JobState.FAILED and "no such program" in record.reason
+
+
+def test_corrupt_checkpoints_fail_the_job_at_once_with_the_reason(store, fake_backend,
+                                                                 make_allocator):
+    """Defect 9: a replica that found only corrupt checkpoints (exit 76) fails the job
+    at once, saying so, instead of burning its retries."""
+    allocator = make_allocator()
+    job = store.add_job(make_spec("a", max_replicas=2, max_failures=5), now=0.0)
+    allocator.tick(1.0)
+    fake_backend.exit_replica(job.id, 0, CORRUPT_CHECKPOINT_EXIT_CODE)
+    allocator.tick(2.0)
+    allocator.tick(3.0)
+    record = store.get_job(job.id)
+    assert record.state is JobState.FAILED and record.num_launches == 1
+    assert "corrupt checkpoints" in record.reason
+    assert any("corrupt checkpoints" in e.message for e in store.events(job.id))
 
 
 def test_cancel_pending_and_running_jobs(store, fake_backend, make_allocator):
@@ -246,6 +269,9 @@ def test_exits_during_a_rescale(store, fake_backend, make_allocator, code, count
     assert store.get_job(a.id).state is JobState.RESCALING
     fake_backend.finish(a.id, code)
     allocator.tick(3.0)
+    if counted:
+        assert store.get_job(a.id).state is JobState.PENDING  # backing off
+        allocator.tick(4.0)
     record = store.get_job(a.id)
     assert record.num_failures == int(counted)
     assert record.state is JobState.STARTING and len(record.allocation) == 2

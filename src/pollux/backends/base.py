@@ -75,7 +75,8 @@ class LaunchRequest:
                 local_rank=seen.get(node, 0), node_rank=node_order.index(node),
                 num_nodes=len(node_order), master_addr=master_addr, master_port=master_port,
                 checkpoint_dir=self.checkpoint_dir, hints_target=self.hints_target,
-                hints_token=self.hints_token, num_restarts=self.num_restarts))
+                hints_token=self.hints_token, num_restarts=self.num_restarts,
+                on_corrupt_checkpoint=self.spec.on_corrupt_checkpoint))
             seen[node] = seen.get(node, 0) + 1
         return envs
 

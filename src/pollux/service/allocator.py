@@ -31,7 +31,7 @@ from pollux.backends.base import (
     ReplicaStatus,
     rank_order,
 )
-from pollux.jobenv import RESCALE_EXIT_CODE
+from pollux.jobenv import CORRUPT_CHECKPOINT_EXIT_CODE, RESCALE_EXIT_CODE
 from pollux.policies.base import Allocation, Policy, PolicyDecision
 from pollux.service.decisions import checked_allocations, fits, subtract
 from pollux.service.explain import hints_of, rescale_reason
@@ -69,6 +69,10 @@ class AllocatorConfig:
     schedule_when_idle: bool = False
     """Ask the policy every round even with no active jobs (an autoscaling policy then
     shrinks the cluster)."""
+    relaunch_backoff_s: float = 1.0
+    """Wait before relaunching a job after its first failure; doubled after each more."""
+    relaunch_backoff_max_s: float = 60.0
+    """Longest wait before relaunching a failed job."""
 
 
 def job_dir(data_dir: Path, job_id: str) -> Path:
@@ -80,6 +84,9 @@ def describe_exit(code: int | None) -> str:
         return "vanished"
     if code == LOST_EXIT_CODE:
         return "was lost with its server"
+    if code == CORRUPT_CHECKPOINT_EXIT_CODE:
+        return ("found only corrupt checkpoints and did not start over (its log says why; "
+                "on_corrupt_checkpoint: fresh starts over)")
     if code < 0:
         try:
             return f"was killed by {signal.Signals(-code).name}"
@@ -107,6 +114,8 @@ class Allocator:
         self._stop_deadlines: dict[str, float] = {}
         self._stop_causes: dict[str, StopCause] = {}
         self._killed: set[str] = set()
+        self._relaunch_not_before: dict[str, float] = {}
+        """Job id -> time before which a failed job is not relaunched (back-off)."""
         self._marked_exits: set[tuple[str, int, int]] = set()
         self._wake = threading.Event()
         self._shutting_down = False
@@ -190,7 +199,8 @@ class Allocator:
         for record in records:
             target = record.target_allocation
             if (record.state is not JobState.PENDING or not target
-                    or record.cancel_requested):
+                    or record.cancel_requested
+                    or now < self._relaunch_not_before.get(record.id, now)):
                 continue
             if any(node not in nodes for node in target):
                 self.store.update_job(record.id, now, target_allocation=None)
@@ -288,8 +298,12 @@ class Allocator:
         failures = {rank: code for rank, code in exits.items() if code not in tolerated}
         if failures:
             rank, code = min(failures.items())
-            self._failed_launch(record, record.reason or f"replica {rank} {describe_exit(code)}",
-                                now)
+            corrupt = [r for r, c in failures.items() if c == CORRUPT_CHECKPOINT_EXIT_CODE]
+            if corrupt:  # relaunching would find the same checkpoints: fail now
+                rank, code = min(corrupt), CORRUPT_CHECKPOINT_EXIT_CODE
+            self._failed_launch(record, f"replica {rank} {describe_exit(code)}" if corrupt
+                                else record.reason or f"replica {rank} {describe_exit(code)}",
+                                now, fatal=bool(corrupt))
             return
         unclean = sorted(rank for rank, code in exits.items() if code not in (0, RESCALE_EXIT_CODE))
         message = ("replicas checkpointed and stopped" if not unclean else
@@ -301,20 +315,28 @@ class Allocator:
                               + message,
                               target_allocation=record.allocation if target is None else target)
 
-    def _failed_launch(self, record: JobRecord, reason: str, now: float) -> None:
+    def _failed_launch(self, record: JobRecord, reason: str, now: float,
+                       fatal: bool = False) -> None:
+        """A launch failed: relaunch after a back-off (doubling per failure), or fail the
+        job past ``max_failures`` or at once when ``fatal`` (a relaunch cannot help)."""
         failures = record.num_failures + 1
         limit = record.spec.max_failures
-        if failures > limit:
+        if fatal or failures > limit:
+            self._relaunch_not_before.pop(record.id, None)
             self.store.transition(record.id, JobState.FAILED, now,
                                   f"failure {failures}: {reason}",
-                                  reason=f"{reason} (failure {failures}, more than "
-                                         f"max_failures={limit})", num_failures=failures)
+                                  reason=reason if fatal else f"{reason} (failure {failures}, "
+                                                              f"more than max_failures={limit})",
+                                  num_failures=failures)
             return
+        delay_s = min(self.config.relaunch_backoff_max_s,
+                      self.config.relaunch_backoff_s * 2 ** (failures - 1))
+        self._relaunch_not_before[record.id] = now + delay_s
         target = record.target_allocation
         self.store.transition(
             record.id, JobState.PENDING, now,
             f"failure {failures} of {limit} tolerated ({reason}); restarting from the last "
-            "checkpoint", reason=reason, num_failures=failures,
+            f"checkpoint in {delay_s:g} s", reason=reason, num_failures=failures,
             target_allocation=record.allocation if target is None else target)
 
     def _cancel_requested(self, now: float) -> None:

@@ -64,6 +64,10 @@ JOB_SPEC_SCHEMA: dict[str, Any] = {
         "max_failures": {"type": "integer", "minimum": 0, "default": 3,
                          "description": "Replica failures tolerated (each restarts the job "
                                         "from its checkpoint)."},
+        "on_corrupt_checkpoint": {"type": "string", "enum": ["fail", "fresh"],
+                                  "default": "fail",
+                                  "description": "When every checkpoint is corrupt: fail at "
+                                                 "once with the reason, or start over."},
     },
 }
 

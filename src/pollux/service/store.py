@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pollux.errors import ConfigError, PolluxError
+from pollux.errors import ConfigError, JobSpecError, PolluxError
 from pollux.job_spec import JobSpec
 from pollux.service.private import make_private_file
 from pollux.service.states import JobState, can_transition
@@ -235,16 +235,26 @@ class JobStore:
     # --- jobs -------------------------------------------------------------------------
 
     def add_job(self, spec: JobSpec, now: float) -> JobRecord:
-        """Accept a job (Pending) with a fresh hints token; its id is ``name-seq``."""
+        """Accept a job (Pending) with a fresh hints token; its id is ``name-seq``. Ids and
+        names never collide (so a reference means one job): a name that is another job's
+        id is refused, and a sequence number whose id would be another job's name is
+        skipped."""
         token = secrets.token_urlsafe(24)
         with self._tx() as cur:
-            cur.execute(
-                "INSERT INTO jobs(id, name, spec, state, hints_token, submitted_at, updated_at)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (f"tmp-{token}", spec.name, json.dumps(spec.to_dict()),
-                 JobState.PENDING.value, token, now, now))
-            seq = int(cur.lastrowid or 0)
-            job_id = f"{spec.name}-{seq}"
+            if cur.execute("SELECT 1 FROM jobs WHERE id=?", (spec.name,)).fetchone():
+                raise JobSpecError("name", spec.name, "is the id of another job; pick "
+                                                      "another name")
+            while True:
+                cur.execute(
+                    "INSERT INTO jobs(id, name, spec, state, hints_token, submitted_at, "
+                    "updated_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    (f"tmp-{token}", spec.name, json.dumps(spec.to_dict()),
+                     JobState.PENDING.value, token, now, now))
+                seq = int(cur.lastrowid or 0)
+                job_id = f"{spec.name}-{seq}"
+                if not cur.execute("SELECT 1 FROM jobs WHERE name=?", (job_id,)).fetchone():
+                    break
+                cur.execute("DELETE FROM jobs WHERE seq=?", (seq,))
             cur.execute("UPDATE jobs SET id=? WHERE seq=?", (job_id, seq))
             self._add_event(cur, job_id, now, "submitted", f"accepted as {job_id}")
         return self.get_job(job_id)

@@ -14,8 +14,10 @@ that the other pieces of the agent share.
 from __future__ import annotations
 
 import enum
+import ipaddress
 import logging
 import os
+import socket
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -119,6 +121,36 @@ def default_device(local_rank: int) -> torch.device:
     return torch.device("cpu")
 
 
+def loopback_listener(host: str, port: int) -> socket.socket | None:
+    """A socket listening on ``host:port`` when ``host`` is a loopback address (a job of
+    the local backend), else None. The rendezvous store of rank 0 then accepts only local
+    connections; TCPStore on its own listens on every interface."""
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return None
+    if not address.is_loopback:
+        return None
+    listener = socket.socket(socket.AF_INET6 if address.version == 6 else socket.AF_INET)
+    try:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind((host, port))
+        listener.listen(512)
+    except OSError:
+        listener.close()
+        raise
+    return listener
+
+
+def rendezvous_store(host: str, port: int, rank: int, num_replicas: int,
+                     timeout: timedelta) -> dist.TCPStore:
+    """The job's TCPStore: rank 0 serves it (on loopback only when ``host`` is a loopback
+    address), the others connect to it."""
+    listener = loopback_listener(host, port) if rank == 0 else None
+    return dist.TCPStore(host, port, num_replicas, is_master=rank == 0, timeout=timeout,
+                         master_listen_fd=None if listener is None else listener.detach())
+
+
 def init_process_group(
     backend: str | None = None,
     *,
@@ -162,9 +194,8 @@ def init_process_group(
         dist.init_process_group(chosen, store=dist.HashStore(), rank=0, world_size=1,
                                 timeout=timeout)
     else:  # several replicas: master_addr and master_port were checked by LaunchEnvironment
-        store = dist.TCPStore(str(launch.master_addr), int(launch.master_port or 0),
-                              launch.num_replicas, is_master=launch.rank == 0,
-                              timeout=timeout)
+        store = rendezvous_store(str(launch.master_addr), int(launch.master_port or 0),
+                                 launch.rank, launch.num_replicas, timeout)
         dist.init_process_group(chosen, store=store, rank=launch.rank,
                                 world_size=launch.num_replicas, timeout=timeout)
     control_group = (dist.group.WORLD if chosen == "gloo"
