@@ -7,16 +7,26 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import pwd
+import shutil
 import stat
+import subprocess
+import sys
+import tempfile
+import time
 import warnings
+from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from pollux.errors import JobSpecError
 from pollux.service.api import MAX_BODY_BYTES, create_app
 from pollux.service.auth import TOKEN_COOKIE, ApiAuth, allowed_hosts_for
 from pollux.service.store import JobStore
+from tests.service.e2e_helpers import FINAL_STATES, REPO, ServerProcess, wait_until
 from tests.service.service_builders import AUTH_HEADERS, TEST_TOKEN, make_auth, make_spec
 
 with warnings.catch_warnings():  # starlette 1.0 asks for the httpx2 fork; httpx works
@@ -238,3 +248,202 @@ def test_job_ids_and_names_never_collide(store):
     names = {"x", "x-3"}
     assert not ids & names, ids
     assert store.find_job("x-3").id == named.id
+
+
+# --- against a live server: a second local user, crashes and slow recoveries ------------
+
+FAKE_JOB = str(Path(__file__).resolve().parents[1] / "backends" / "fake_job.py")
+SYSTEM_PYTHON = "/usr/bin/python3"
+"""An interpreter another user can run (the test's own may sit under /root)."""
+
+
+def fake_job_spec(name: str, *args: str) -> dict[str, Any]:
+    return {"name": name, "command": [sys.executable, FAKE_JOB, *args],
+            "working_dir": str(REPO), "max_failures": 0}
+
+
+@pytest.fixture
+def live_server(tmp_path):
+    process = ServerProcess(tmp_path / "data")
+    yield process
+    process.cleanup()
+
+
+def other_user() -> tuple[int, int] | None:
+    """(uid, gid) of an unprivileged user this test can act as, or None."""
+    if os.getuid() != 0 or not os.access(SYSTEM_PYTHON, os.X_OK):
+        return None
+    try:
+        entry = pwd.getpwnam("nobody")
+    except KeyError:
+        return None
+    return entry.pw_uid, entry.pw_gid
+
+
+@pytest.mark.timeout(120)
+def test_another_local_user_cannot_run_commands_or_read_secrets(tmp_path):
+    """Defects 2 and 3: a second local user submitted ``sh -c 'id > proof'`` (it ran as
+    the server's user) and could read the store. The data directory sits in a folder
+    everyone may enter, as a shared machine's would."""
+    user = other_user()
+    if user is None:
+        pytest.skip("needs root (to act as 'nobody') and /usr/bin/python3")
+    shared = Path(tempfile.mkdtemp(prefix="pollux-shared-"))
+    try:
+        shared.chmod(0o755)
+        server = ServerProcess(shared / "data")
+        try:
+            client = server.start()
+            url = server.clients[-1].address.url
+            client.submit(fake_job_spec("mine", "--steps", "1"))
+            proof = shared / "proof"
+            attack = f"""
+import json, urllib.request, urllib.error
+spec = {{"name": "evil", "command": ["sh", "-c", "id > {proof}"], "working_dir": "/tmp"}}
+results = {{}}
+for name, headers in [("no_token", {{"Content-Type": "application/json"}}),
+                      ("text_plain", {{"Content-Type": "text/plain"}})]:
+    request = urllib.request.Request("{url}/api/jobs", data=json.dumps(spec).encode(),
+                                     headers=headers, method="POST")
+    try:
+        results[name] = urllib.request.urlopen(request, timeout=10).status
+    except urllib.error.HTTPError as exc:
+        results[name] = exc.code
+for name in ("token", "pollux.db", "server.json"):
+    try:
+        open("{shared / 'data'}/" + name, "rb").read(1)
+        results[name] = "read"
+    except OSError as exc:
+        results[name] = type(exc).__name__
+print(json.dumps(results))
+"""
+            done = subprocess.run([SYSTEM_PYTHON, "-I", "-c", attack], user=user[0],
+                                  group=user[1], capture_output=True, text=True, timeout=60,
+                                  cwd="/")
+            assert done.returncode == 0, done.stderr
+            results = json.loads(done.stdout)
+            assert results == {"no_token": 401, "text_plain": 401,
+                               "token": "PermissionError", "pollux.db": "PermissionError",
+                               "server.json": "PermissionError"}, results
+            assert [job["name"] for job in client.jobs()] == ["mine"]
+            time.sleep(1.0)
+            assert not proof.exists()
+        finally:
+            server.cleanup()
+    finally:
+        shutil.rmtree(shared, ignore_errors=True)
+
+
+@pytest.mark.timeout(120)
+def test_a_job_that_finished_during_an_outage_never_runs_again(live_server):
+    """Defect 4: recovery requeued every job it found running, so one that had finished
+    while the server was down ran a second time."""
+    client = live_server.start()
+    job_id = client.submit(fake_job_spec("short", "--steps", "40", "--step-s", "0.05"))["id"]
+    logs = live_server.data_dir / "jobs" / job_id / "logs"
+    wait_until(lambda: client.job(job_id)["state"] == "Running", 30, "the job to run")
+    live_server.kill()
+    wait_until(lambda: (logs / "replica-0.launch-1.exit").exists(), 30,
+               "the job to finish while the server is down")
+    client = live_server.start()
+    wait_until(lambda: client.job(job_id)["state"] in FINAL_STATES, 60, "the recovery")
+    job = client.job(job_id)
+    assert job["state"] == "Succeeded", job["events"]
+    assert job["launches"] == 1
+    assert "while the server was down" in job["events"][-1]["message"]
+    runs = sorted(p.name for p in (logs.parent / "checkpoint").glob("env-*.json"))
+    assert runs == ["env-0-0.json"]  # one launch, one replica, never started again
+
+
+@pytest.mark.timeout(120)
+def test_the_api_answers_while_recovery_waits_for_a_stubborn_replica(live_server):
+    """Defect 5: recovery ran before the HTTP server started, so a replica ignoring
+    SIGTERM kept the API silent for --stop-grace (+10 s)."""
+    client = live_server.start()
+    job_id = client.submit(fake_job_spec("stubborn", "--steps", "100000",
+                                         "--ignore-sigterm"))["id"]
+    wait_until(lambda: client.job(job_id)["state"] == "Running", 30, "the job to run")
+    live_server.kill()
+    (live_server.data_dir / "server.json").unlink()  # left behind by the killed server
+    client = live_server.start()
+    started = time.monotonic()
+    rows = client.jobs()
+    answered_s = time.monotonic() - started
+    assert answered_s < 2.0
+    assert [(r["id"], r["recovering"]) for r in rows] == [(job_id, True)]
+    assert client.health()["status"] == "ok"
+
+
+# --- defect 1: no job can stall the cluster -----------------------------------------------
+
+finite = st.floats(0.0, 1e6, allow_nan=False)
+extreme_number = st.one_of(st.integers(-2**70, 2**70), st.floats(), st.booleans(),
+                           st.text(max_size=4), st.none())
+valid_params = st.fixed_dictionaries({
+    "alpha_c": finite, "beta_c": finite, "alpha_n": finite, "beta_n": finite,
+    "alpha_r": finite, "beta_r": finite, "gamma": st.floats(1.0, 10.0)})
+in_bounds_hints = st.fixed_dictionaries(
+    {"init_batch_size": st.integers(1, 2**30), "max_batch_size": st.integers(1, 2**30),
+     "local_bsz_bounds": st.lists(st.integers(1, 2**30), min_size=2, max_size=2)},
+    optional={"accumulation": st.booleans(), "throughput_params": valid_params,
+              "grad_stats": st.fixed_dictionaries({"sqr": st.floats(0, 1e30),
+                                                   "var": st.floats(0, 1e30)}),
+              "max_profiled_replicas": st.integers(0, 2**30),
+              "batch_size": st.integers(1, 2**30), "local_bsz": st.integers(1, 2**30),
+              "accum_steps": st.integers(0, 2**30), "epoch": st.integers(0, 2**30),
+              "progress": st.floats(0, 1e18)})
+stored_junk = st.dictionaries(
+    st.sampled_from(["init_batch_size", "max_batch_size", "local_bsz_bounds",
+                     "throughput_params", "grad_stats", "batch_size", "local_bsz", "x"]),
+    st.one_of(extreme_number, st.lists(extreme_number, max_size=3),
+              st.dictionaries(st.sampled_from(["alpha_c", "gamma", "sqr", "var"]),
+                              extreme_number, max_size=4)), max_size=8)
+
+
+@pytest.fixture
+def pollux_service(make_service, fake_backend):
+    service = make_service(policy="pollux")
+    for name in ("a", "b", "c"):
+        service.submit({"name": name, "command": ["true"], "working_dir": "/tmp",
+                        "max_replicas": 4})
+    return service
+
+
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(hints=st.lists(st.one_of(in_bounds_hints, stored_junk), min_size=1, max_size=3))
+def test_no_hints_stall_the_allocation_loop(pollux_service, hints):
+    """Any hints a job could post (in bounds) or an older server could have stored (not
+    validated): every round completes, every job is scheduled, and the API answers."""
+    service = pollux_service
+    jobs = service.store.list_jobs()
+    now = 1000.0 + service.allocator.num_rounds * 100.0
+    for record, raw in zip(jobs, hints):
+        service.store.set_hints(record.id, raw, now)
+    before = service.allocator.num_rounds
+    service.allocator.request_round()
+    service.allocator.tick(now + 1.0)
+    assert service.allocator.num_rounds == before + 1
+    decision = service.allocator.last_decision
+    assert decision is not None and set(decision.allocations) <= {r.id for r in jobs}
+    with TestClient(create_app(service, make_auth()), headers=AUTH_HEADERS) as client:
+        listing = client.get("/api/jobs")
+        assert listing.status_code == 200, listing.text
+        for record in jobs:
+            assert client.get(f"/api/jobs/{record.id}").status_code == 200
+
+
+def test_a_job_whose_model_fails_is_scheduled_without_it_and_told(pollux_service):
+    """The reported case: 2**64 stored by an older server. The round used to raise for
+    every job; now the job runs as one without a model and its events say why."""
+    service = pollux_service
+    bad = service.store.list_jobs()[0]
+    service.store.set_hints(bad.id, {"init_batch_size": 2**64, "max_batch_size": 2**65,
+                                     "local_bsz_bounds": [1, 2**64]}, 1.0)
+    service.allocator.tick(2.0)
+    assert service.allocator.num_rounds == 1
+    decision = service.allocator.last_decision
+    assert decision is not None
+    assert set(decision.allocations) == {r.id for r in service.store.list_jobs()}
+    messages = [e.message for e in service.store.events(bad.id)]
+    assert any("hints not used" in m and "without a model" in m for m in messages), messages

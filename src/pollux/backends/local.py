@@ -4,10 +4,12 @@ One machine can act as ``num_nodes`` virtual nodes of ``slots_per_node`` slots e
 multi-node placement is exercised. A slot is a GPU (``CUDA_VISIBLE_DEVICES`` set to that
 one device) when the machine has GPUs, else a CPU slot (``CUDA_VISIBLE_DEVICES`` empty,
 ``OMP_NUM_THREADS`` set to the replica's cpu count unless the job sets it). Each replica
-appends its output to ``<log_dir>/replica-<rank>.log``.
+appends its output to ``<log_dir>/replica-<rank>.log``. Each replica runs under the
+exit-status wrapper (:mod:`pollux.backends.exit_status`), which records how it ended
+beside the log, so a restarted server knows what finished while it was down.
 
-A graceful stop sends SIGTERM to each replica's first process (the agent checkpoints
-and exits 75; wrapper scripts should ``exec`` the trainer); a forced stop, and the exit
+A graceful stop sends SIGTERM to each replica's first process (the wrapper passes it on;
+the agent checkpoints and exits 75; wrapper scripts should ``exec`` the trainer); a forced stop, and the exit
 of a replica's first process, SIGKILL the whole process group. Every replica carries
 ``POLLUX_LOCAL_BACKEND_ID`` in its environment, so a restarted server finds the
 replicas of a dead predecessor even if it died before recording them.
@@ -35,6 +37,7 @@ from pollux.backends.base import (
     ReplicaState,
     ReplicaStatus,
 )
+from pollux.backends.exit_status import exit_status_path, wrapped_command
 from pollux.backends.processes import (
     is_alive,
     marked_processes,
@@ -217,8 +220,11 @@ class LocalBackend(Backend):
             with open(log_path, "ab") as log:
                 log.write(header.encode())
                 log.flush()
+                status_path = exit_status_path(log_path.parent, request.generation, rank)
+                status_path.unlink(missing_ok=True)
                 process = subprocess.Popen(
-                    list(request.spec.command), cwd=request.spec.working_dir, env=env,
+                    wrapped_command(status_path, list(request.spec.command)),
+                    cwd=request.spec.working_dir, env=env,
                     stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                     start_new_session=True)
         except OSError:
@@ -271,9 +277,11 @@ class LocalBackend(Backend):
         targets = {**marked, **leaders}
         if not targets:
             return []
+        first_processes = []
         for pid in targets:
             try:
                 if os.getpgid(pid) == pid:  # a replica's first process: let it checkpoint
+                    first_processes.append(pid)
                     os.kill(pid, signal.SIGTERM)
             except ProcessLookupError:
                 pass
@@ -295,7 +303,7 @@ class LocalBackend(Backend):
                 is_alive(pid) and process_start_ticks(pid) == ticks
                 for pid, ticks in survivors.items()):
             time.sleep(0.05)
-        return [f"pid {pid}" for pid in sorted(targets)]
+        return [f"pid {pid}" for pid in sorted(first_processes or targets)]
 
     def close(self) -> None:
         for job_id in list(self._jobs):

@@ -64,6 +64,8 @@ def jobs_table(rows: list[dict[str, Any]], title: str | None = None) -> Table:
         state = row["state"]
         if row.get("cancel_requested") and state not in FINAL_STATES + ("Cancelling",):
             state += " (cancel requested)"
+        if row.get("recovering"):
+            state += " (recovering)"
         goodput = row.get("goodput")
         ran = run_time_s(row)
         table.add_row(

@@ -1,10 +1,12 @@
 """``pollux server``: run the scheduler service (job store, REST API, allocation loop).
 
-Binds 127.0.0.1 by default; binding elsewhere needs a token (``--token`` or, better,
-``--token-file``), which every request must then carry. Ctrl-C (or SIGTERM) asks every
-running job to checkpoint and stop; a restart on the same ``--data-dir`` resumes them.
-With ``--backend ray`` the replicas run as Ray actors on the Ray cluster at
-``--ray-address`` (or on a local Ray instance the server starts).
+Binds 127.0.0.1 by default. Every request must carry the token: ``--token`` or
+``--token-file``, else the one generated on first start into ``<data dir>/token``
+(which the CLI reads by itself); beyond loopback, serve HTTPS (``--tls-cert``,
+``--tls-key``). Ctrl-C (or SIGTERM) asks every running job to checkpoint and stop; a
+restart on the same ``--data-dir`` resumes them. With ``--backend ray`` the replicas run
+as Ray actors on the Ray cluster at ``--ray-address`` (or on a local Ray instance the
+server starts).
 """
 
 from __future__ import annotations
@@ -49,7 +51,9 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         stop_grace_s=args.stop_grace, backend_options=backend_options_from_args(args),
         advertise_host=args.advertise_address, autoscaler=args.autoscaler,
         min_nodes=args.min_nodes, max_nodes=args.max_nodes,
-        node_price_per_hour=args.node_price)
+        node_price_per_hour=args.node_price,
+        tls_cert=None if args.tls_cert is None else str(Path(args.tls_cert).resolve()),
+        tls_key=None if args.tls_key is None else str(Path(args.tls_key).resolve()))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -77,6 +81,11 @@ def add_server_arguments(parser: argparse.ArgumentParser) -> None:
     tokens.add_argument("--token", default=None, help="require this bearer token")
     tokens.add_argument("--token-file", default=None,
                         help="require the bearer token stored in this file")
+    parser.add_argument("--tls-cert", default=None, metavar="PEM",
+                        help="serve HTTPS with this certificate (chain); with --tls-key. "
+                             "Use it whenever --host is not loopback")
+    parser.add_argument("--tls-key", default=None, metavar="PEM",
+                        help="private key of --tls-cert")
     parser.add_argument("--policy", default="pollux",
                         help="registered policy name or module:Class (default: %(default)s)")
     parser.add_argument("--interval", type=float, default=30.0,

@@ -19,7 +19,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 from pathlib import Path
 
@@ -31,11 +31,12 @@ from pollux.backends.base import (
     ReplicaStatus,
     rank_order,
 )
+from pollux.backends.exit_status import exit_status_path, read_exit_status
 from pollux.jobenv import CORRUPT_CHECKPOINT_EXIT_CODE, RESCALE_EXIT_CODE
 from pollux.policies.base import Allocation, Policy, PolicyDecision
 from pollux.service.decisions import checked_allocations, fits, subtract
 from pollux.service.explain import hints_of, rescale_reason
-from pollux.service.snapshot import HintsCache, Snapshot, build_snapshot
+from pollux.service.snapshot import HintsCache, Snapshot, build_snapshot, linear_speedup
 from pollux.service.states import ACTIVE_STATES, LIVE_STATES, JobState
 from pollux.service.store import JobRecord, JobStore, ReplicaRecord
 
@@ -115,6 +116,9 @@ class Allocator:
         self._stop_causes: dict[str, StopCause] = {}
         self._killed: set[str] = set()
         self._relaunch_not_before: dict[str, float] = {}
+        self._reported_models: set[tuple[str, float | None]] = set()
+        self.recovering_jobs: frozenset[str] = frozenset()
+        """Jobs of a previous server whose replicas :meth:`recover` is still stopping."""
         """Job id -> time before which a failed job is not relaunched (back-off)."""
         self._marked_exits: set[tuple[str, int, int]] = set()
         self._wake = threading.Event()
@@ -159,8 +163,21 @@ class Allocator:
         snapshot = build_snapshot(records, self.backend.nodes(), now, self._hints)
         if not snapshot.jobs and not self.config.schedule_when_idle:
             return
-        decision = self.policy.optimize(list(snapshot.jobs), list(snapshot.nodes),
-                                        dict(snapshot.previous_allocations))
+        try:
+            decision = self.policy.optimize(list(snapshot.jobs), list(snapshot.nodes),
+                                            dict(snapshot.previous_allocations))
+        except Exception as exc:  # never a round that fails for all: retry without models
+            logger.exception("policy failed; retrying the round without the jobs' models")
+            snapshot = replace(snapshot, jobs=tuple(
+                replace(job, speedup_fn=None if job.speedup_fn is None else linear_speedup)
+                for job in snapshot.jobs))
+            decision = self.policy.optimize(list(snapshot.jobs), list(snapshot.nodes),
+                                            dict(snapshot.previous_allocations))
+            for record in records:
+                self.store.add_event(record.id, now, "info",
+                                     f"scheduling round failed ({type(exc).__name__}: {exc}); "
+                                     "this round treats every job as one without a model")
+        self._report_unusable_models(records, now)
         self.num_rounds += 1
         self.last_snapshot, self.last_decision = snapshot, decision
         allocations = checked_allocations(decision, snapshot)
@@ -169,6 +186,17 @@ class Allocator:
         for record in records:
             if not record.cancel_requested and not record.state.is_final:
                 self._apply(record, allocations.get(record.id, ()), now, len(records) - 1)
+
+    def _report_unusable_models(self, records: list[JobRecord], now: float) -> None:
+        """An event, once per hints update, for each job whose hints' model is not used."""
+        updated_at = {r.id: r.hints_updated_at for r in records}
+        for job_id, problem in self._hints.problems().items():
+            key = (job_id, updated_at.get(job_id))
+            if job_id in updated_at and key not in self._reported_models:
+                self._reported_models.add(key)
+                self.store.add_event(job_id, now, "info",
+                                     f"hints not used: {problem}; scheduled as a job "
+                                     "without a model (perfect scaling) until new hints")
 
     def _apply(self, record: JobRecord, new: Allocation, now: float,
                num_other_jobs: int = 0) -> None:
@@ -382,24 +410,51 @@ class Allocator:
     # --- server lifecycle -------------------------------------------------------------
 
     def recover(self, now: float) -> None:
-        """At startup: stop replicas a previous server left behind, and requeue their
-        jobs (they resume from their checkpoints). Call before the first tick."""
+        """At startup: stop replicas a previous server left behind, record how each ended
+        (the status its launcher wrote, else lost), mark a job whose replicas all exited
+        0 as Succeeded -- it finished while the server was down and never runs again --
+        and requeue the others (they resume from their checkpoints). Call before the
+        first tick; jobs are listed in ``recovering_jobs`` meanwhile."""
+        jobs = self.store.list_jobs(LIVE_STATES)
+        self.recovering_jobs = frozenset(r.id for r in jobs)
         live = self.store.replicas(live_only=True)
         stopped = self.backend.recover([r.handle for r in live], self.config.stop_grace_s)
         if stopped:
             logger.warning("stopped %d replicas left by a previous server: %s",
                            len(stopped), ", ".join(stopped))
         for replica in live:
+            recorded = read_exit_status(exit_status_path(
+                job_dir(self.config.data_dir, replica.job_id) / "logs", replica.generation,
+                replica.rank))
             self.store.mark_replica_exited(replica.job_id, replica.generation, replica.rank,
-                                           LOST_EXIT_CODE, now)
-        for record in self.store.list_jobs(LIVE_STATES):
+                                           LOST_EXIT_CODE if recorded is None else recorded,
+                                           now)
+        for record in jobs:
+            codes = [r.exit_code for r in self.store.replicas(
+                record.id, generation=record.num_launches)]
+            if codes and all(code == 0 for code in codes):
+                self.store.transition(record.id, JobState.SUCCEEDED, now,
+                                      f"all {len(codes)} replicas exited 0 while the server "
+                                      "was down (as their launcher recorded)")
+                continue
             target = record.target_allocation
             self.store.transition(
                 record.id, JobState.PENDING, now,
                 f"server restarted: launch {record.num_launches} stopped; resuming from the "
                 "last checkpoint", reason=record.reason,
                 target_allocation=record.allocation if target is None else target)
+        self.recovering_jobs = frozenset()
         self.request_round()
+
+    def recover_and_run(self, stop: threading.Event) -> None:
+        """:meth:`recover`, then :meth:`run` (the loop thread's whole life, so that the
+        API answers while a slow recovery waits for old replicas to stop)."""
+        try:
+            self.recover(self.clock())
+        except Exception:  # a failed recovery must not leave the service without a loop
+            logger.exception("recovery failed; scheduling anyway")
+            self.recovering_jobs = frozenset()
+        self.run(stop)
 
     def shutdown(self, grace_s: float) -> None:
         """Ask every live replica to checkpoint and stop, wait up to ``grace_s``, kill the

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import ssl
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -41,6 +42,9 @@ class ServerUnreachableError(PolluxError):
 class ServerAddress:
     url: str
     token: str | None = None
+    tls_cert: str | None = None
+    """Certificate to trust for an ``https`` URL (the server's own, from server.json);
+    None: the system's trusted authorities."""
 
 
 def read_token_file(path: str | os.PathLike[str]) -> str:
@@ -57,7 +61,8 @@ def server_address(record: dict[str, Any]) -> ServerAddress:
     """The address and token of a running server from its ``server.json`` record."""
     token_file = record.get("token_file")
     return ServerAddress(str(record["url"]).rstrip("/"),
-                         None if not token_file else read_token_file(token_file))
+                         None if not token_file else read_token_file(token_file),
+                         record.get("tls_cert"))
 
 
 def locate_server(server: str | None = None, data_dir: str | os.PathLike[str] | None = None,
@@ -82,7 +87,9 @@ def locate_server(server: str | None = None, data_dir: str | os.PathLike[str] | 
         token = os.environ.get("POLLUX_TOKEN")
     if token is None and record.get("token_file") and url == record.get("url"):
         token = read_token_file(record["token_file"])
-    return ServerAddress(url.rstrip("/"), token)
+    same_server = url == record.get("url")
+    return ServerAddress(url.rstrip("/"), token,
+                         record.get("tls_cert") if same_server else None)
 
 
 class PolluxClient:
@@ -91,7 +98,11 @@ class PolluxClient:
     def __init__(self, address: ServerAddress, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
         headers = {"Authorization": f"Bearer {address.token}"} if address.token else {}
         self.address = address
-        self._http = httpx.Client(base_url=address.url, headers=headers, timeout=timeout_s)
+        verify: Any = True
+        if address.tls_cert:
+            verify = ssl.create_default_context(cafile=address.tls_cert)
+        self._http = httpx.Client(base_url=address.url, headers=headers, timeout=timeout_s,
+                                  verify=verify)
 
     def __enter__(self) -> PolluxClient:
         return self

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from pollux.errors import ConfigError, PolluxError
 from pollux.service.private import load_or_create_token, make_private_dir, make_private_file
-from pollux.service.server import ServerConfig, build_service
+from pollux.service.server import ServerConfig, build_service, is_loopback
 
 logger = logging.getLogger(__name__)
 
@@ -54,7 +54,8 @@ def write_server_file(config: ServerConfig, url: str) -> None:
     tmp.unlink(missing_ok=True)
     make_private_file(tmp)
     tmp.write_text(json.dumps({"url": url, "pid": os.getpid(), "token_file": config.token_file,
-                               "has_token": bool(config.token)}))
+                               "has_token": bool(config.token),
+                               "tls_cert": config.tls_cert}))
     os.replace(tmp, path)
 
 
@@ -80,16 +81,22 @@ def run_server(config: ServerConfig, ready: Callable[[str], None] | None = None)
             raise ConfigError("port", config.port, f"cannot bind {config.host}: {exc}") from exc
         port = sock.getsockname()[1]
         local_host = "127.0.0.1" if config.host in ("0.0.0.0", "::", "localhost") else config.host
-        url = f"http://{local_host}:{port}"
+        scheme = "https" if config.tls_cert else "http"
+        url = f"{scheme}://{local_host}:{port}"
+        if not config.tls_cert and not is_loopback(config.host):
+            logger.warning("serving plain HTTP on %s: the token and job specs cross the "
+                           "network readable; pass --tls-cert and --tls-key", config.host)
         advertised = config.advertise_host
         if advertised and ":" in advertised:
             advertised = f"[{advertised}]"  # IPv6
-        hints_base = f"http://{advertised}:{port}" if advertised else url
+        hints_base = f"{scheme}://{advertised}:{port}" if advertised else url
         service = build_service(config, f"{hints_base}/api/jobs/{{job_id}}/hints")
         assert config.token is not None
         app = create_app(service, ApiAuth(config.token, allowed_hosts_for(
-            config.host, config.advertise_host)))
-        server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
+            config.host, config.advertise_host), secure_cookie=bool(config.tls_cert)))
+        server = uvicorn.Server(uvicorn.Config(
+            app, log_level="warning", access_log=False, ssl_certfile=config.tls_cert,
+            ssl_keyfile=config.tls_key))
 
         def request_shutdown(signum: int, frame: object) -> None:
             raise ServerShutdown(signum)

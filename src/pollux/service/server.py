@@ -75,6 +75,10 @@ class ServerConfig:
     advertise_host: str | None = None
     """Address replicas use to reach the server (hints URL); default: the bound address,
     or 127.0.0.1 when binding every interface."""
+    tls_cert: str | None = None
+    """PEM certificate (chain) to serve HTTPS with; needs ``tls_key``."""
+    tls_key: str | None = None
+    """PEM private key of ``tls_cert``."""
     autoscaler: str = "none"
     """Registered autoscaler computing the desired cluster size every round ("none": no
     desired size); the size goes to the backend's ``request_cluster_size``."""
@@ -87,6 +91,13 @@ class ServerConfig:
 
     def __post_init__(self) -> None:
         check_autoscaler_name(self.autoscaler)
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ConfigError("tls_cert" if self.tls_cert is None else "tls_key", None,
+                              "give both --tls-cert and --tls-key")
+        for name in ("tls_cert", "tls_key"):
+            path = getattr(self, name)
+            if path is not None and not os.access(path, os.R_OK):
+                raise ConfigError(name, path, "no such readable file")
         if self.interval_s <= 0:
             raise ConfigError("interval", self.interval_s, "must be > 0 seconds")
         if not 0 <= self.port < 65536:
@@ -181,13 +192,14 @@ class SchedulerService:
         return job_summary(record, self.clock())
 
     def list_jobs(self) -> list[dict[str, Any]]:
-        now = self.clock()
-        return [job_summary(r, now) for r in self.store.list_jobs()]
+        now, recovering = self.clock(), self.allocator.recovering_jobs
+        return [job_summary(r, now, r.id in recovering) for r in self.store.list_jobs()]
 
     def describe(self, ref: str) -> dict[str, Any]:
         record = self.store.find_job(ref)
         return job_detail(record, self.clock(), self.store.events(record.id),
-                          self.store.replicas(record.id))
+                          self.store.replicas(record.id),
+                          record.id in self.allocator.recovering_jobs)
 
     def cancel(self, ref: str) -> dict[str, Any]:
         record = self.store.request_cancel(self.store.find_job(ref).id, self.clock())
@@ -247,9 +259,12 @@ class SchedulerService:
     # --- lifecycle --------------------------------------------------------------------
 
     def start(self) -> None:
-        self.allocator.recover(self.clock())
-        self._thread = threading.Thread(target=self.allocator.run, args=(self._stop,),
-                                        name="pollux-allocator", daemon=True)
+        """Start the allocation loop; it first recovers what a previous server left
+        (in the background: the API answers meanwhile, showing those jobs as
+        recovering)."""
+        self._thread = threading.Thread(target=self.allocator.recover_and_run,
+                                        args=(self._stop,), name="pollux-allocator",
+                                        daemon=True)
         self._thread.start()
 
     def shutdown(self, grace_s: float) -> None:

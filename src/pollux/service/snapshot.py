@@ -40,24 +40,69 @@ class Snapshot:
     previous_allocations: Mapping[str, Allocation]
 
 
+class GuardedSpeedup:
+    """A job's speedup function that cannot fail a scheduling round: when it raises or
+    answers anything but finite values >= 0 (hints whose model overflows, say), the job is
+    scheduled from then on as a job without a model (perfect scaling), and ``problem``
+    says why (the allocation loop logs it as the job's event)."""
+
+    def __init__(self, job_id: str, function: SpeedupFn, probe_replicas: int) -> None:
+        self.job_id = job_id
+        self.function = function
+        self.problem: str | None = None
+        self(1, max(1, probe_replicas))  # find a broken model before any policy asks
+
+    def __call__(self, num_nodes: ArrayLike, num_replicas: ArrayLike) -> np.ndarray:
+        if self.problem is None:
+            try:
+                with np.errstate(all="ignore"):
+                    value = np.asarray(self.function(num_nodes, num_replicas),
+                                       dtype=np.float64)
+                shape = np.broadcast_shapes(np.shape(num_nodes), np.shape(num_replicas))
+                if value.shape == shape and bool(np.all(np.isfinite(value) & (value >= 0))):
+                    return value
+                self.problem = "its speedup model gives values that are not finite"
+            except Exception as exc:  # any failure of one job's model stays with the job
+                self.problem = f"its speedup model fails ({type(exc).__name__}: {exc})"
+            logger.warning("job %s: %s; scheduled as a job without a model", self.job_id,
+                           self.problem)
+        return linear_speedup(num_nodes, num_replicas)
+
+
 class HintsCache:
     """Parsed hints and speedup functions per job, rebuilt only when new hints arrive
     (a SpeedupFunction memoizes its table, so keeping it across rounds is cheap)."""
 
     def __init__(self) -> None:
         self._entries: dict[str, tuple[float | None, JobHints | None, SpeedupFn | None]] = {}
+        self._unusable: dict[str, str] = {}
 
     def get(self, record: JobRecord) -> tuple[JobHints | None, SpeedupFn | None]:
         cached = self._entries.get(record.id)
         if cached is not None and cached[0] == record.hints_updated_at:
             return cached[1], cached[2]
         hints, speedup = parse_hints(record.id, record.hints)
+        if hints is None and record.hints is not None:
+            self._unusable[record.id] = "its hints cannot be read"
+        else:
+            self._unusable.pop(record.id, None)
+        if speedup is not None and speedup is not linear_speedup:
+            speedup = GuardedSpeedup(record.id, speedup, record.spec.max_replicas)
         self._entries[record.id] = (record.hints_updated_at, hints, speedup)
         return hints, speedup
+
+    def problems(self) -> dict[str, str]:
+        """Job id -> why its hints' model is not used (for the jobs it failed for)."""
+        found = dict(self._unusable)
+        for job_id, (_, _, speedup) in self._entries.items():
+            if isinstance(speedup, GuardedSpeedup) and speedup.problem is not None:
+                found[job_id] = speedup.problem
+        return found
 
     def forget(self, keep: Sequence[str]) -> None:
         for job_id in set(self._entries) - set(keep):
             del self._entries[job_id]
+            self._unusable.pop(job_id, None)
 
 
 def parse_hints(job_id: str, raw: Mapping[str, Any] | None
@@ -68,7 +113,7 @@ def parse_hints(job_id: str, raw: Mapping[str, Any] | None
     try:
         hints = JobHints.from_dict(dict(raw))
         speedup = hints.speedup_function()
-    except (ValueError, ArithmeticError) as exc:  # validated when posted; a model may refuse
+    except Exception as exc:  # validated when posted (not before #13); a model may refuse
         logger.warning("job %s: ignoring hints: %s", job_id, exc)
         return None, None
     return hints, (linear_speedup if speedup is None else speedup)

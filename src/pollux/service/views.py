@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -19,15 +20,15 @@ def current_goodput(record: JobRecord, hints: JobHints | None) -> float | None:
     """Goodput (useful samples/s) of the running configuration, from the job's hints."""
     if hints is None or not record.state.has_replicas or not record.allocation:
         return None
-    goodput = hints.goodput_function()
-    if goodput is None or hints.local_bsz is None:
-        return None
     try:
-        value = goodput.evaluate(len(set(record.allocation)), len(record.allocation),
-                                 hints.local_bsz, hints.accum_steps or 0)
-    except ConfigError:
+        goodput = hints.goodput_function()
+        if goodput is None or hints.local_bsz is None:
+            return None
+        value = float(goodput.evaluate(len(set(record.allocation)), len(record.allocation),
+                                       hints.local_bsz, hints.accum_steps or 0))
+    except Exception:  # one job's model never breaks the job list
         return None
-    return float(value)
+    return value if math.isfinite(value) else None
 
 
 def parsed_hints(record: JobRecord) -> JobHints | None:
@@ -39,14 +40,16 @@ def parsed_hints(record: JobRecord) -> JobHints | None:
         return None
 
 
-def job_summary(record: JobRecord, now: float) -> dict[str, Any]:
-    """One row of ``pollux ls``."""
+def job_summary(record: JobRecord, now: float, recovering: bool = False) -> dict[str, Any]:
+    """One row of ``pollux ls``; ``recovering``: a restarted server is still stopping the
+    replicas its predecessor left (the state is the one recorded before the restart)."""
     hints = parsed_hints(record)
     running = record.allocation if record.state.has_replicas else ()
     return {
         "id": record.id,
         "name": record.spec.name,
         "state": record.state.value,
+        "recovering": recovering,
         "reason": record.reason,
         "replicas": len(running),
         "nodes": len(set(running)),
@@ -70,9 +73,9 @@ def job_summary(record: JobRecord, now: float) -> dict[str, Any]:
 
 
 def job_detail(record: JobRecord, now: float, events: Sequence[JobEvent],
-               replicas: Sequence[ReplicaRecord]) -> dict[str, Any]:
+               replicas: Sequence[ReplicaRecord], recovering: bool = False) -> dict[str, Any]:
     """Everything ``pollux describe`` shows."""
-    detail = job_summary(record, now)
+    detail = job_summary(record, now, recovering)
     detail.update({
         "spec": record.spec.to_dict(),
         "attained_service_s": record.attained_service_s,
