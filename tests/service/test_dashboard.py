@@ -11,6 +11,7 @@ import pytest
 from pollux.backends.fake import FakeBackend
 from pollux.policies.base import NodeInfo
 from pollux.service.api import create_app
+from tests.service.service_builders import AUTH_HEADERS, make_auth
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", UserWarning)
@@ -27,7 +28,7 @@ def service(make_service):
 
 @pytest.fixture
 def client(service):
-    with TestClient(create_app(service)) as test_client:
+    with TestClient(create_app(service, make_auth()), headers=AUTH_HEADERS) as test_client:
         yield test_client
 
 
@@ -66,7 +67,7 @@ def test_overview_names_gpu_types(make_service):
                                          policy=EQUAL_SHARE),
                             "http://127.0.0.1:1/api/jobs/{job_id}/hints", backend)
     try:
-        with TestClient(create_app(service)) as client:
+        with TestClient(create_app(service, make_auth()), headers=AUTH_HEADERS) as client:
             nodes = client.get("/api/dashboard").json()["nodes"]
         assert {n["name"]: n["gpu_type"] for n in nodes} == {"a100-0": "a100", "t4-0": "t4"}
     finally:
