@@ -160,6 +160,11 @@ class PolluxClient:
         result: dict[str, Any] = self._call("GET", "/api/cluster")
         return result
 
+    def cluster_history(self) -> dict[str, Any]:
+        """Recent rounds as columns (``GET /api/cluster/history``: round_s, slots_used...)."""
+        result: dict[str, Any] = self._call("GET", "/api/cluster/history")
+        return result
+
     def logs(self, ref: str, replica: int = 0, offset: int = 0,
              limit: int = 65536) -> dict[str, Any]:
         result: dict[str, Any] = self._call(
