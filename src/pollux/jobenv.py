@@ -41,6 +41,8 @@ _Env = TypeVar("_Env", bound="JobEnvironment")
 
 RESCALE_EXIT_CODE = 75
 """Exit code of a replica that checkpointed and stopped because it was asked to (SIGTERM)."""
+CORRUPT_SUFFIX = ".corrupt"
+"""Appended by the agent to a checkpoint found corrupt when the job starts over."""
 CORRUPT_CHECKPOINT_EXIT_CODE = 76
 """Exit code of a replica that found only corrupt checkpoints and was told not to start
 over (``on_corrupt_checkpoint: fail``): the job fails at once, with that reason."""

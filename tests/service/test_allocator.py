@@ -275,3 +275,20 @@ def test_exits_during_a_rescale(store, fake_backend, make_allocator, code, count
     record = store.get_job(a.id)
     assert record.num_failures == int(counted)
     assert record.state is JobState.STARTING and len(record.allocation) == 2
+
+
+def test_a_fresh_start_over_corrupt_checkpoints_is_an_event(store, fake_backend,
+                                                            make_allocator, tmp_path):
+    """Defect 9, ``on_corrupt_checkpoint: fresh``: the agent sets corrupt checkpoints
+    aside and starts over; the job's events say so (once)."""
+    allocator = make_allocator()
+    job = store.add_job(make_spec("a", on_corrupt_checkpoint="fresh"), now=0.0)
+    allocator.tick(1.0)
+    assert fake_backend.launches[-1].environments("h", 1)[0].on_corrupt_checkpoint == "fresh"
+    checkpoint = tmp_path / "jobs" / job.id / "checkpoint"
+    (checkpoint / "checkpoint-00000003.pt.corrupt").write_bytes(b"x")
+    for second in (20.0, 40.0):
+        allocator.request_round()
+        allocator.tick(second)
+    messages = [e.message for e in store.events(job.id) if "started over" in e.message]
+    assert len(messages) == 1 and "checkpoint-00000003.pt.corrupt" in messages[0]

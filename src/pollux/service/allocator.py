@@ -32,7 +32,7 @@ from pollux.backends.base import (
     rank_order,
 )
 from pollux.backends.exit_status import exit_status_path, read_exit_status
-from pollux.jobenv import CORRUPT_CHECKPOINT_EXIT_CODE, RESCALE_EXIT_CODE
+from pollux.jobenv import CORRUPT_CHECKPOINT_EXIT_CODE, CORRUPT_SUFFIX, RESCALE_EXIT_CODE
 from pollux.policies.base import Allocation, Policy, PolicyDecision
 from pollux.service.decisions import checked_allocations, fits, subtract
 from pollux.service.explain import hints_of, rescale_reason
@@ -117,6 +117,7 @@ class Allocator:
         self._killed: set[str] = set()
         self._relaunch_not_before: dict[str, float] = {}
         self._reported_models: set[tuple[str, float | None]] = set()
+        self._reported_corrupt: dict[str, set[str]] = {}
         self.recovering_jobs: frozenset[str] = frozenset()
         """Jobs of a previous server whose replicas :meth:`recover` is still stopping."""
         """Job id -> time before which a failed job is not relaunched (back-off)."""
@@ -178,6 +179,7 @@ class Allocator:
                                      f"scheduling round failed ({type(exc).__name__}: {exc}); "
                                      "this round treats every job as one without a model")
         self._report_unusable_models(records, now)
+        self._report_fresh_starts(records, now)
         self.num_rounds += 1
         self.last_snapshot, self.last_decision = snapshot, decision
         allocations = checked_allocations(decision, snapshot)
@@ -197,6 +199,28 @@ class Allocator:
                 self.store.add_event(job_id, now, "info",
                                      f"hints not used: {problem}; scheduled as a job "
                                      "without a model (perfect scaling) until new hints")
+
+    def _report_fresh_starts(self, records: list[JobRecord], now: float) -> None:
+        """An event for each checkpoint an agent set aside as corrupt before starting over
+        (``on_corrupt_checkpoint: fresh``), once."""
+        for record in records:
+            if not record.state.has_replicas:
+                continue
+            directory = job_dir(self.config.data_dir, record.id) / "checkpoint"
+            found = sorted(p.name for p in directory.glob(f"*{CORRUPT_SUFFIX}"))
+            if not found:
+                continue
+            if record.id not in self._reported_corrupt:
+                self._reported_corrupt[record.id] = {
+                    name for e in self.store.events(record.id) for name in found
+                    if name in e.message}
+            new = [name for name in found if name not in self._reported_corrupt[record.id]]
+            if new:
+                self._reported_corrupt[record.id].update(new)
+                self.store.add_event(record.id, now, "checkpoint",
+                                     f"every checkpoint was corrupt; the job started over "
+                                     f"from scratch (on_corrupt_checkpoint: fresh); set "
+                                     f"aside: {', '.join(new)}")
 
     def _apply(self, record: JobRecord, new: Allocation, now: float,
                num_other_jobs: int = 0) -> None:

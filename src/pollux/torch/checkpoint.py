@@ -39,7 +39,7 @@ import torch
 import torch.distributed as dist
 
 from pollux.errors import ConfigError
-from pollux.jobenv import CORRUPT_CHECKPOINT_EXIT_CODE, ON_CORRUPT_CHECKPOINT
+from pollux.jobenv import CORRUPT_CHECKPOINT_EXIT_CODE, CORRUPT_SUFFIX, ON_CORRUPT_CHECKPOINT
 
 logger = logging.getLogger(__name__)
 
@@ -48,8 +48,6 @@ _HEADER = struct.Struct("<Q32s")  # payload length, sha256 of the payload
 _NAME = re.compile(r"checkpoint-(\d{8,})\.pt")
 """Names written by :func:`checkpoint_path` (8 digits, more past 99,999,999); matched
 with ``fullmatch``. A file so named without :data:`MAGIC` is not ours and is ignored."""
-CORRUPT_SUFFIX = ".corrupt"
-"""Appended to a checkpoint found corrupt when the job starts fresh (kept to inspect)."""
 ON_CORRUPT_CHOICES = ("fail", "fresh")
 """What a job does when every checkpoint is corrupt: stop with the reason, or start over."""
 DEFAULT_WRITE_CHUNK_BYTES = 4 << 20
