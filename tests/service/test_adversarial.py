@@ -14,6 +14,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 import warnings
 from pathlib import Path
 from typing import Any
@@ -447,3 +448,21 @@ def test_a_job_whose_model_fails_is_scheduled_without_it_and_told(pollux_service
     assert set(decision.allocations) == {r.id for r in service.store.list_jobs()}
     messages = [e.message for e in service.store.events(bad.id)]
     assert any("hints not used" in m and "without a model" in m for m in messages), messages
+
+
+@pytest.mark.timeout(120)
+def test_tls_serves_https_that_the_cli_trusts(live_server, tmp_path):
+    """Defect 7: there was no way to encrypt the API beyond loopback."""
+    if shutil.which("openssl") is None:
+        pytest.skip("needs openssl to make a test certificate")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                    "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+                    "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True)
+    live_server.args += ["--tls-cert", str(cert), "--tls-key", str(key)]
+    client = live_server.start()
+    assert client.address.url.startswith("https://127.0.0.1:")
+    assert client.health()["status"] == "ok"
+    plain = client.address.url.replace("https://", "http://")
+    with pytest.raises(Exception):  # noqa: B017,PT011 - any refusal of plain HTTP will do
+        urllib.request.urlopen(f"{plain}/api/health", timeout=5).read()
