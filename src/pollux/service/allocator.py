@@ -31,20 +31,16 @@ from pollux.backends.base import (
     ReplicaStatus,
     rank_order,
 )
-from pollux.backends.exit_status import exit_status_path, read_exit_status
-from pollux.jobenv import CORRUPT_CHECKPOINT_EXIT_CODE, CORRUPT_SUFFIX, RESCALE_EXIT_CODE
+from pollux.jobenv import CORRUPT_CHECKPOINT_EXIT_CODE, RESCALE_EXIT_CODE
 from pollux.policies.base import Allocation, Policy, PolicyDecision
 from pollux.service.decisions import checked_allocations, fits, subtract
 from pollux.service.explain import hints_of, rescale_reason
+from pollux.service.recovery import LOST_EXIT_CODE, JobNotices, job_dir, recover_jobs
 from pollux.service.snapshot import HintsCache, Snapshot, build_snapshot, linear_speedup
 from pollux.service.states import ACTIVE_STATES, LIVE_STATES, JobState
 from pollux.service.store import JobRecord, JobStore, ReplicaRecord
 
 logger = logging.getLogger(__name__)
-
-LOST_EXIT_CODE = -1000
-"""Recorded for replicas that outlived their server and were stopped at recovery."""
-
 
 class StopCause(Enum):
     """Why the loop asked a job's replicas to stop."""
@@ -74,10 +70,6 @@ class AllocatorConfig:
     """Wait before relaunching a job after its first failure; doubled after each more."""
     relaunch_backoff_max_s: float = 60.0
     """Longest wait before relaunching a failed job."""
-
-
-def job_dir(data_dir: Path, job_id: str) -> Path:
-    return data_dir / "jobs" / job_id
 
 
 def describe_exit(code: int | None) -> str:
@@ -116,8 +108,7 @@ class Allocator:
         self._stop_causes: dict[str, StopCause] = {}
         self._killed: set[str] = set()
         self._relaunch_not_before: dict[str, float] = {}
-        self._reported_models: set[tuple[str, float | None]] = set()
-        self._reported_corrupt: dict[str, set[str]] = {}
+        self._notices = JobNotices(store, config.data_dir)
         self.recovering_jobs: frozenset[str] = frozenset()
         """Jobs of a previous server whose replicas :meth:`recover` is still stopping."""
         """Job id -> time before which a failed job is not relaunched (back-off)."""
@@ -178,8 +169,8 @@ class Allocator:
                 self.store.add_event(record.id, now, "info",
                                      f"scheduling round failed ({type(exc).__name__}: {exc}); "
                                      "this round treats every job as one without a model")
-        self._report_unusable_models(records, now)
-        self._report_fresh_starts(records, now)
+        self._notices.unusable_models(self._hints.problems(), records, now)
+        self._notices.fresh_starts(records, now)
         self.num_rounds += 1
         self.last_snapshot, self.last_decision = snapshot, decision
         allocations = checked_allocations(decision, snapshot)
@@ -188,39 +179,6 @@ class Allocator:
         for record in records:
             if not record.cancel_requested and not record.state.is_final:
                 self._apply(record, allocations.get(record.id, ()), now, len(records) - 1)
-
-    def _report_unusable_models(self, records: list[JobRecord], now: float) -> None:
-        """An event, once per hints update, for each job whose hints' model is not used."""
-        updated_at = {r.id: r.hints_updated_at for r in records}
-        for job_id, problem in self._hints.problems().items():
-            key = (job_id, updated_at.get(job_id))
-            if job_id in updated_at and key not in self._reported_models:
-                self._reported_models.add(key)
-                self.store.add_event(job_id, now, "info",
-                                     f"hints not used: {problem}; scheduled as a job "
-                                     "without a model (perfect scaling) until new hints")
-
-    def _report_fresh_starts(self, records: list[JobRecord], now: float) -> None:
-        """An event for each checkpoint an agent set aside as corrupt before starting over
-        (``on_corrupt_checkpoint: fresh``), once."""
-        for record in records:
-            if not record.state.has_replicas:
-                continue
-            directory = job_dir(self.config.data_dir, record.id) / "checkpoint"
-            found = sorted(p.name for p in directory.glob(f"*{CORRUPT_SUFFIX}"))
-            if not found:
-                continue
-            if record.id not in self._reported_corrupt:
-                self._reported_corrupt[record.id] = {
-                    name for e in self.store.events(record.id) for name in found
-                    if name in e.message}
-            new = [name for name in found if name not in self._reported_corrupt[record.id]]
-            if new:
-                self._reported_corrupt[record.id].update(new)
-                self.store.add_event(record.id, now, "checkpoint",
-                                     f"every checkpoint was corrupt; the job started over "
-                                     f"from scratch (on_corrupt_checkpoint: fresh); set "
-                                     f"aside: {', '.join(new)}")
 
     def _apply(self, record: JobRecord, new: Allocation, now: float,
                num_other_jobs: int = 0) -> None:
@@ -441,32 +399,8 @@ class Allocator:
         first tick; jobs are listed in ``recovering_jobs`` meanwhile."""
         jobs = self.store.list_jobs(LIVE_STATES)
         self.recovering_jobs = frozenset(r.id for r in jobs)
-        live = self.store.replicas(live_only=True)
-        stopped = self.backend.recover([r.handle for r in live], self.config.stop_grace_s)
-        if stopped:
-            logger.warning("stopped %d replicas left by a previous server: %s",
-                           len(stopped), ", ".join(stopped))
-        for replica in live:
-            recorded = read_exit_status(exit_status_path(
-                job_dir(self.config.data_dir, replica.job_id) / "logs", replica.generation,
-                replica.rank))
-            self.store.mark_replica_exited(replica.job_id, replica.generation, replica.rank,
-                                           LOST_EXIT_CODE if recorded is None else recorded,
-                                           now)
-        for record in jobs:
-            codes = [r.exit_code for r in self.store.replicas(
-                record.id, generation=record.num_launches)]
-            if codes and all(code == 0 for code in codes):
-                self.store.transition(record.id, JobState.SUCCEEDED, now,
-                                      f"all {len(codes)} replicas exited 0 while the server "
-                                      "was down (as their launcher recorded)")
-                continue
-            target = record.target_allocation
-            self.store.transition(
-                record.id, JobState.PENDING, now,
-                f"server restarted: launch {record.num_launches} stopped; resuming from the "
-                "last checkpoint", reason=record.reason,
-                target_allocation=record.allocation if target is None else target)
+        recover_jobs(self.store, self.backend, jobs, self.config.data_dir,
+                     self.config.stop_grace_s, now)
         self.recovering_jobs = frozenset()
         self.request_round()
 
