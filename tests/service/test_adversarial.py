@@ -132,6 +132,29 @@ def test_a_token_link_sets_a_strict_cookie_for_browsers(client):
     assert client.get("/api/jobs").status_code == 401
 
 
+@pytest.mark.parametrize(("change", "field"), [
+    ({"name": "evil\n"}, "name"),
+    ({"name": "../../etc"}, "name"),
+    ({"env": {"PATH\n": "/tmp"}}, "env.'PATH\\n'"),
+    ({"env": {"LD_PRELOAD": "x" * (130 << 10)}}, "env"),
+    ({"env": {"POLLUX_HINTS_TOKEN": "stolen"}}, "env.POLLUX_HINTS_TOKEN"),
+    ({"command": ["sh", "-c", "x" * (130 << 10)]}, "command"),
+    ({"command": ["sh\x00", "-c", "id"]}, "command"),
+    ({"working_dir": "tmp"}, "working_dir"),
+    ({"max_replicas": 10**30}, "max_replicas"),
+    ({"restart_delay_s": float("inf")}, "restart_delay_s"),
+    ({"resources": {"gpu": 1, "memory": "9" * 400}}, "resources.memory"),
+    ({"__proto__": {}}, "__proto__"),
+])
+def test_hostile_submits_are_refused_naming_the_field(client, service, change, field):
+    body = json.dumps({**SPEC, **change}).replace("Infinity", "1e999")
+    response = client.post("/api/jobs", content=body, headers={
+        **AUTH_HEADERS, "Content-Type": "application/json"})
+    assert response.status_code == 422, response.text
+    assert response.json()["field"] == field
+    assert service.store.list_jobs() == []
+
+
 # --- defect 6 and 10: bodies that exhaust memory or the parser ---------------------------
 
 def run_asgi(app: Any, method: str, path: str, chunks: Any, headers: list[tuple[bytes, bytes]]
