@@ -19,6 +19,7 @@ Works under the Pollux scheduler, under ``torchrun`` and as a single process.
 
 from __future__ import annotations
 
+from pollux.torch.accumulator import Accumulator
 from pollux.torch.batch_size import BatchConfig, BatchLimits
 from pollux.torch.checkpoint import CheckpointManager
 from pollux.torch.data_loader import AdaptiveDataLoader, BatchInfo
@@ -31,7 +32,7 @@ from pollux.torch.distributed import (
     standalone_checkpoint_dir,
 )
 from pollux.torch.elastic_sampler import ElasticSampler, StepPlan, epoch_order, plan_step
-from pollux.torch.epochs import remaining_epochs_until
+from pollux.torch.epochs import current_dataloader, current_epoch, remaining_epochs_until
 from pollux.torch.gradient_noise import GradientNoiseEstimator
 from pollux.torch.job import AgentConfig, JobContext
 from pollux.torch.scaling_rules import (
@@ -44,6 +45,7 @@ from pollux.torch.scaling_rules import (
 )
 
 __all__ = [
+    "Accumulator",
     "AdaScale",
     "AdaptiveDataLoader",
     "AdaptiveDataParallel",
@@ -62,6 +64,8 @@ __all__ = [
     "SqrtScale",
     "StepPlan",
     "WarmupScale",
+    "current_dataloader",
+    "current_epoch",
     "default_scaling_rule",
     "epoch_order",
     "init_process_group",

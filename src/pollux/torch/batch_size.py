@@ -17,7 +17,11 @@ from pollux.models.goodput import check_batch_bounds
 
 @dataclass(frozen=True)
 class BatchLimits:
-    """What the job accepts: set by ``AdaptiveDataLoader.autoscale_batch_size``."""
+    """What the job accepts: set by ``AdaptiveDataLoader.autoscale_batch_size``.
+
+    >>> BatchLimits(64, 1024, (16, 256)).adaptive
+    True
+    """
 
     init_batch_size: int
     """Initial total batch size ``M0`` (the loader's ``batch_size``)."""
@@ -42,7 +46,11 @@ class BatchLimits:
 
 @dataclass(frozen=True)
 class BatchConfig:
-    """Per-replica atomic batch and accumulation steps: total = K * local_bsz * (s + 1)."""
+    """Per-replica atomic batch and accumulation steps: total = K * local_bsz * (s + 1).
+
+    >>> BatchConfig(local_bsz=32, accum_steps=1).total(num_replicas=4)
+    256
+    """
 
     local_bsz: int
     accum_steps: int = 0

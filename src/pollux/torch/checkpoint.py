@@ -223,6 +223,9 @@ class CheckpointManager:
 
     ``directory=None`` disables checkpointing (every call is a no-op). Give every rank
     the same directory (shared storage across nodes).
+
+    >>> job.checkpoint.register_functions("my/step", lambda: step, restore_step)  # doctest: +SKIP
+    >>> job.checkpoint.save()  # every rank, at the same step  # doctest: +SKIP
     """
 
     def __init__(self, directory: str | os.PathLike[str] | None, *, rank: int = 0,

@@ -130,6 +130,11 @@ class ControlLoop:
             self._write_metrics(model, stats)
 
     def _write_metrics(self, model: AdaptiveDataParallel, stats: GradientStats | None) -> None:
+        self.loader.job.metrics.write(model.optimizer_steps, self.metrics(model, stats))
+
+    def metrics(self, model: AdaptiveDataParallel,
+                stats: GradientStats | None) -> dict[str, float | None]:
+        """Goodput, throughput (samples/s), efficiency, batch size, noise scale, ... now."""
         loader = self.loader
         job, config = loader.job, loader.batch_config
         assert config is not None
@@ -142,10 +147,10 @@ class ControlLoop:
             throughput = float(fn.throughput(*args))
             goodput = float(fn.evaluate(*args))
             efficiency = float(fn.efficiency(config.total(job.num_replicas)))
-        job.metrics.write(model.optimizer_steps, {
+        return {
             "goodput": goodput, "throughput": throughput, "efficiency": efficiency,
             "batch_size": float(config.total(job.num_replicas)),
             "local_bsz": float(config.local_bsz), "accum_steps": float(config.accum_steps),
             "noise_scale": model.noise_scale(), "lr_factor": model.lr_factor,
             "progress": model.progress,
-        })
+        }

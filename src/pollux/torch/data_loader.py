@@ -36,7 +36,13 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class BatchInfo:
-    """The micro-batch the loader just handed out on this rank."""
+    """The micro-batch the loader just handed out on this rank.
+
+    >>> for x, y in loader:  # doctest: +SKIP
+    ...     info = loader.batch_info
+    ...     print(info.epoch, info.micro_step, info.num_micro_steps, len(info.indices))
+    0 0 1 32
+    """
 
     epoch: int
     step_start: int
@@ -64,6 +70,11 @@ class AdaptiveDataLoader:
 
     Extra keyword arguments go to :class:`torch.utils.data.DataLoader` (``num_workers``,
     ``collate_fn``, ``pin_memory``, ...); ``sampler``/``batch_sampler`` are the agent's.
+
+    >>> loader = AdaptiveDataLoader(dataset, batch_size=64, job=job, num_workers=2)  # doctest: +SKIP
+    >>> loader.autoscale_batch_size(1024, local_bsz_bounds=(16, 256))  # doctest: +SKIP
+    >>> for x, y in loader:  # doctest: +SKIP
+    ...     ...
     """
 
     def __init__(self, dataset: Any, batch_size: int, shuffle: bool = True, *,
@@ -127,10 +138,35 @@ class AdaptiveDataLoader:
         return self.batch_config.total(self.job.num_replicas)
 
     def __len__(self) -> int:
-        """Micro-batches per epoch on this rank with the current configuration."""
+        """Micro-batches per epoch on this rank with the current configuration (noise
+        probes included: with one replica, an adaptive loader splits every
+        ``probe_interval_steps``-th step in two)."""
         config = self.batch_config or BatchConfig(
             math.ceil(self.init_batch_size / self.job.num_replicas))
-        return math.ceil(self.sampler.num_samples / (self.job.num_replicas * config.local_bsz))
+        num_micro = math.ceil(self.sampler.num_samples
+                              / (self.job.num_replicas * config.local_bsz))
+        if (self.job.num_replicas == 1 and self.limits.adaptive and config.accum_steps == 0
+                and config.local_bsz >= 2):  # noise probes: one more micro-batch each
+            num_micro += math.ceil(num_micro / self.job.config.probe_interval_steps)
+        return num_micro
+
+    def to_tensorboard(self, writer: Any, step: int, prefix: str = "pollux/") -> None:
+        """Add the agent's view of this loader as scalars at ``step`` to ``writer`` (a
+        ``torch.utils.tensorboard.SummaryWriter`` or anything with ``add_scalar``):
+        ``batch_size``, ``goodput`` and ``throughput`` (samples/s), ``efficiency``,
+        ``noise_scale`` (samples), ``local_bsz``, ``accum_steps``, ``lr_factor``,
+        ``progress``. Values not known yet are left out. Call on rank 0 (or any).
+
+        >>> writer = SummaryWriter("runs/mnist")  # doctest: +SKIP
+        >>> loader.to_tensorboard(writer, epoch)  # doctest: +SKIP
+        """
+        if self.batch_config is None or self.job.model is None:
+            return
+        model = self.job.model
+        metrics = self._control.metrics(model, model.grad_stats)
+        for name, value in metrics.items():
+            if value is not None and math.isfinite(value):
+                writer.add_scalar(f"{prefix}{name}", value, step)
 
     # -- checkpoint ---------------------------------------------------------------------
 
@@ -190,6 +226,14 @@ class AdaptiveDataLoader:
     def __iter__(self) -> Iterator[Any]:
         job = self.job
         model = self._model()
+        job.current_dataloader = self
+        try:
+            yield from self._iterate(model)
+        finally:
+            job.current_dataloader = None
+
+    def _iterate(self, model: AdaptiveDataParallel) -> Iterator[Any]:
+        job = self.job
         if self.sampler.epoch != job.epoch:
             self.epoch_padding = 0
         self.sampler.set_epoch(job.epoch)

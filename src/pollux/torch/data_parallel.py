@@ -67,6 +67,10 @@ class AdaptiveDataParallel(DistributedDataParallel):
     optimizers. Pass your ``GradScaler`` as ``grad_scaler`` when training with mixed
     precision. The model is moved to ``job.device``; model, optimizer, scheduler and
     scaler are checkpointed by the job and restored here on restart.
+
+    >>> model = AdaptiveDataParallel(net, optimizer, lr_scheduler, job=job)  # doctest: +SKIP
+    >>> model.noise_scale(), model.progress  # after some steps  # doctest: +SKIP
+    (812.5, 1040.3)
     """
 
     def __init__(self, module: torch.nn.Module, optimizer: torch.optim.Optimizer,

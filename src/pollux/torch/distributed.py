@@ -37,7 +37,11 @@ logger = logging.getLogger(__name__)
 
 
 class LaunchSource(enum.Enum):
-    """Who started this process."""
+    """Who started this process.
+
+    >>> read_launch_environment({"RANK": "1", "WORLD_SIZE": "2", "MASTER_PORT": "29500"}).source
+    <LaunchSource.TORCHRUN: 'torchrun'>
+    """
 
     POLLUX = "pollux"
     TORCHRUN = "torchrun"
@@ -47,7 +51,12 @@ class LaunchSource(enum.Enum):
 @dataclass(frozen=True)
 class LaunchEnvironment(jobenv.JobEnvironment):
     """Where this replica sits in its job, and who launched it: the launch contract
-    (:class:`pollux.jobenv.JobEnvironment`) plus its source."""
+    (:class:`pollux.jobenv.JobEnvironment`) plus its source.
+
+    >>> env = read_launch_environment({})
+    >>> env.source.value, env.rank, env.num_replicas
+    ('single', 0, 1)
+    """
 
     source: LaunchSource = LaunchSource.POLLUX
 
@@ -77,7 +86,11 @@ def _integer(env: Mapping[str, str], name: str, default: int | None = None) -> i
 
 
 def read_launch_environment(environ: Mapping[str, str] | None = None) -> LaunchEnvironment:
-    """Read the launch environment (Pollux, then torchrun, else a single process)."""
+    """Read the launch environment (Pollux, then torchrun, else a single process).
+
+    >>> read_launch_environment({"RANK": "1", "WORLD_SIZE": "2", "MASTER_PORT": "29500"}).rank
+    1
+    """
     env = os.environ if environ is None else environ
     pollux_env = LaunchEnvironment.from_env(env)
     if pollux_env is not None:
@@ -169,7 +182,7 @@ def init_process_group(
     checkpoint at the next agreed step and exit with ``RESCALE_EXIT_CODE`` (75).
 
     >>> job = init_process_group(checkpoint_dir=tmp_path)  # doctest: +SKIP
-    >>> job.rank, job.num_replicas, job.device
+    >>> job.rank, job.num_replicas, job.device  # doctest: +SKIP
     (0, 1, device(type='cpu'))
     """
     from pollux.torch.job import AgentConfig, JobContext

@@ -29,7 +29,11 @@ IndexArray = NDArray[np.int64]
 
 
 def epoch_order(num_samples: int, epoch: int, seed: int, shuffle: bool = True) -> IndexArray:
-    """The order in which an epoch visits the data set (a seeded permutation)."""
+    """The order in which an epoch visits the data set (a seeded permutation).
+
+    >>> epoch_order(5, epoch=0, seed=0, shuffle=False).tolist()
+    [0, 1, 2, 3, 4]
+    """
     if not shuffle:
         return np.arange(num_samples, dtype=np.int64)
     rng = np.random.default_rng([int(seed) & 0xFFFFFFFF, int(epoch)])
@@ -38,7 +42,12 @@ def epoch_order(num_samples: int, epoch: int, seed: int, shuffle: bool = True) -
 
 @dataclass(frozen=True)
 class StepPlan:
-    """The samples of one optimizer step, for every replica."""
+    """The samples of one optimizer step, for every replica.
+
+    >>> plan = plan_step(epoch_order(10, 0, seed=0, shuffle=False), 0, 2, 2, 0)
+    >>> [b.tolist() for b in plan.batches[1]], plan.end
+    ([[2, 3]], 4)
+    """
 
     start: int
     """Cursor (position in the epoch order) before this step."""
@@ -74,7 +83,13 @@ class StepPlan:
 def plan_step(
     order: IndexArray, start: int, num_replicas: int, local_bsz: int, accum_steps: int
 ) -> StepPlan:
-    """Plan the optimizer step that begins at cursor ``start`` of the epoch ``order``."""
+    """Plan the optimizer step that begins at cursor ``start`` of the epoch ``order``.
+
+    >>> order = epoch_order(10, 0, seed=0, shuffle=False)
+    >>> plan = plan_step(order, start=8, num_replicas=2, local_bsz=4, accum_steps=0)
+    >>> [b.tolist() for b in plan.batches[0]], plan.num_padding  # the last, short step
+    ([[8]], 0)
+    """
     n = int(order.size)
     if num_replicas < 1:
         raise ConfigError("num_replicas", num_replicas, "must be >= 1")
@@ -113,6 +128,12 @@ class ElasticSampler:
 
     ``state_dict`` holds only ``epoch`` and ``position`` (plus the seed, checked on
     load), so it restores under any number of replicas.
+
+    >>> sampler = ElasticSampler(10, shuffle=False)
+    >>> plan = sampler.plan(num_replicas=2, local_bsz=2, accum_steps=0)
+    >>> sampler.commit(plan)
+    >>> sampler.state_dict()["position"]
+    4
     """
 
     def __init__(self, num_samples: int, *, shuffle: bool = True, seed: int = 0) -> None:

@@ -1,4 +1,5 @@
-"""``remaining_epochs_until``: the epoch loop that resumes where a restarted job stopped."""
+"""``remaining_epochs_until``: the epoch loop that resumes where a restarted job stopped;
+``current_epoch`` and ``current_dataloader`` for code deep in a training loop."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import TYPE_CHECKING
 from pollux.errors import ConfigError
 
 if TYPE_CHECKING:
+    from pollux.torch.data_loader import AdaptiveDataLoader
     from pollux.torch.job import JobContext
 
 
@@ -17,6 +19,9 @@ def remaining_epochs_until(num_epochs: int, job: JobContext) -> Iterator[int]:
     After a restart mid-epoch, that epoch is yielded again and the data loader continues
     from its cursor. When every epoch is done, a final checkpoint is saved, so a finished
     job relaunched by mistake ends at once.
+
+    >>> for epoch in remaining_epochs_until(30, job):  # doctest: +SKIP
+    ...     train_one_epoch(epoch)
     """
     if num_epochs < 0:
         raise ConfigError("num_epochs", num_epochs, "must be >= 0")
@@ -24,3 +29,22 @@ def remaining_epochs_until(num_epochs: int, job: JobContext) -> Iterator[int]:
         yield job.epoch
         job.finish_epoch()
     job.checkpoint.save()
+
+
+def current_epoch(job: JobContext) -> int:
+    """The epoch being trained (restored after a restart).
+
+    >>> current_epoch(job)  # doctest: +SKIP
+    0
+    """
+    return job.epoch
+
+
+def current_dataloader(job: JobContext) -> AdaptiveDataLoader | None:
+    """The :class:`~pollux.torch.AdaptiveDataLoader` being iterated now, or None.
+
+    >>> loader = current_dataloader(job)  # doctest: +SKIP
+    >>> loader.current_batch_size  # doctest: +SKIP
+    64
+    """
+    return job.current_dataloader

@@ -49,6 +49,11 @@ class GradientNoiseEstimator:
     ``smoothing`` is the averages' decay per optimizer step at the initial batch size;
     a step at ``scale`` times that batch decays by ``smoothing ** scale`` (it carries
     ``scale`` times the information).
+
+    >>> noise = GradientNoiseEstimator(smoothing=0.9)
+    >>> noise.update(small_sqr=3.0, small_bsz=8, big_sqr=1.5, big_bsz=32)
+    >>> round(noise.noise_scale(), 3)  # tr(Sigma) / |G|^2 in samples
+    16.0
     """
 
     def __init__(self, *, smoothing: float = 0.999,

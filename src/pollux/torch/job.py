@@ -21,6 +21,7 @@ import torch.distributed as dist
 
 from pollux.errors import ConfigError
 from pollux.jobenv import RESCALE_EXIT_CODE
+from pollux.torch.accumulator import AccumulatorStates
 from pollux.torch.checkpoint import CheckpointManager
 from pollux.torch.distributed import LaunchEnvironment
 from pollux.torch.hints_reporter import HintsReporter
@@ -28,6 +29,7 @@ from pollux.torch.metrics import MetricsWriter
 from pollux.torch.profiler import StepProfiler
 
 if TYPE_CHECKING:
+    from pollux.torch.data_loader import AdaptiveDataLoader
     from pollux.torch.data_parallel import AdaptiveDataParallel
 
 logger = logging.getLogger(__name__)
@@ -35,7 +37,13 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class AgentConfig:
-    """Tuning knobs of the agent (defaults suit most jobs)."""
+    """Tuning knobs of the agent (defaults suit most jobs).
+
+    >>> config = AgentConfig(checkpoint_interval_s=60, tensorboard_dir="runs/pollux")
+    >>> config.noise_interval_steps
+    4
+    >>> job = init_process_group(config=config)  # doctest: +SKIP
+    """
 
     control_interval_s: float = 1.0
     """Target time between agreement points (stop requests, batch-size changes)."""
@@ -173,7 +181,13 @@ class _JobState:
 
 
 class JobContext:
-    """What one training process knows about its job; see :func:`init_process_group`."""
+    """What one training process knows about its job; see :func:`init_process_group`.
+
+    >>> job = init_process_group()  # doctest: +SKIP
+    >>> job.rank, job.num_replicas, job.device, job.epoch  # doctest: +SKIP
+    (0, 1, device(type='cpu'), 0)
+    >>> job.checkpoint.register("my/state", my_object)  # restored here after a restart  # doctest: +SKIP
+    """
 
     def __init__(self, launch: LaunchEnvironment, *, device: torch.device, backend: str,
                  control_group: Any, config: AgentConfig,
@@ -208,6 +222,11 @@ class JobContext:
         self.checkpoint.register("pollux/rng", RngStates(self.rank, self.num_replicas,
                                                          control_group, launch.num_restarts))
         self.checkpoint.register("pollux/profile", self.profiler)
+        self.accumulators = AccumulatorStates(self)
+        """Every :class:`~pollux.torch.accumulator.Accumulator` of the job, checkpointed."""
+        self.checkpoint.register("pollux/accumulators", self.accumulators)
+        self.current_dataloader: AdaptiveDataLoader | None = None
+        """The data loader being iterated now (None between epochs)."""
         self._previous_handlers: dict[int, Any] = {}
         if install_signal_handler:
             self._install_signal_handlers()

@@ -19,7 +19,16 @@ from pollux.errors import ConfigError, UnknownPluginError
 
 
 class ScalingRule(ABC):
-    """Maps (batch scale, gain, progress) to a learning-rate multiplier."""
+    """Maps (batch scale, gain, progress) to a learning-rate multiplier.
+
+    Subclass it for a rule of your own::
+
+        class HalfLinear(ScalingRule):
+            def lr_factor(self, scale, gain, progress):
+                return 1 + (scale - 1) / 2
+
+        model = AdaptiveDataParallel(net, optimizer, scaling_rule=HalfLinear(), job=job)
+    """
 
     @abstractmethod
     def lr_factor(self, scale: float, gain: float, progress: float) -> float:
@@ -31,6 +40,9 @@ class AdaScale(ScalingRule):
     """AdaScale (Johnson et al., 2020): the learning rate grows with the gain.
 
     The default for SGD: each step moves as far as ``gain`` steps at ``M0`` would.
+
+    >>> AdaScale().lr_factor(scale=4.0, gain=2.0, progress=0.0)
+    2.0
     """
 
     def lr_factor(self, scale: float, gain: float, progress: float) -> float:
@@ -39,7 +51,11 @@ class AdaScale(ScalingRule):
 
 @dataclass(frozen=True)
 class SqrtScale(ScalingRule):
-    """Square-root scaling, the default for Adam-like optimizers."""
+    """Square-root scaling, the default for Adam-like optimizers.
+
+    >>> SqrtScale().lr_factor(scale=4.0, gain=2.0, progress=0.0)
+    2.0
+    """
 
     def lr_factor(self, scale: float, gain: float, progress: float) -> float:
         return math.sqrt(scale)
@@ -47,7 +63,11 @@ class SqrtScale(ScalingRule):
 
 @dataclass(frozen=True)
 class LinearScale(ScalingRule):
-    """Linear scaling (Goyal et al., 2017): the learning rate grows with the batch."""
+    """Linear scaling (Goyal et al., 2017): the learning rate grows with the batch.
+
+    >>> LinearScale().lr_factor(scale=4.0, gain=2.0, progress=0.0)
+    4.0
+    """
 
     def lr_factor(self, scale: float, gain: float, progress: float) -> float:
         return scale
@@ -59,6 +79,10 @@ class WarmupScale(ScalingRule):
 
     The factor ramps from 0 to the base rule's over ``warmup_steps * scale`` steps of
     progress (steps at ``M0``), so larger batches warm up for longer.
+
+    >>> rule = WarmupScale(warmup_steps=100, base=LinearScale())
+    >>> rule.lr_factor(scale=2.0, gain=1.5, progress=1000.0)  # warmed up: the base rule
+    2.0
     """
 
     warmup_steps: float
@@ -84,7 +108,12 @@ SCALING_RULES: dict[str, type[ScalingRule]] = {
 
 
 def default_scaling_rule(optimizer: torch.optim.Optimizer) -> ScalingRule:
-    """Square-root for Adam-like (adaptive) optimizers, AdaScale otherwise (SGD)."""
+    """Square-root for Adam-like (adaptive) optimizers, AdaScale otherwise (SGD).
+
+    >>> import torch
+    >>> default_scaling_rule(torch.optim.Adam([torch.zeros(1, requires_grad=True)]))
+    SqrtScale()
+    """
     return SqrtScale() if isinstance(optimizer, _ADAM_LIKE) else AdaScale()
 
 
