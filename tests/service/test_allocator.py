@@ -104,6 +104,12 @@ def test_a_crashed_replica_restarts_the_job_until_max_failures(store, fake_backe
             record = store.get_job(job.id)
             assert record.state is JobState.STARTING
             assert record.num_launches == failure + 1
+        if failure == 1:  # nothing saved yet; then the job checkpoints
+            assert "restarting from the start (no checkpoint yet)" in store.events(job.id)[
+                -2].message
+            (allocator.config.data_dir / "jobs" / job.id / "checkpoint" / "c.pt").write_text("")
+        elif failure == 2:
+            assert "restarting from the last checkpoint" in store.events(job.id)[-2].message
     record = store.get_job(job.id)
     assert record.state is JobState.FAILED
     assert "replica 1 was killed by SIGKILL" in record.reason

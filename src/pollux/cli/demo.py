@@ -35,7 +35,7 @@ from pollux.cli.output import EventFeed, is_terminal, make_console
 from pollux.errors import ConfigError
 from pollux.service.client import PolluxClient, server_address
 
-LAUNCH_PATTERN = re.compile(r"launch \d+: (\d+) replicas")
+LAUNCH_PATTERN = re.compile(r"launch \d+: (\d+) replicas?")
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ from pollux.backends.base import (
 from pollux.jobenv import CORRUPT_CHECKPOINT_EXIT_CODE, RESCALE_EXIT_CODE
 from pollux.policies.base import Allocation, Policy, PolicyDecision
 from pollux.service.decisions import checked_allocations, fits, subtract
-from pollux.service.explain import hints_of, rescale_reason
+from pollux.service.explain import hints_of, replicas_text, rescale_reason
 from pollux.service.recovery import LOST_EXIT_CODE, JobNotices, job_dir, recover_jobs
 from pollux.service.snapshot import HintsCache, Snapshot, build_snapshot, linear_speedup
 from pollux.service.states import ACTIVE_STATES, LIVE_STATES, JobState
@@ -225,7 +225,7 @@ class Allocator:
         where = ", ".join(f"{node} x{allocation.count(node)}" for node in dict.fromkeys(allocation))
         record = self.store.transition(
             record.id, JobState.STARTING, now,
-            f"launch {generation}: {len(allocation)} replicas on {where}",
+            f"launch {generation}: {replicas_text(len(allocation))} on {where}",
             allocation=allocation, target_allocation=None, num_launches=generation,
             started_at=record.started_at or now, reason=record.reason)
         directory = job_dir(self.config.data_dir, record.id)
@@ -280,7 +280,8 @@ class Allocator:
         elif (record.state is JobState.STARTING
               and all(s.state is not ReplicaState.STARTING for s in statuses)):
             self.store.transition(record.id, JobState.RUNNING, now,
-                                  f"all {len(statuses)} replicas running")
+                                  "all replicas running" if len(statuses) > 1
+                                  else "the replica is running")
 
     def _launch_ended(self, record: JobRecord, exits: Mapping[int, int | None],
                       now: float) -> None:
@@ -295,7 +296,8 @@ class Allocator:
         codes = list(exits.values())
         if codes and all(code == 0 for code in codes):
             self.store.transition(record.id, JobState.SUCCEEDED, now,
-                                  f"all {len(codes)} replicas exited 0")
+                                  f"all {len(codes)} replicas exited 0" if len(codes) > 1
+                                  else "the replica exited 0")
             return
         if record.cancel_requested:
             self.store.transition(record.id, JobState.CANCELLED, now, "cancelled")
@@ -345,9 +347,19 @@ class Allocator:
         target = record.target_allocation
         self.store.transition(
             record.id, JobState.PENDING, now,
-            f"failure {failures} of {limit} tolerated ({reason}); restarting from the last "
-            f"checkpoint in {delay_s:g} s", reason=reason, num_failures=failures,
+            f"failure {failures} of {limit} tolerated ({reason}); restarting "
+            + ("from the last checkpoint" if self._has_checkpoint(record.id)
+               else "from the start (no checkpoint yet)") + f" in {delay_s:g} s",
+            reason=reason, num_failures=failures,
             target_allocation=record.allocation if target is None else target)
+
+    def _has_checkpoint(self, job_id: str) -> bool:
+        """Whether the job wrote anything in its checkpoint directory."""
+        directory = job_dir(self.config.data_dir, job_id) / "checkpoint"
+        try:
+            return any(directory.iterdir())
+        except OSError:
+            return False
 
     def _cancel_requested(self, now: float) -> None:
         for record in self.store.list_jobs(ACTIVE_STATES):
