@@ -42,6 +42,14 @@ def test_simulate_writes_json_and_plots(tmp_path: Path, capsys: pytest.CaptureFi
             "gpus-generated-12jobs-1h-seed0.png"} <= names
 
 
+def test_simulate_json_to_stdout_is_pure_json(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["simulate", "--policy", "fifo", "--jobs", "4", "--hours", "0.5",
+                 "--nodes", "2", "--processes", "1", "--json", "-"])
+    captured = capsys.readouterr()
+    assert code == 0 and json.loads(captured.out)["summary"].keys() == {"fifo"}
+    assert "workload(s)" in captured.err
+
+
 def test_unknown_policy_lists_the_choices(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["simulate", "--policy", "tiresas"]) == 2
     err = capsys.readouterr().err

@@ -24,6 +24,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from pollux.cli.output import make_console
 from pollux.cluster_spec import parse_cluster_spec
 from pollux.errors import ConfigError
 from pollux.policies.autoscaling import (
@@ -168,7 +169,8 @@ def _autoscaler_options(args: argparse.Namespace) -> dict[str, float]:
 
 
 def run(args: argparse.Namespace) -> int:
-    console = Console()
+    json_out = args.json == "-"  # stdout is the JSON: progress and notes go to stderr
+    console = Console(stderr=True) if json_out else make_console()
     policies = _policies(args.policy)
     if args.cluster is not None:
         spec = parse_cluster_spec(args.cluster)
@@ -213,9 +215,11 @@ def run(args: argparse.Namespace) -> int:
     records = with_lower_bounds([o.record for o in outcomes], workloads, apps, config)
     tables = [_policy_table(records)] + ([_workload_table(records)] if len(workloads) > 1
                                          else [])
-    for table in tables:
+    for table in tables if not json_out else []:
         console.print(_rich(table))
-    if args.json:
+    if json_out:
+        print(json.dumps(report(records), indent=1))
+    elif args.json:
         Path(args.json).write_text(json.dumps(report(records), indent=1) + "\n")
         console.print(f"wrote {args.json}", highlight=False)
     if args.plot:
@@ -290,7 +294,9 @@ def register(subparsers: Any) -> None:
                              f"(default {DEFAULT_GENERATED_HOURS:g})")
     parser.add_argument("--processes", type=int, default=0,
                         help="worker processes (default: one per run, up to the CPU count)")
-    parser.add_argument("--json", metavar="OUT", help="write every run's figures as JSON")
+    parser.add_argument("--json", metavar="OUT",
+                        help="write every run's figures as JSON to OUT ('-': stdout, "
+                             "instead of the table)")
     parser.add_argument("--plot", metavar="DIR", help="save PNG figures in DIR")
     parser.add_argument("--html", metavar="OUT",
                         help="write one self-contained HTML page with the tables and every "
