@@ -69,7 +69,8 @@ def time_to_target(args: argparse.Namespace) -> None:
                     "--target-accuracy", str(args.target), "--seed", str(seed),
                     "--batch-size", str(args.batch_size),
                     "--control-interval-s", str(args.control_interval_s),
-                    "--autoscale" if autoscale else "--no-autoscale"]
+                    "--autoscale" if autoscale else "--no-autoscale",
+                    "--checkpoint-dir", ""]  # every run from scratch (no resuming)
             result = last_json(launch(argv, args.replicas)[0])
             rows[autoscale].append(result)
             print(f"  seed {seed} {'autoscale' if autoscale else 'fixed    '}: "

@@ -24,6 +24,7 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a C
 def run(argv: list[str], tmp_path: Path) -> dict[str, Any]:
     env = {k: v for k, v in os.environ.items()
            if not k.startswith("POLLUX_") and k not in ("RANK", "WORLD_SIZE")}
+    env["POLLUX_CHECKPOINT_DIR"] = ""  # no default ./pollux-checkpoints (--checkpoint-dir wins)
     out = subprocess.run([sys.executable, *argv], capture_output=True, text=True,
                          timeout=300, cwd=REPO, env=env)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
