@@ -70,9 +70,11 @@ def main() -> int:
     parser.add_argument("--workloads", default="1,2,3,4,5,6,7,8",
                         help="paper workload numbers (ignored with --load)")
     parser.add_argument("--load", type=float, default=None,
-                        help="generated workloads (8 h, seeds 0..--num-generated-1) with "
-                             "this many times the paper's 160 jobs")
+                        help="generated workloads (seeds 0..--num-generated-1) with this "
+                             "many times the paper's density, 160 jobs in 8 h")
     parser.add_argument("--num-generated", type=int, default=2)
+    parser.add_argument("--hours", type=float, default=8.0,
+                        help="arrival window of the generated workloads (jobs scale with it)")
     parser.add_argument("--artifact", default=str(ARTIFACT))
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--processes", type=int, default=2)
@@ -87,8 +89,8 @@ def main() -> int:
                      for p in workload_files([Path(args.artifact) / "workloads"])]
         workloads = [w for w in workloads if w.name in wanted]
     else:
-        workloads = [generate_workload(int(round(160 * args.load)), 8.0, seed=s)
-                     for s in range(args.num_generated)]
+        workloads = [generate_workload(int(round(20 * args.hours * args.load)), args.hours,
+                                       seed=s) for s in range(args.num_generated)]
     tasks = [(v, VARIANTS[v][1], VARIANTS[v][0], w, traces, config, args.seed)
              for w in workloads for v in args.variants.split(",")]
     start = time.perf_counter()

@@ -28,6 +28,10 @@ POLICIES = {
 def test_registry_builds_both() -> None:
     assert isinstance(make_policy("pollux"), PolluxPolicy)
     assert isinstance(make_policy("pollux-ga", seed=1), PolluxGAPolicy)
+    remaining = make_policy("pollux-remaining")
+    assert isinstance(remaining, PolluxPolicy)
+    assert remaining.objective_config.remaining_weight == 0.5
+    assert make_policy("pollux").objective_config.remaining_weight == 0.0
 
 
 @pytest.mark.parametrize("name", sorted(POLICIES))

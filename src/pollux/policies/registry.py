@@ -13,6 +13,7 @@ POLICY_CLASSES: dict[str, str] = {
     "optimus": "pollux.policies.optimus:OptimusPolicy",
     "pollux": "pollux.policies.pollux:PolluxPolicy",
     "pollux-ga": "pollux.policies.pollux:PolluxGAPolicy",
+    "pollux-remaining": "pollux.policies.pollux:PolluxRemainingPolicy",
     "pollux-unaware": "pollux.policies.pollux_unaware:PolluxUnawarePolicy",
     "sia": "pollux.policies.sia:SiaPolicy",
 }

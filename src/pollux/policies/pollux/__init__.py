@@ -18,7 +18,7 @@ from pollux.policies.pollux.objective import (
     power_mean,
     restart_factor,
 )
-from pollux.policies.pollux.policy import PolluxGAPolicy, PolluxPolicy
+from pollux.policies.pollux.policy import PolluxGAPolicy, PolluxPolicy, PolluxRemainingPolicy
 from pollux.policies.pollux.problem import AllocationProblem, build_problem
 
 __all__ = [
@@ -31,6 +31,7 @@ __all__ = [
     "PolluxGAPolicy",
     "PolluxObjective",
     "PolluxPolicy",
+    "PolluxRemainingPolicy",
     "build_problem",
     "power_mean",
     "repair",
