@@ -15,6 +15,7 @@ POLICY_CLASSES: dict[str, str] = {
     "pollux-ga": "pollux.policies.pollux:PolluxGAPolicy",
     "pollux-remaining": "pollux.policies.pollux:PolluxRemainingPolicy",
     "pollux-unaware": "pollux.policies.pollux_unaware:PolluxUnawarePolicy",
+    "pollux-hetero": "pollux.policies.hetero_pollux:HeteroPolluxPolicy",
     "sia": "pollux.policies.sia:SiaPolicy",
 }
 """Registered policy names -> ``module:Class``. Read-only by convention."""

@@ -132,12 +132,19 @@ class SiaPolicy(Policy):
             row[by_type[gpu_type][0]] = 1.0
         return np.maximum(row, INVALID_GOODPUT)
 
+    def _type_configs(self, gpu_type: str, nodes: Sequence[NodeInfo]) -> list[Config]:
+        return type_configs(gpu_type, nodes)
+
+    def _cost(self, row: np.ndarray) -> np.ndarray:
+        """``round(row ** p, 2)``, capped at MAX_COST."""
+        return np.minimum(np.round(np.power(row, self.p), 2), MAX_COST)
+
     # -- the round -----------------------------------------------------------------------
     def optimize(self, jobs: Sequence[JobInfo], nodes: Sequence[NodeInfo],
                  previous_allocations: Allocations) -> PolicyDecision:
         groups = gpu_types_of([n for n in nodes if n.num_gpus > 0])
-        configs = [c for gpu_type, group in groups.items() for c in type_configs(gpu_type,
-                                                                                  group)]
+        configs = [c for gpu_type, group in groups.items()
+                   for c in self._type_configs(gpu_type, group)]
         if not jobs or not configs:
             return PolicyDecision({job.name: () for job in jobs})
         type_of = {node.name: node.gpu_type for node in nodes}
@@ -154,7 +161,7 @@ class SiaPolicy(Policy):
                 keep = row[prev_index]
                 row = row * restart_factor(job, self._penalty_s(job))
                 row[prev_index] = keep
-            cost[i] = np.minimum(np.round(np.power(row, self.p), 2), MAX_COST)
+            cost[i] = self._cost(row)
         chosen = self._solve(jobs, configs, cost, previous_config, groups)
         allocations = self._place(jobs, configs, chosen, groups, previous_allocations)
         return PolicyDecision(allocations, info={"num_configs": num_configs})
@@ -224,28 +231,38 @@ class SiaPolicy(Policy):
                     allocations[jobs[i].name] = prev
                 else:
                     pending.append((num_gpus, i))
-            pointer = 0
-            for num_gpus, i in sorted(pending, key=lambda item: -item[0]):
-                taken: list[str] = []
-                left = num_gpus
-                for step in range(len(order)):  # whole free nodes first
-                    if left < per_node:
-                        break
-                    name = order[(pointer + step) % len(order)]
-                    if free[name] == per_node:
-                        taken += [name] * per_node
-                        free[name] = 0
-                        left -= per_node
-                        pointer = (pointer + step + 1) % len(order)
-                for step in range(len(order)):  # then free GPUs anywhere
-                    if left == 0:
-                        break
-                    name = order[(pointer + step) % len(order)]
-                    take = min(left, free[name])
-                    if take:
-                        taken += [name] * take
-                        free[name] -= take
-                        left -= take
-                        pointer = (pointer + step) % len(order)
-                allocations[jobs[i].name] = tuple(taken) if left == 0 else ()
+            for i, alloc in self._fill(pending, free, order, per_node).items():
+                allocations[jobs[i].name] = alloc
         return allocations
+
+    def _fill(self, pending: Sequence[tuple[int, int]], free: dict[str, int],
+              order: Sequence[str], per_node: int) -> dict[int, Allocation]:
+        """Sia's placement of (GPUs, job index) pairs on one type's free GPUs: bigger jobs
+        first, whole free nodes first, then free GPUs from any node, scanning the nodes
+        round-robin from where the last job ended."""
+        placed: dict[int, Allocation] = {}
+        pointer = 0
+        for num_gpus, i in sorted(pending, key=lambda item: -item[0]):
+            taken: list[str] = []
+            left = num_gpus
+            for step in range(len(order)):  # whole free nodes first
+                if left < per_node:
+                    break
+                name = order[(pointer + step) % len(order)]
+                if free[name] == per_node:
+                    taken += [name] * per_node
+                    free[name] = 0
+                    left -= per_node
+                    pointer = (pointer + step + 1) % len(order)
+            for step in range(len(order)):  # then free GPUs anywhere
+                if left == 0:
+                    break
+                name = order[(pointer + step) % len(order)]
+                take = min(left, free[name])
+                if take:
+                    taken += [name] * take
+                    free[name] -= take
+                    left -= take
+                    pointer = (pointer + step) % len(order)
+            placed[i] = tuple(taken) if left == 0 else ()
+        return placed
