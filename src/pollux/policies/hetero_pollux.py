@@ -10,6 +10,9 @@ Sia's own code gets wrong or leaves coarse:
 * costs are not rounded to two decimals (Sia's rounding makes speedups 40 and 50 equal);
 * every GPU count from 1 to a node is a configuration (not only 1, 2, 4), then whole
   nodes, so jobs fill what powers of two leave over;
+* remaining-work awareness: each job's term is weighted by ``(median remaining /
+  its remaining) ** remaining_exponent`` (clipped to ``1/4..4``), ``remaining_s`` from
+  the job's own model, so short jobs are admitted and sped up first;
 * placement keeps a job smaller than a node on one node (best fit: the fullest node
   where it fits), so its synchronization stays on the node as its goodput assumed; only
   when no node has room does it span nodes.
@@ -33,6 +36,25 @@ class HeteroPolluxPolicy(SiaPolicy):
     count, and single-node placement of sub-node jobs; see the module docstring."""
 
     name = "pollux-hetero"
+
+    def __init__(self, p: float = -0.5, lambda_n: float = 1.1,
+                 remaining_exponent: float = 0.5, max_weight_ratio: float = 4.0) -> None:
+        super().__init__(p=p, lambda_n=lambda_n)
+        self.remaining_exponent = float(remaining_exponent)
+        self.max_weight_ratio = float(max_weight_ratio)
+
+    def _job_weights(self, jobs: Sequence[JobInfo]) -> np.ndarray:
+        """Shorter remaining work weighs more: ``(median / remaining_s) ** exponent``,
+        clipped to ``[1 / max_weight_ratio, max_weight_ratio]``; 1 where unknown."""
+        remaining = np.array([np.nan if job.remaining_s is None else job.remaining_s
+                              for job in jobs])
+        known = np.isfinite(remaining) & (remaining > 0)
+        weights = np.ones(len(jobs))
+        if self.remaining_exponent and known.any():
+            ratio = np.median(remaining[known]) / remaining[known]
+            weights[known] = np.clip(ratio ** self.remaining_exponent,
+                                     1.0 / self.max_weight_ratio, self.max_weight_ratio)
+        return weights
 
     def _penalty_s(self, job: JobInfo) -> float:
         return float(job.restart_delay_s)

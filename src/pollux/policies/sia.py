@@ -132,6 +132,10 @@ class SiaPolicy(Policy):
             row[by_type[gpu_type][0]] = 1.0
         return np.maximum(row, INVALID_GOODPUT)
 
+    def _job_weights(self, jobs: Sequence[JobInfo]) -> np.ndarray:
+        """Weight of each job's term in the objective (Sia: all equal)."""
+        return np.ones(len(jobs))
+
     def _type_configs(self, gpu_type: str, nodes: Sequence[NodeInfo]) -> list[Config]:
         return type_configs(gpu_type, nodes)
 
@@ -171,7 +175,7 @@ class SiaPolicy(Policy):
                groups: Mapping[str, Sequence[NodeInfo]]) -> list[int | None]:
         num_jobs, num_configs = cost.shape
         num_vars = num_jobs * num_configs
-        objective = (cost - self.lambda_n).ravel()
+        objective = ((cost - self.lambda_n) * self._job_weights(jobs)[:, None]).ravel()
         rows, cols, vals = [], [], []
         for i in range(num_jobs):  # at most one configuration per job
             rows += [i] * num_configs

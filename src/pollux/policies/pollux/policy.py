@@ -62,6 +62,17 @@ class _PolluxPolicyBase(Policy):
             remaining_admission=bool(remaining_admission))
         self.interference_avoidance = bool(interference_avoidance)
         self.rng = np.random.default_rng(seed)
+        self._typed: Policy | None = None
+        """Optimizer of typed snapshots (several GPU types), made on first use."""
+
+    def _typed_policy(self) -> Policy:
+        """The heterogeneity-aware optimizer for snapshots with GPU types (one instance
+        kept across rounds)."""
+        if self._typed is None:
+            from pollux.policies.hetero_pollux import HeteroPolluxPolicy
+
+            self._typed = HeteroPolluxPolicy()
+        return self._typed
 
     @abstractmethod
     def _solve(self, problem: AllocationProblem,
@@ -74,6 +85,9 @@ class _PolluxPolicyBase(Policy):
         nodes: Sequence[NodeInfo],
         previous_allocations: Allocations,
     ) -> PolicyDecision:
+        if (len({node.gpu_type for node in nodes}) > 1
+                or any(job.typed_goodput is not None for job in jobs)):
+            return self._typed_policy().optimize(jobs, nodes, previous_allocations)
         start = time.perf_counter()
         problem = build_problem(jobs, nodes, previous_allocations, self.least_service_first)
         if problem.num_jobs == 0:

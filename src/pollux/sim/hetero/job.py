@@ -110,6 +110,15 @@ class HeteroJob:
         self._model = (key, model)
         return model
 
+    def remaining_s(self, model: TypedGoodput | None) -> float | None:
+        """Seconds of training left on one GPU of the slowest modelled type, by the job's
+        own model and current gradient statistics; None without a model."""
+        if model is None or model.reference_goodput <= 0:
+            return None
+        spec = self.app.reference()
+        left = spec.epoch_progress(spec.spec.max_epochs) - self.progress
+        return max(left, 0.0) / model.reference_goodput
+
     # -- effects -------------------------------------------------------------------------
     def reallocate(self, allocation: tuple[str, ...], placement: Placement,
                    gpu_type: str | None) -> None:

@@ -112,6 +112,7 @@ class HeteroSimulator:
                 restart_left_s=job.restart_left_s if job.placement else 0.0,
                 extras={"application": job.app.name})
         caps = {t: job.max_replicas(t) for t in job.app.by_type}
+        model = job.typed_goodput()
         return JobInfo(
             name=job.name,
             resources=ONE_GPU,
@@ -124,7 +125,8 @@ class HeteroSimulator:
             num_restarts=job.num_restarts or 0,
             restart_delay_s=job.app.restart_delay_s,
             tuned=TunedConfig(job.spec.num_replicas, job.spec.batch_size),
-            typed_goodput=job.typed_goodput(),
+            typed_goodput=model,
+            remaining_s=job.remaining_s(model),
             max_replicas_by_type=caps,
             restart_left_s=job.restart_left_s if job.placement else 0.0,
             extras={"application": job.app.name},

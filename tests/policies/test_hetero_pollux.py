@@ -1,0 +1,43 @@
+"""The project's Pollux on typed clusters (``pollux`` hands typed snapshots to it)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from pollux.cluster_spec import allocation_gpu_type, parse_cluster_spec
+from pollux.policies.hetero_pollux import HeteroPolluxPolicy
+from pollux.policies.pollux import PolluxPolicy
+from tests.policies.test_sia import BY_NAME, NODES, job
+
+
+def test_pollux_hands_typed_snapshots_to_the_typed_optimizer() -> None:
+    jobs = [job(f"j{i}", age_s=600.0) for i in range(20)]
+    decision = PolluxPolicy().optimize(jobs, NODES, {})
+    assert "num_configs" in decision.info  # the typed program answered
+    used: dict[str, int] = {}
+    for alloc in decision.allocations.values():
+        allocation_gpu_type(alloc, BY_NAME)
+        for node in alloc:
+            used[node] = used.get(node, 0) + 1
+    assert all(count <= BY_NAME[node].num_gpus for node, count in used.items())
+    assert sum(used.values()) > 32
+
+
+def test_sub_node_jobs_stay_on_one_node() -> None:
+    nodes = parse_cluster_spec("aws:3x4,rtx:1x8").node_infos()
+    policy = HeteroPolluxPolicy()
+    free = {n.name: n.num_gpus for n in nodes if n.gpu_type == "aws"}
+    placed = policy._fill([(2, 0), (3, 1), (2, 2), (1, 3), (4, 4)], free,
+                          sorted(free), 4)
+    for alloc in placed.values():
+        assert len(set(alloc)) == 1
+    assert sum(len(a) for a in placed.values()) == 12
+
+
+def test_shorter_remaining_work_weighs_more() -> None:
+    jobs = [replace(job("short"), remaining_s=100.0), replace(job("long"), remaining_s=1e5),
+            replace(job("mid"), remaining_s=1000.0), job("unknown")]
+    weights = HeteroPolluxPolicy()._job_weights(jobs)
+    assert weights[0] > weights[2] > weights[1]
+    assert weights[3] == 1.0
+    assert 0.25 <= weights.min() and weights.max() <= 4.0
