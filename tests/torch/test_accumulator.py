@@ -134,3 +134,19 @@ def test_the_tutorial_port_runs_on_two_replicas(tmp_path: Path) -> None:
     assert (tmp_path / "pollux-checkpoints" / "tutorial_digits").is_dir()
     if dist.is_initialized():  # nothing leaked into this process
         pytest.fail("the test process joined a process group")
+
+
+def test_sums_maxima_and_means_survive_a_restart_on_another_replica_count(
+        tmp_path: Path) -> None:
+    from tests.torch.launcher import WORKERS, Replicas
+
+    script = str(WORKERS / "accumulator_restart.py")
+    first = Replicas([script, "--phase", "add"], 2, checkpoint_dir=tmp_path / "ckpt",
+                     log_dir=tmp_path / "logs")
+    assert first.wait(timeout_s=120) == [0, 0], first.output()
+    again = Replicas([script, "--phase", "read"], 3, checkpoint_dir=tmp_path / "ckpt",
+                     log_dir=tmp_path / "logs", num_restarts=1)
+    assert again.wait(timeout_s=120) == [0, 0, 0], again.output()
+    totals = again.last_json()
+    assert totals["n"] == 3 + 3 and totals["best"] == 20.0  # saved sum + one per replica
+    assert totals["acc"] == pytest.approx(0.625)
