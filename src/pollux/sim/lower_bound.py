@@ -23,7 +23,8 @@ for that job, which is why the two are combined on the average, not per job.)
 
 Epoch ends in the simulator are rounded to whole seconds; each epoch's time in both
 relaxations is lowered by half a second to cover that. The placements searched for a
-configuration's step time: for every ``K`` and every number of nodes, the packed and the
+configuration's step time: for every ``K`` and every number of nodes (up to 16 above the
+fewest, and the widest spread: step times do not depend on more), the packed and the
 balanced placement, plus every measured placement of a trace application that fits.
 """
 
@@ -36,7 +37,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from pollux.sim.applications import Application
+from pollux.sim.applications import MAX_INTERPOLATION_NODES, Application
 from pollux.sim.metrics import RunRecord
 from pollux.sim.placement import Placement, canonical_placement, packed_placement
 from pollux.sim.simulator import ClusterConfig
@@ -88,7 +89,12 @@ def _candidate_placements(app: Application, num_nodes: int, gpus_per_node: int,
     out: set[Placement] = set()
     for k in range(1, max_replicas + 1):
         fewest = -(-k // gpus_per_node)
-        for n in range(fewest, min(k, num_nodes) + 1):
+        most = min(k, num_nodes)
+        # Step times depend on the node count only up to MAX_INTERPOLATION_NODES (traces)
+        # or only on one node vs several (the catalog), so a window above the fewest
+        # nodes, plus the widest spread, covers every distinct value.
+        counts = set(range(fewest, min(most, fewest + MAX_INTERPOLATION_NODES) + 1))
+        for n in sorted(counts | {most}):
             out.add(canonical_placement(packed_placement(k, gpus_per_node, n)))
             out.add(canonical_placement(tuple(k // n + (i < k % n) for i in range(n))))
     trace = getattr(app, "trace", None)
