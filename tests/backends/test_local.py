@@ -172,3 +172,16 @@ def test_validate_names_the_field(tmp_path, instance_id):
         backend.validate(spec(resources={"gpu": 0.5}))
     assert info.value.field == "resources.gpu"
     assert os.path.isabs(FAKE_JOB)
+
+
+@pytest.mark.skipif(not Path("/sys/class/net/lo").exists(), reason="no loopback interface")
+def test_local_jobs_talk_over_loopback_only(tmp_path, instance_id, monkeypatch):
+    """Issue #13 item 7: gloo's sockets of a local job stay on the loopback interface
+    (unless the job chooses another), as does its rendezvous store (tests/torch)."""
+    monkeypatch.delenv("GLOO_SOCKET_IFNAME", raising=False)
+    backend = LocalBackend(instance_id, num_nodes=1, slots_per_node=2, device="cpu")
+    env = backend._replica_env(request(tmp_path, spec(), ("node-0",)), {}, (0,), "node-0")
+    assert env["GLOO_SOCKET_IFNAME"] == "lo" and backend.master_addr == "127.0.0.1"
+    chosen = spec(env={"GLOO_SOCKET_IFNAME": "eth0"})
+    env = backend._replica_env(request(tmp_path, chosen, ("node-0",)), {}, (0,), "node-0")
+    assert env["GLOO_SOCKET_IFNAME"] == "eth0"

@@ -53,6 +53,11 @@ logger = logging.getLogger(__name__)
 MARKER_ENV = "POLLUX_LOCAL_BACKEND_ID"
 """Set on every replica to the backend's instance id (one per data directory)."""
 THREAD_ENV_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
+LOOPBACK_INTERFACE = "lo"
+GLOO_INTERFACE_ENV = "GLOO_SOCKET_IFNAME"
+"""Set to the loopback interface (unless the job or the server's environment sets it):
+the replicas of a local job talk to each other on this machine only, so gloo's sockets
+need not listen on the network (its rendezvous store listens on 127.0.0.1 already)."""
 KILL_WAIT_S = 10.0
 """How long recovery waits for SIGKILLed processes to disappear."""
 
@@ -178,6 +183,8 @@ class LocalBackend(Backend):
         for name in THREAD_ENV_VARS:
             if name not in request.spec.env:
                 env[name] = threads
+        if GLOO_INTERFACE_ENV not in env and Path("/sys/class/net", LOOPBACK_INTERFACE).exists():
+            env[GLOO_INTERFACE_ENV] = LOOPBACK_INTERFACE
         return env
 
     def launch(self, request: LaunchRequest) -> list[LaunchedReplica]:
