@@ -2,7 +2,10 @@
 
 Prints median and p99 wall time of ``optimize`` for ``pollux`` (default optimizer) and
 ``pollux-ga`` side by side with 10, 50 and 200 active jobs on 64 GPUs (16 nodes x 4), and
-for ``pollux`` alone with 1,000 active jobs on 2,048 GPUs (256 nodes x 8).
+for ``pollux`` alone with 1,000 active jobs on 2,048 GPUs (256 nodes x 8). ``--typed``
+times ``pollux`` and ``sia`` on typed clusters instead: 64 GPUs of 3 types
+(aws:6x4,dgx-ext:2x8,rtx:3x8) with 100 jobs, and 2,048 GPUs of 3 types with 1,000 jobs;
+typed jobs carry a model per type (fitted on one, projected to the others).
 
 The rounds evolve like a busy cluster: each round feeds the previous decision back, ages
 every job by the interval, replaces a tenth of the jobs by new arrivals, and gives a fifth
@@ -22,32 +25,58 @@ from dataclasses import replace
 
 import numpy as np
 
+from pollux.cluster_spec import parse_cluster_spec
 from pollux.models import GoodputFunction, GradientStats, SpeedupFunction, ThroughputParams
+from pollux.models.typed import TypedGoodput, TypeProfile
 from pollux.policies import JobInfo, NodeInfo, make_policy
 from pollux.policies.base import Allocation
 
 INTERVAL_S = 60.0
 
 
-def speedup_function(rng: np.random.Generator) -> SpeedupFunction:
-    params = ThroughputParams(
+TYPED_SMALL = "aws:6x4,dgx-ext:2x8,rtx:3x8"
+TYPED_BIG = "aws:128x4,dgx-ext:96x8,rtx:96x8"
+
+
+def random_params(rng: np.random.Generator) -> ThroughputParams:
+    return ThroughputParams(
         alpha_c=rng.uniform(0.02, 0.2), beta_c=rng.uniform(1e-4, 3e-3),
         alpha_n=rng.uniform(0.05, 0.5), beta_n=rng.uniform(0.0, 0.02),
         alpha_r=rng.uniform(0.01, 0.1), beta_r=rng.uniform(0.0, 0.005),
         gamma=rng.uniform(1.0, 3.0))
+
+
+def typed_goodput(rng: np.random.Generator) -> TypedGoodput | None:
+    """A model fitted on one type, projected to the others by random speed ratios."""
+    if rng.random() < 0.1:
+        return None
+    m0 = int(rng.choice([32, 64, 128, 256]))
+    speeds = {"aws": 1.0, "dgx-ext": float(rng.uniform(2.0, 10.0)),
+              "rtx": float(rng.uniform(0.4, 2.5))}
+    ran = str(rng.choice(list(speeds)))
+    return TypedGoodput({ran: TypeProfile(random_params(rng), int(rng.choice([1, 2, 4, 8])))},
+                        GradientStats(1.0, float(rng.uniform(1.0, 300.0))), m0,
+                        m0 * int(rng.choice([8, 16, 64])), (16, 256), True, speeds)
+
+
+def speedup_function(rng: np.random.Generator) -> SpeedupFunction:
+    params = random_params(rng)
     m0 = int(rng.choice([32, 64, 128, 256]))
     stats = GradientStats(sqr=1.0, var=float(rng.uniform(1.0, 300.0)))
     return SpeedupFunction(GoodputFunction(params, stats, m0), m0 * int(rng.choice([8, 16, 64])),
                            (16, 256), accumulation=True)
 
 
-def new_job(index: int, now_s: float, rng: np.random.Generator) -> JobInfo:
+def new_job(index: int, now_s: float, rng: np.random.Generator, typed: bool = False
+            ) -> JobInfo:
+    cap = int(rng.choice([1, 2, 4, 8, 16, 32, 64]))
     return JobInfo(
-        name=f"job-{index:05d}", resources={"gpu": 1},
-        max_replicas=int(rng.choice([1, 2, 4, 8, 16, 32, 64])),
+        name=f"job-{index:05d}", resources={"gpu": 1}, max_replicas=cap,
         submission_time_s=now_s - float(rng.uniform(0, 3600)),
         age_s=float(rng.uniform(0, 3600)), num_restarts=int(rng.integers(0, 4)),
-        speedup_fn=None if rng.random() < 0.1 else speedup_function(rng))
+        speedup_fn=None if typed or rng.random() < 0.1 else speedup_function(rng),
+        typed_goodput=typed_goodput(rng) if typed else None,
+        max_replicas_by_type={t: cap for t in ("aws", "dgx-ext", "rtx")} if typed else {})
 
 
 def cluster(num_nodes: int, gpus_per_node: int) -> list[NodeInfo]:
@@ -55,11 +84,12 @@ def cluster(num_nodes: int, gpus_per_node: int) -> list[NodeInfo]:
 
 
 def time_rounds(policy_name: str, num_jobs: int, nodes: list[NodeInfo], rounds: int,
-                seed: int) -> np.ndarray:
+                seed: int, typed: bool = False) -> np.ndarray:
     """Wall seconds of each round."""
     rng = np.random.default_rng(seed)
-    policy = make_policy(policy_name, seed=seed)
-    jobs = [new_job(i, 0.0, rng) for i in range(num_jobs)]
+    policy = make_policy(policy_name) if policy_name == "sia" else make_policy(policy_name,
+                                                                               seed=seed)
+    jobs = [new_job(i, 0.0, rng, typed) for i in range(num_jobs)]
     next_index = num_jobs
     previous: dict[str, Allocation] = {}
     times = []
@@ -73,11 +103,14 @@ def time_rounds(policy_name: str, num_jobs: int, nodes: list[NodeInfo], rounds: 
         for job in jobs:
             if rng.random() < 0.1:  # completed; a new job arrives
                 previous.pop(job.name, None)
-                evolved.append(new_job(next_index, now, rng))
+                evolved.append(new_job(next_index, now, rng, typed))
                 next_index += 1
                 continue
-            fn = speedup_function(rng) if rng.random() < 0.2 else job.speedup_fn
-            evolved.append(replace(job, age_s=job.age_s + INTERVAL_S, speedup_fn=fn))
+            refit = rng.random() < 0.2
+            fn = speedup_function(rng) if refit and not typed else job.speedup_fn
+            model = typed_goodput(rng) if refit and typed else job.typed_goodput
+            evolved.append(replace(job, age_s=job.age_s + INTERVAL_S, speedup_fn=fn,
+                                   typed_goodput=model))
         jobs = evolved
     return np.array(times)
 
@@ -86,8 +119,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer rounds")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--typed", action="store_true",
+                        help="typed clusters: pollux and sia (see above)")
     args = parser.parse_args()
     rounds_default, rounds_ga, rounds_big = (8, 3, 3) if args.quick else (40, 10, 10)
+    if args.typed:
+        for spec, num_jobs, rounds in ((TYPED_SMALL, 100, rounds_default),
+                                       (TYPED_BIG, 1000, rounds_big)):
+            nodes = list(parse_cluster_spec(spec).node_infos())
+            for name in ("pollux", "sia"):
+                t = time_rounds(name, num_jobs, nodes, rounds, args.seed, typed=True) * 1e3
+                print(f"{spec} ({sum(n.num_gpus for n in nodes)} GPUs), {num_jobs} jobs, "
+                      f"{name}: median {np.median(t):.1f} ms, p99 {np.percentile(t, 99):.1f} ms",
+                      flush=True)
+        return
 
     small = cluster(16, 4)
     print("round time (ms), median / p99, 16 nodes x 4 GPUs")
