@@ -62,3 +62,23 @@ def test_usage_errors_exit_2_and_runtime_failures_exit_1(
     assert main(["simulate", "--policy", "tiresas"]) == 2  # bad input
     assert main(["ls", "--server", "http://127.0.0.1:9"]) == 1  # nothing listens there
     assert "pollux: error:" in capsys.readouterr().err
+
+
+def test_a_reader_that_stops_early_is_not_an_error(tmp_path) -> None:
+    """`pollux workload generate -o - | head -1`: no BrokenPipeError traceback."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    src = str(Path(__file__).resolve().parents[1] / "src")
+    env = dict(os.environ, PYTHONPATH=src)
+    proc = subprocess.Popen([sys.executable, "-m", "pollux.cli.main", "workload", "generate",
+                             "--jobs", "20000", "-o", "-"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=env, cwd=tmp_path)
+    assert proc.stdout is not None and proc.stderr is not None
+    assert proc.stdout.readline().startswith(b"name,")
+    proc.stdout.close()  # like `head -1`
+    err = proc.stderr.read().decode()
+    proc.stderr.close()
+    assert proc.wait(timeout=60) == 0 and "Traceback" not in err, err

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import sys
 from collections.abc import Sequence
 
@@ -57,6 +58,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     try:
         return int(func(args) or 0)
+    except BrokenPipeError:  # e.g. `pollux ls | head`: the reader has all it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except (ConfigError, UnknownPluginError, WorkloadError) as exc:
         print(f"pollux: error: {exc}", file=sys.stderr)
         return EXIT_USAGE_ERROR

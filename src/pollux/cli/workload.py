@@ -42,19 +42,18 @@ def run_check(args: argparse.Namespace) -> int:
     table = Table(title="workloads")
     for col in ("workload", "jobs", "span (h)", "GPUs asked (mean)", "applications"):
         table.add_column(col, justify="right" if col != "applications" else "left")
-    rows = []
+    rows: list[dict[str, Any]] = []
     for path in workload_files(args.workloads):
         workload = read_workload(path, MAX_EPOCHS.keys())
         times = [job.submission_time_s for job in workload.jobs]
         apps = Counter(job.application for job in workload.jobs)
-        row = {"workload": workload.name, "jobs": len(workload),
-               "span_h": (max(times) - min(times)) / 3600,
-               "mean_gpus_asked": sum(j.num_replicas for j in workload.jobs) / len(workload),
-               "applications": dict(sorted(apps.items()))}
-        rows.append(row)
-        table.add_row(row["workload"], str(row["jobs"]), f"{row['span_h']:.1f}",
-                      f"{row['mean_gpus_asked']:.1f}",
-                      ", ".join(f"{a} {c}" for a, c in row["applications"].items()))
+        span_h = (max(times) - min(times)) / 3600
+        mean_gpus = sum(j.num_replicas for j in workload.jobs) / len(workload)
+        applications = dict(sorted(apps.items()))
+        rows.append({"workload": workload.name, "jobs": len(workload), "span_h": span_h,
+                     "mean_gpus_asked": mean_gpus, "applications": applications})
+        table.add_row(workload.name, str(len(workload)), f"{span_h:.1f}", f"{mean_gpus:.1f}",
+                      ", ".join(f"{a} {c}" for a, c in applications.items()))
     if args.json:
         print(json.dumps(rows, indent=2))
     else:

@@ -9,14 +9,17 @@ they can be compared side by side.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any, ParamSpec, TypeVar, cast
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+from cycler import cycler  # noqa: E402
 from matplotlib.collections import LineCollection  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
@@ -27,17 +30,19 @@ STYLE: dict[str, object] = {
     "font.size": 10, "axes.titlesize": 11, "axes.labelsize": 10, "legend.fontsize": 9,
     "axes.spines.top": False, "axes.spines.right": False, "axes.grid": True,
     "grid.alpha": 0.25, "grid.linewidth": 0.6, "axes.prop_cycle":
-        matplotlib.cycler(color=plt.get_cmap("tab10").colors),
+        cycler(color=[plt.get_cmap("tab10")(i) for i in range(10)]),
     "figure.dpi": 120, "savefig.dpi": 120, "savefig.bbox": "tight",
 }
 """A clean report style (used inside ``plt.rc_context``)."""
 TIMELINE_CMAP = "viridis"
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 def policy_colors(policies: Sequence[str]) -> dict[str, tuple[float, ...]]:
     """The same colour for a policy in every figure of a set."""
-    palette = plt.get_cmap("tab10").colors
-    return {policy: palette[i % len(palette)] for i, policy in enumerate(policies)}
+    palette = plt.get_cmap("tab10")
+    return {policy: tuple(palette(i % 10)) for i, policy in enumerate(policies)}
 
 
 def _legend_outside(ax: plt.Axes) -> None:
@@ -51,13 +56,12 @@ def _save(fig: plt.Figure, path: Path) -> Path:
     return path
 
 
-def _styled(function):  # type: ignore[no-untyped-def]
+def _styled(function: Callable[P, R]) -> Callable[P, R]:
     """Run a plotting function under :data:`STYLE`."""
-    import functools
 
     @functools.wraps(function)
-    def wrapper(*args, **kwargs):  # type: ignore[no-untyped-def]
-        with plt.rc_context(STYLE):
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        with plt.rc_context(cast(Any, STYLE)):
             return function(*args, **kwargs)
 
     return wrapper
@@ -104,7 +108,7 @@ def plot_avg_jct(records: Sequence[RunRecord], path: Path) -> Path:
                       and r.lower_bound_avg_jct_s is not None), None)
         if bound is not None:
             ax.hlines(bound / 3600, k - 0.45, k + 0.45, colors="black", linewidth=2,
-                      label=None if labelled else "lower bound")
+                      label="_nolegend_" if labelled else "lower bound")
             labelled = True
     ax.set_xticks(x, workloads, rotation=30 if len(workloads) > 4 else 0)
     ax.set_ylabel("average JCT (hours)")

@@ -200,8 +200,8 @@ class AdaptiveDataLoader:
                             model: AdaptiveDataParallel) -> tuple[list[StepPlan], set[int]]:
         """The steps left in this epoch, and which of them are noise probes (split in two
         micro-batches, see :meth:`AdaptiveDataParallel.wants_probe`)."""
-        plans = []
-        probes = set()
+        plans: list[StepPlan] = []
+        probes: set[int] = set()
         position = self.sampler.position
         order = self.sampler.order
         # only a loader that adapts its batch size needs the noise (a fixed one keeps
