@@ -91,3 +91,14 @@ def test_decisions_fit_each_type_and_never_span_types(specs: list[tuple[int, boo
             for node in alloc:
                 used[node] = used.get(node, 0) + 1
         assert all(count <= BY_NAME[node].num_gpus for node, count in used.items())
+
+
+def test_a_restart_factor_of_zero_costs_the_cap_without_warnings() -> None:
+    from pollux.policies.hetero_pollux import HeteroPolluxPolicy
+
+    churned = job("a", age_s=100.0, restarts=9)  # factor 0: every other entry is 0
+    others = [job(f"b{i}", age_s=600.0) for i in range(3)]
+    for policy in (SiaPolicy(), HeteroPolluxPolicy()):
+        allocations = policy.optimize([churned, *others], NODES,
+                                      {"a": ("aws-0",)}).allocations
+        assert allocations["a"] in ((), ("aws-0",))

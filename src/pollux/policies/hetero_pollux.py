@@ -60,7 +60,8 @@ class HeteroPolluxPolicy(SiaPolicy):
         return float(job.restart_delay_s)
 
     def _cost(self, row: np.ndarray) -> np.ndarray:
-        return np.minimum(np.power(row, self.p), MAX_COST)
+        with np.errstate(divide="ignore"):  # a restart factor of 0: cost capped
+            return np.minimum(np.power(row, self.p), MAX_COST)
 
     def _type_configs(self, gpu_type: str, nodes: Sequence[NodeInfo]) -> list[Config]:
         per_node = max(node.num_gpus for node in nodes)

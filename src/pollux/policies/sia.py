@@ -141,7 +141,8 @@ class SiaPolicy(Policy):
 
     def _cost(self, row: np.ndarray) -> np.ndarray:
         """``round(row ** p, 2)``, capped at MAX_COST."""
-        return np.minimum(np.round(np.power(row, self.p), 2), MAX_COST)
+        with np.errstate(divide="ignore"):  # a restart factor of 0: cost capped
+            return np.minimum(np.round(np.power(row, self.p), 2), MAX_COST)
 
     # -- the round -----------------------------------------------------------------------
     def optimize(self, jobs: Sequence[JobInfo], nodes: Sequence[NodeInfo],
