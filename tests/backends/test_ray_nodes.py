@@ -77,3 +77,16 @@ def test_autoscaler_bundles_are_shaped_like_the_largest_node():
     assert autoscaler_bundles(3, nodes, "GPU") == [{"GPU": 8.0}] * 3
     assert autoscaler_bundles(0, nodes, "GPU") == []
     assert autoscaler_bundles(2, [], "GPU") == [{"GPU": 1.0}] * 2
+
+
+def test_gpu_type_from_accelerator_type_or_a_custom_prefix() -> None:
+    from pollux.backends.ray.nodes import gpu_type_of
+    from pollux.resources import DEFAULT_GPU_TYPE
+
+    [a100] = alive_nodes([record(CPU=8, GPU=8, **{"accelerator_type:A100": 1})])
+    assert node_info(a100, "GPU").gpu_type == "A100"
+    [custom] = alive_nodes([record(CPU=8, slot=4, **{"gpu_type:t4": 1})])
+    info = node_info(custom, "slot", type_prefix="gpu_type:")
+    assert info.gpu_type == "t4" and "gpu_type:t4" not in info.resources
+    [plain] = alive_nodes([record(CPU=8)])
+    assert gpu_type_of(plain) == DEFAULT_GPU_TYPE == node_info(plain, "CPU").gpu_type

@@ -41,6 +41,7 @@ from pollux.backends.ray.launch import (
 )
 from pollux.backends.ray.nodes import (
     AUTO_SLOT,
+    GPU_TYPE_PREFIX,
     RayNode,
     alive_nodes,
     autoscaler_bundles,
@@ -68,15 +69,22 @@ class RayBackend(Backend):
 
     def __init__(self, instance_id: str, address: str | None = None,
                  slot_resource: str = AUTO_SLOT, autoscale: bool = False,
-                 placement_timeout_s: float = 300.0) -> None:
+                 placement_timeout_s: float = 300.0,
+                 gpu_type_prefix: str = GPU_TYPE_PREFIX) -> None:
         """``address``: an existing cluster (``auto``, ``HOST:PORT``); None starts a
         local Ray instance. ``slot_resource``: the Ray resource that is a replica's
         device slot (``GPU``, ``CPU``, a custom resource, or ``auto``). ``autoscale``:
-        pass the policy's desired cluster size to Ray's autoscaler."""
+        pass the policy's desired cluster size to Ray's autoscaler. ``gpu_type_prefix``:
+        a node's resource ``<prefix><T>`` gives its GPU type ``<T>`` (Ray's own
+        ``accelerator_type:``, or a custom prefix the nodes declare)."""
         if placement_timeout_s <= 0:
             raise ConfigError("placement_timeout_s", placement_timeout_s, "must be > 0")
         if not slot_resource:
             raise ConfigError("slot_resource", slot_resource, "name a Ray resource or auto")
+        if not gpu_type_prefix:
+            raise ConfigError("gpu_type_prefix", gpu_type_prefix,
+                              "name a resource prefix, e.g. accelerator_type:")
+        self.gpu_type_prefix = gpu_type_prefix
         self.instance_id = instance_id
         self.namespace = f"pollux-{instance_id}"
         self.autoscale = autoscale
@@ -119,7 +127,8 @@ class RayBackend(Backend):
         return nodes
 
     def nodes(self) -> list[NodeInfo]:
-        return [node_info(node, self.slot_resource) for node in self._read_nodes()
+        return [node_info(node, self.slot_resource, self.gpu_type_prefix)
+                for node in self._read_nodes()
                 if offers_slots(node, self.slot_resource)]
 
     def validate(self, spec: JobSpec) -> None:

@@ -14,7 +14,7 @@ from typing import Any
 
 from pollux.errors import JobSpecError
 from pollux.job_spec import ReplicaResources
-from pollux.resources import CPU, GPU, MEMORY, NodeInfo
+from pollux.resources import CPU, DEFAULT_GPU_TYPE, GPU, MEMORY, NodeInfo
 
 RAY_CPU = "CPU"
 RAY_GPU = "GPU"
@@ -23,6 +23,9 @@ AUTO_SLOT = "auto"
 """Slot resource chosen from the cluster: GPU when any node has one, else CPU."""
 HIDDEN_RESOURCE_PREFIXES = ("node:", "accelerator_type:", "object_store_memory")
 """Ray bookkeeping resources that are not offered to jobs."""
+GPU_TYPE_PREFIX = "accelerator_type:"
+"""Ray's resource ``accelerator_type:<T>`` names a node's GPU type ``<T>`` (Ray sets it on
+GPU nodes; ``ray start --resources '{"accelerator_type:A100": 1}'`` declares one)."""
 NODE_ID_LABEL = "ray.io/node-id"
 NODE_NAME_ID_CHARS = 8
 
@@ -60,16 +63,26 @@ def choose_slot_resource(requested: str, nodes: Sequence[RayNode]) -> str:
     return RAY_GPU if any(n.resources.get(RAY_GPU, 0.0) > 0 for n in nodes) else RAY_CPU
 
 
-def node_info(node: RayNode, slot_resource: str) -> NodeInfo:
-    """The policy's view: ``gpu`` = slots, ``cpu``, ``memory`` (bytes), and every custom
-    resource under its own name."""
+def gpu_type_of(node: RayNode, type_prefix: str = GPU_TYPE_PREFIX) -> str:
+    """The node's GPU type: ``<T>`` of its ``<type_prefix><T>`` resource (the first by
+    name if several), or the default type when it declares none."""
+    types = sorted(name[len(type_prefix):] for name in node.resources
+                   if name.startswith(type_prefix) and len(name) > len(type_prefix))
+    return types[0] if types else DEFAULT_GPU_TYPE
+
+
+def node_info(node: RayNode, slot_resource: str, type_prefix: str = GPU_TYPE_PREFIX
+              ) -> NodeInfo:
+    """The policy's view: ``gpu`` = slots, ``cpu``, ``memory`` (bytes), every custom
+    resource under its own name, and the GPU type from ``<type_prefix><T>``."""
     resources = {name: amount for name, amount in node.resources.items()
                  if not name.startswith(HIDDEN_RESOURCE_PREFIXES)
+                 and not name.startswith(type_prefix)
                  and name not in (RAY_CPU, RAY_GPU, RAY_MEMORY, GPU, CPU, MEMORY)}
     resources[GPU] = node.resources.get(slot_resource, 0.0)
     resources[CPU] = node.resources.get(RAY_CPU, 0.0)
     resources[MEMORY] = node.resources.get(RAY_MEMORY, 0.0)
-    return NodeInfo(node.name, resources)
+    return NodeInfo(node.name, resources, gpu_type=gpu_type_of(node, type_prefix))
 
 
 def offers_slots(node: RayNode, slot_resource: str) -> bool:
