@@ -37,7 +37,8 @@ def test_sub_node_jobs_stay_on_one_node() -> None:
 def test_shorter_remaining_work_weighs_more() -> None:
     jobs = [replace(job("short"), remaining_s=100.0), replace(job("long"), remaining_s=1e5),
             replace(job("mid"), remaining_s=1000.0), job("unknown")]
-    weights = HeteroPolluxPolicy()._job_weights(jobs)
+    weights = HeteroPolluxPolicy(remaining_exponent=0.5)._job_weights(jobs)
     assert weights[0] > weights[2] > weights[1]
     assert weights[3] == 1.0
     assert 0.25 <= weights.min() and weights.max() <= 4.0
+    assert list(HeteroPolluxPolicy()._job_weights(jobs)) == [1.0] * 4  # off by default
