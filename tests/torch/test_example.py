@@ -20,13 +20,17 @@ def summary(output: str) -> dict[str, object]:
     return dict(json.loads(lines[-1]))
 
 
-def test_runs_as_a_single_process() -> None:
+def test_runs_as_a_single_process(tmp_path: Path) -> None:
+    """Run by hand (in a fresh directory: it checkpoints in ./pollux-checkpoints)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("POLLUX_")}
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO / "src"), env.get("PYTHONPATH", "")])
     out = subprocess.run([sys.executable, str(EXAMPLE), "--epochs", "2", "--quiet"],
-                         capture_output=True, text=True, timeout=120, cwd=REPO)
+                         capture_output=True, text=True, timeout=120, cwd=tmp_path, env=env)
     assert out.returncode == 0, out.stderr
     result = summary(out.stdout)
     assert result["epochs"] == 2 and result["num_replicas"] == 1
     assert float(result["accuracy"]) > 0.8  # type: ignore[arg-type]
+    assert (tmp_path / "pollux-checkpoints" / "train_digits").is_dir()
 
 
 def test_two_torchrun_replicas_autoscale_and_still_consume_each_sample_once(
