@@ -82,3 +82,24 @@ def test_a_reader_that_stops_early_is_not_an_error(tmp_path) -> None:
     err = proc.stderr.read().decode()
     proc.stderr.close()
     assert proc.wait(timeout=60) == 0 and "Traceback" not in err, err
+
+
+def test_server_flags_cover_server_config_with_its_defaults(tmp_path) -> None:
+    import argparse
+    from dataclasses import MISSING, fields
+
+    from pollux.cli.server import CONFIG_FLAGS, NOT_FLAGS, add_server_arguments
+    from pollux.service.server import ServerConfig
+
+    names = {f.name for f in fields(ServerConfig)}
+    assert set(CONFIG_FLAGS) | set(NOT_FLAGS) == names
+    assert not set(CONFIG_FLAGS) & set(NOT_FLAGS)
+    parser = argparse.ArgumentParser()
+    add_server_arguments(parser)
+    by_flag = {option: action for action in parser._actions
+               for option in action.option_strings}
+    for name, flag in CONFIG_FLAGS.items():
+        assert flag in by_flag, flag
+        default = {f.name: f.default for f in fields(ServerConfig)}[name]
+        if default is not MISSING:
+            assert by_flag[flag].default == default, (flag, by_flag[flag].default, default)

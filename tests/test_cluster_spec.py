@@ -8,13 +8,12 @@ from hypothesis import strategies as st
 
 from pollux.cluster_spec import (
     ClusterSpec,
-    MixedGpuTypesError,
     NodeGroup,
     allocation_gpu_type,
     gpu_types_of,
     parse_cluster_spec,
 )
-from pollux.errors import ConfigError, PolluxError
+from pollux.errors import ConfigError, MixedGpuTypesError, PolluxError
 from pollux.resources import DEFAULT_GPU_TYPE, NodeInfo
 
 

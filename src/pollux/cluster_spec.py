@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from pollux.errors import ConfigError, PolluxError
+from pollux.errors import ConfigError, MixedGpuTypesError, PolluxError
 from pollux.resources import DEFAULT_GPU_TYPE, GPU, NodeInfo
 
 __all__ = [
@@ -113,10 +113,6 @@ def parse_cluster_spec(text: str, field: str = SPEC_FIELD) -> ClusterSpec:
             raise ConfigError(field, part, "nodes and GPUs per node must be whole numbers >= 1")
         groups.append(NodeGroup(gpu_type, num_nodes, gpus))
     return ClusterSpec(tuple(groups))
-
-
-class MixedGpuTypesError(PolluxError):
-    """An allocation whose replicas sit on nodes of different GPU types."""
 
 
 def allocation_gpu_type(allocation: Iterable[str], nodes: Mapping[str, NodeInfo]) -> str | None:

@@ -2,10 +2,17 @@
 
 PolluxError
   +-- ConfigError (ValueError)        bad input: names the field, the value and the fix
-  |     +-- WorkloadError              a workload or trace file is malformed (file, line, field)
   |     +-- JobSpecError               a job specification is invalid
-  +-- UnknownPluginError (KeyError)   a policy/backend/optimizer name that is not registered
-  +-- FitWarning (UserWarning)        a throughput fit that did not converge cleanly
+  +-- WorkloadError (ValueError)      a workload or trace file is malformed (file, line, field)
+  +-- UnknownPluginError (KeyError)   a policy/backend/autoscaler name that is not registered
+  +-- MixedGpuTypesError              an allocation spanning nodes of different GPU types
+  +-- StoreError                      a job-store operation that cannot apply
+  |     +-- UnknownJobError (KeyError) no job by that id or name
+  +-- BackendError                    a backend could not do what it was asked (a launch)
+  +-- ServiceError                    the server refused a request (status, field, message)
+  +-- ServerUnreachableError          no server could be found or reached
+  +-- InvalidCheckpointError          a torn, truncated or corrupted checkpoint file
+FitWarning (UserWarning)              a throughput fit that did not converge cleanly
 
 Every ``ConfigError`` is also a ``ValueError`` so callers that only know the standard
 library can still catch it.
@@ -57,6 +64,47 @@ class UnknownPluginError(PolluxError, KeyError):
 
     def __str__(self) -> str:  # KeyError would otherwise quote the message
         return self.message
+
+
+class MixedGpuTypesError(PolluxError):
+    """An allocation whose replicas sit on nodes of different GPU types."""
+
+
+class StoreError(PolluxError):
+    """A store operation that cannot apply (unknown job, illegal or stale transition)."""
+
+
+class UnknownJobError(StoreError, KeyError):
+    """No job with that id or name."""
+
+    def __init__(self, ref: str, detail: str = "no such job") -> None:
+        self.ref = ref
+        self.message = f"{detail}: {ref!r}"
+        super().__init__(self.message)
+
+    def __str__(self) -> str:  # KeyError would otherwise quote the message
+        return self.message
+
+
+class BackendError(PolluxError):
+    """A backend could not do what it was asked (e.g. a launch failed)."""
+
+
+class ServiceError(PolluxError):
+    """The server refused a request (status, the field it names, its message)."""
+
+    def __init__(self, status: int, message: str, field: str | None = None) -> None:
+        self.status = status
+        self.field = field
+        super().__init__(f"server said {status}: {message}")
+
+
+class ServerUnreachableError(PolluxError):
+    """No server could be found or reached."""
+
+
+class InvalidCheckpointError(PolluxError):
+    """A checkpoint file that is torn, truncated or corrupted (internal: it is skipped)."""
 
 
 class FitWarning(UserWarning):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Mapping
 
-from pollux.errors import UnknownPluginError
+from pollux.errors import ConfigError, UnknownPluginError
 
 
 def load_plugin_class(kind: str, name: str, registry: Mapping[str, str]) -> type:
@@ -17,6 +17,9 @@ def load_plugin_class(kind: str, name: str, registry: Mapping[str, str]) -> type
     target = registry.get(name)
     if target is None:
         raise UnknownPluginError(kind, name, registry)
-    module_name, class_name = target.split(":")
-    cls: type = getattr(importlib.import_module(module_name), class_name)
+    module_name, _, class_name = target.partition(":")
+    try:
+        cls: type = getattr(importlib.import_module(module_name), class_name)
+    except (ImportError, AttributeError) as exc:
+        raise ConfigError(kind, name, f"cannot load {target!r} ({exc})") from exc
     return cls

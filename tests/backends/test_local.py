@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from pollux.backends.base import BackendError, LaunchRequest, ReplicaState
+from pollux.backends.base import LaunchRequest, ReplicaState
 from pollux.backends.local import MARKER_ENV, LocalBackend
 from pollux.backends.processes import is_alive, marked_processes
-from pollux.errors import JobSpecError
+from pollux.errors import BackendError, JobSpecError
 from pollux.job_spec import JobSpec
 from pollux.jobenv import RESCALE_EXIT_CODE
 

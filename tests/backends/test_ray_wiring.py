@@ -1,6 +1,6 @@
 """How the server wires the Ray backend in (no Ray needed): the CLI flags become backend
 options, Ray flags without ``--backend ray`` are refused, and a backend with a
-``request_cluster_size`` hook gets the policy's desired cluster size every round."""
+``request_cluster_size`` that refuses does not stop scheduling."""
 
 from __future__ import annotations
 
@@ -11,10 +11,9 @@ import pytest
 from pollux.backends.fake import FakeBackend
 from pollux.cli.server import add_server_arguments, config_from_args
 from pollux.errors import ConfigError
-from pollux.policies.base import PolicyDecision
-from pollux.service.server import ClusterSizeRelay, ServerConfig, build_service
+from pollux.service.server import ServerConfig, build_service
+from tests.service.e2e_helpers import EQUAL_SHARE
 from tests.service.service_builders import make_nodes, make_spec
-from tests.service.service_test_policies import EqualSharePolicy
 
 
 def parse(*argv: str) -> ServerConfig:
@@ -37,52 +36,19 @@ def test_ray_flags_become_backend_options(tmp_path):
         parse("--data-dir", str(tmp_path), "--ray-address", "auto")
 
 
-class SizedBackend(FakeBackend):
-    def __init__(self) -> None:
-        super().__init__(make_nodes())
-        self.requested: list[int | None] = []
-
+class RefusingBackend(FakeBackend):
     def request_cluster_size(self, num_nodes: int | None) -> None:
-        self.requested.append(num_nodes)
-
-
-class WantsThreeNodes(EqualSharePolicy):
-    def optimize(self, jobs, nodes, previous_allocations) -> PolicyDecision:
-        decision = super().optimize(jobs, nodes, previous_allocations)
-        return PolicyDecision(decision.allocations, desired_num_nodes=3)
-
-
-def test_the_desired_cluster_size_reaches_the_backend(tmp_path):
-    backend = SizedBackend()
-    config = ServerConfig(data_dir=tmp_path, policy=f"{__name__}:WantsThreeNodes")
-    service = build_service(config, None, backend)
-    try:
-        assert isinstance(service.allocator.policy, ClusterSizeRelay)
-        service.submit(make_spec("a", working_dir=str(tmp_path)).to_dict())
-        service.allocator.tick()
-        assert backend.requested == [3]
-    finally:
-        service.store.close()
-
-
-def test_a_failing_hook_does_not_stop_scheduling(caplog):
-    def refuse(num_nodes: int | None) -> None:
         raise RuntimeError("no autoscaler")
 
-    relay = ClusterSizeRelay(WantsThreeNodes(), refuse)
-    decision = relay.optimize([], make_nodes(), {})
-    assert decision.desired_num_nodes == 3
-    assert "cannot pass the desired cluster size on" in caplog.text
 
-
-def test_backends_without_the_hook_keep_the_bare_policy(tmp_path):
-    service = build_service(ServerConfig(data_dir=tmp_path, policy="fifo"), None,
-                            FakeBackend(make_nodes()))
+def test_a_backend_refusing_the_size_does_not_stop_scheduling(tmp_path, caplog):
+    backend = RefusingBackend(make_nodes())
+    config = ServerConfig(data_dir=tmp_path, policy=EQUAL_SHARE, autoscaler="pollux")
+    service = build_service(config, None, backend)
     try:
-        policy = service.allocator.policy
-        while hasattr(policy, "policy"):          # wrappers that only observe the call
-            assert not isinstance(policy, ClusterSizeRelay)
-            policy = policy.policy
-        assert policy.name == "fifo"
+        job = service.submit(make_spec("a", working_dir=str(tmp_path)).to_dict())
+        service.allocator.tick(1.0)
+        assert "cannot pass the desired cluster size on" in caplog.text
+        assert service.store.get_job(job["id"]).allocation  # launched all the same
     finally:
         service.store.close()

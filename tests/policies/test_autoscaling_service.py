@@ -15,16 +15,17 @@ from pollux.cli.jobs import cluster_line
 from pollux.cli.server import add_server_arguments, config_from_args
 from pollux.errors import ConfigError, UnknownPluginError
 from pollux.policies.autoscaling import (
-    AutoscaledPolicy,
     AutoscalerConfig,
     NodeTemplate,
     PolluxAutoscaler,
     template_from_nodes,
 )
-from pollux.policies.base import JobInfo, NodeInfo
+from pollux.policies.base import NodeInfo
+from pollux.service.allocator import Allocator, AllocatorConfig
 from pollux.service.api import create_app
 from pollux.service.server import ServerConfig, build_service
 from pollux.service.states import JobState
+from pollux.service.store import JobStore
 from pollux.service.telemetry import TimedPolicy
 from tests.service.e2e_helpers import EQUAL_SHARE
 from tests.service.service_builders import AUTH_HEADERS, make_auth, make_nodes, make_spec
@@ -46,18 +47,32 @@ class SizedBackend(FakeBackend):
         self.requested.append(num_nodes)
 
 
-def test_the_autoscaled_policy_adds_the_desired_size_to_decisions() -> None:
+def test_the_allocator_asks_the_autoscaler_before_the_policy(tmp_path: Path) -> None:
     nodes = make_nodes(2, 2)
     scaler = PolluxAutoscaler(AutoscalerConfig(template_from_nodes(nodes, 1.5), 1, 6, 1))
-    policy = AutoscaledPolicy(EqualSharePolicy(), scaler)
-    decision = policy.optimize([], nodes, {})  # no jobs: only the autoscaler is asked
-    assert decision.allocations == {} and decision.desired_num_nodes == 1
-    assert decision.info["autoscaler"]["reason"] == "no active jobs"
-    assert decision.info["autoscaler"]["price_per_hour"] == pytest.approx(1.5)
-    job = JobInfo("a", {"gpu": 1.0}, max_replicas=8)  # perfect scaling: as big as useful
-    decision = policy.optimize([job], nodes, {})
-    assert len(decision.allocations["a"]) == 4 and decision.desired_num_nodes == 4
-    assert policy.last_scaling is not None and policy.last_scaling.utility == 1.0
+    grown = make_nodes(4, 2)
+    backend = FakeBackend(nodes, provider=lambda n: grown[:n])
+    seen: list[int] = []
+
+    class CountingNodes(EqualSharePolicy):
+        def optimize(self, jobs, nodes, previous_allocations):
+            seen.append(len(nodes))
+            return super().optimize(jobs, nodes, previous_allocations)
+
+    store = JobStore(tmp_path / "db", synchronous="OFF")
+    try:
+        allocator = Allocator(store, backend, CountingNodes(), AllocatorConfig(tmp_path),
+                              autoscaler=scaler)
+        allocator.schedule_round(0.0)  # no jobs: only the autoscaler is asked
+        assert backend.requested_sizes == [1] and seen == []
+        assert allocator.last_scaling is not None
+        assert allocator.last_scaling.reason == "no active jobs"
+        store.add_job(make_spec("a", max_replicas=8), 1.0)  # perfect scaling: grows
+        allocator.schedule_round(2.0)
+        assert backend.requested_sizes == [1, 4] and seen == [4]
+        assert allocator.last_scaling.utility == 1.0
+    finally:
+        store.close()
 
 
 def test_the_template_is_the_most_common_node() -> None:
@@ -105,7 +120,7 @@ def test_without_an_autoscaler_nothing_changes(tmp_path: Path) -> None:
         while isinstance(policy, TimedPolicy):    # the only wrapper: it times the call
             policy = policy.policy
         assert policy.name == "fifo"
-        assert not service.allocator.config.schedule_when_idle
+        assert service.allocator.autoscaler is None
         assert cluster_line(service.cluster()) is None
     finally:
         service.store.close()

@@ -218,12 +218,15 @@ def test_non_preemptible_jobs_keep_their_allocation(store, fake_backend, make_al
     assert store.get_job(b.id).state is JobState.PENDING  # its slots are still held
 
 
-def test_an_overcommitting_decision_is_ignored(store, fake_backend, make_allocator):
+def test_an_infeasible_allocation_becomes_a_job_event(store, fake_backend, make_allocator):
     allocator = make_allocator(OvercommitPolicy())
     job = store.add_job(make_spec("a", max_replicas=3), now=0.0)
     allocator.tick(1.0)
+    allocator.tick(100.0)  # the same reason again: one event, not one per round
     assert store.get_job(job.id).state is JobState.PENDING
     assert fake_backend.launches == []
+    events = [e.message for e in store.events(job.id) if "infeasible" in e.message]
+    assert len(events) == 1 and "3 replicas on" in events[0], events
 
 
 def test_recovery_stops_orphans_and_resumes_without_duplicates(store, fake_backend,

@@ -9,12 +9,11 @@ import stat
 import pytest
 
 from pollux.cli.main import main
-from pollux.errors import ConfigError, UnknownPluginError
-from pollux.service.client import ServerUnreachableError, locate_server
+from pollux.errors import ConfigError, ServerUnreachableError
+from pollux.service.client import locate_server
 from pollux.service.private import load_or_create_token
 from pollux.service.runner import data_dir_lock
-from pollux.service.server import ServerConfig, is_loopback, load_policy
-from tests.service.e2e_helpers import EQUAL_SHARE
+from pollux.service.server import ServerConfig, is_loopback
 
 
 @pytest.mark.parametrize(("host", "loopback"), [
@@ -39,15 +38,6 @@ def test_one_server_per_data_directory(tmp_path):
         pass
     with data_dir_lock(tmp_path):  # released when the first one ended
         pass
-
-
-def test_policies_by_name_or_path():
-    assert load_policy(EQUAL_SHARE).name == "equal-share"
-    assert load_policy("fifo").name == "fifo"
-    with pytest.raises(UnknownPluginError, match="choose from"):
-        load_policy("tiresas")
-    with pytest.raises(ConfigError, match="cannot load"):
-        load_policy("no_such_module:Policy")
 
 
 def test_the_cli_finds_the_server_and_its_token(tmp_path, monkeypatch):

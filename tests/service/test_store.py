@@ -6,8 +6,9 @@ import sqlite3
 
 import pytest
 
+from pollux.errors import StoreError, UnknownJobError
 from pollux.service.states import ALLOWED_TRANSITIONS, JobState
-from pollux.service.store import JobStore, ReplicaRecord, StoreError, UnknownJobError
+from pollux.service.store import JobStore, ReplicaRecord
 from tests.service.service_builders import make_spec
 
 

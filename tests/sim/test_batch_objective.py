@@ -17,6 +17,7 @@ from pollux.policies.autoscaling import (
     ThroughputAutoscaler,
 )
 from pollux.policies.base import GPU
+from pollux.policies.snapshot import SpeedupCache
 from pollux.sim.adaptive import JobProfile
 from pollux.sim.job import BatchMode, JobSpec, SimJob
 from pollux.sim.simulator import ClusterConfig, Simulator
@@ -77,11 +78,13 @@ def test_throughput_objective_reports_the_throughput_speedup() -> None:
     app = ToyApplication(ratio=2.0)
     by_goodput = profiled(app, BatchObjective.GOODPUT)
     by_throughput = profiled(app, BatchObjective.THROUGHPUT)
+    goodput_fn, _ = SpeedupCache().speedups("g", by_goodput.hints())
+    throughput_fn, _ = SpeedupCache().speedups("t", by_throughput.hints())
+    assert goodput_fn is not None and throughput_fn is not None
     nodes, replicas = np.array([1, 1, 2]), np.array([1, 4, 4])
     # ignoring efficiency, extra replicas look at least as useful as they truly are
-    assert np.all(by_throughput.speedup_fn()(nodes, replicas)
-                  >= by_goodput.speedup_fn()(nodes, replicas) - 1e-9)
-    assert float(by_throughput.speedup_fn()(1, 1)) == pytest.approx(1.0)
+    assert np.all(throughput_fn(nodes, replicas) >= goodput_fn(nodes, replicas) - 1e-9)
+    assert float(throughput_fn(1, 1)) == pytest.approx(1.0)
 
 
 def test_true_progress_follows_the_true_gradient_statistics() -> None:

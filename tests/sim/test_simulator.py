@@ -5,7 +5,7 @@ import json
 import numpy as np
 import pytest
 
-from pollux.errors import ConfigError, PolluxError
+from pollux.errors import ConfigError
 from pollux.sim.catalog import load_builtin_applications
 from pollux.sim.job import JobSpec
 from pollux.sim.metrics import report, summarize_run
@@ -42,15 +42,17 @@ def test_ncf_stays_pinned_under_adaptive_policies() -> None:
     assert job.target_batch_size == 32768 and job.completion_time_s is not None
 
 
-def test_overallocating_policy_is_rejected() -> None:
-    policy = FixedAllocationPolicy({"a": ("node-0",) * 5})
-    with pytest.raises(PolluxError, match="5 replicas on 'node-0', which has 4 GPUs"):
-        run_simulation(toy_workload(("a", 0.0, 1)), {"toy": ToyApplication()}, policy,
-                       ClusterConfig(num_nodes=1, gpus_per_node=4))
-    ghost = FixedAllocationPolicy({"a": ("node-9",)})
-    with pytest.raises(PolluxError, match="unknown node 'node-9'"):
-        run_simulation(toy_workload(("a", 0.0, 1)), {"toy": ToyApplication()}, ghost,
-                       ClusterConfig(num_nodes=1, gpus_per_node=4))
+def test_infeasible_allocations_become_job_events() -> None:
+    cases = {("node-0",) * 5: "5 replicas on 'node-0' need 5 gpu, 4 left",
+             ("node-9",): "unknown node 'node-9'"}
+    for allocation, reason in cases.items():
+        policy = FixedAllocationPolicy({"a": allocation})
+        result = run_simulation(toy_workload(("a", 0.0, 1)), {"toy": ToyApplication()},
+                                policy, ClusterConfig(num_nodes=1, gpus_per_node=4),
+                                adaptive_jobs=False)
+        (job,) = result.jobs
+        assert job.completion_time_s is None and not any(r.gpus for r in result.rounds)
+        assert len(job.events) == 1 and reason in job.events[0][1], job.events[:2]
 
 
 def test_interference_slows_distributed_jobs_sharing_nodes() -> None:

@@ -13,12 +13,11 @@ from typing import Any
 
 import pytest
 
-from pollux.errors import ConfigError
+from pollux.errors import ConfigError, InvalidCheckpointError
 from pollux.jobenv import CORRUPT_CHECKPOINT_EXIT_CODE
 from pollux.torch.checkpoint import (
     CheckpointManager,
     CorruptCheckpointsError,
-    InvalidCheckpointError,
     latest_valid_checkpoint,
     list_checkpoints,
     read_checkpoint_file,

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from pollux.backends.base import (
     Backend,
-    BackendError,
     LaunchedReplica,
     LaunchRequest,
     ReplicaState,
     ReplicaStatus,
     rank_order,
 )
+from pollux.errors import BackendError
 
 __all__ = [
     "Backend",

@@ -16,14 +16,9 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any, ClassVar
 
-from pollux.errors import PolluxError
 from pollux.job_spec import JobSpec
 from pollux.jobenv import JobEnvironment
 from pollux.resources import NodeInfo
-
-
-class BackendError(PolluxError):
-    """A backend could not do what it was asked (e.g. a launch failed)."""
 
 
 class ReplicaState(str, Enum):
@@ -136,8 +131,8 @@ class Backend(ABC):
 
     def request_cluster_size(self, num_nodes: int | None) -> None:
         """Ask for ``num_nodes`` nodes in all: the autoscaler's desired size, passed on
-        after every scheduling round (None: no opinion). A backend that cannot resize
-        ignores it (the default)."""
+        every scheduling round before the policy runs (None: no opinion). A backend that
+        cannot resize ignores it (the default)."""
         return None
 
     @abstractmethod

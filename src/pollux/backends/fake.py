@@ -8,18 +8,18 @@ replicas with :meth:`FakeBackend.exit_replica` and :meth:`FakeBackend.finish`.
 from __future__ import annotations
 
 import signal
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from pollux.backends.base import (
     Backend,
-    BackendError,
     LaunchedReplica,
     LaunchRequest,
     ReplicaState,
     ReplicaStatus,
 )
+from pollux.errors import BackendError
 from pollux.jobenv import RESCALE_EXIT_CODE
 from pollux.resources import NodeInfo
 
@@ -40,8 +40,14 @@ class FakeBackend(Backend):
     name = "fake"
 
     def __init__(self, nodes: Sequence[NodeInfo], exit_on_stop: bool = True,
-                 starting_polls: int = 0) -> None:
+                 starting_polls: int = 0,
+                 provider: Callable[[int], Sequence[NodeInfo]] | None = None) -> None:
         self._nodes = list(nodes)
+        self.provider = provider
+        """A fake node provider: the nodes there are once ``n`` are asked for (None: the
+        cluster keeps its nodes whatever is asked)."""
+        self.requested_sizes: list[int | None] = []
+        """Every size :meth:`request_cluster_size` was asked for, in order."""
         self.exit_on_stop = exit_on_stop
         """Whether stop() makes replicas exit at once (75 graceful, -9 forced)."""
         self.starting_polls = starting_polls
@@ -54,6 +60,11 @@ class FakeBackend(Backend):
 
     def nodes(self) -> list[NodeInfo]:
         return list(self._nodes)
+
+    def request_cluster_size(self, num_nodes: int | None) -> None:
+        self.requested_sizes.append(num_nodes)
+        if self.provider is not None and num_nodes is not None:
+            self._nodes = list(self.provider(num_nodes))
 
     def launch(self, request: LaunchRequest) -> list[LaunchedReplica]:
         if self.fail_next_launch is not None:

@@ -31,7 +31,6 @@ from typing import Any
 
 from pollux.backends.base import (
     Backend,
-    BackendError,
     LaunchedReplica,
     LaunchRequest,
     ReplicaState,
@@ -44,7 +43,7 @@ from pollux.backends.processes import (
     process_start_ticks,
     signal_group,
 )
-from pollux.errors import ConfigError, JobSpecError
+from pollux.errors import BackendError, ConfigError, JobSpecError
 from pollux.job_spec import JobSpec
 from pollux.resources import NodeInfo
 

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any
 
 from pollux.backends.base import Backend
 from pollux.plugins import load_plugin_class
 
-BACKEND_CLASSES: dict[str, str] = {
+BACKEND_CLASSES: Mapping[str, str] = MappingProxyType({
     "local": "pollux.backends.local:LocalBackend",
     "ray": "pollux.backends.ray:RayBackend",
-}
-"""Registered backend names -> ``module:Class``. Read-only by convention. Every class
+})
+"""Registered backend names -> ``module:Class``. Read-only. Every class
 takes ``instance_id`` (stable per data directory, to find a dead server's replicas)
 plus its own keyword options. The fake backend is built directly by tests."""
 

@@ -19,9 +19,9 @@ from rich.live import Live
 from rich.table import Table
 
 from pollux.cli.output import EventFeed, is_terminal, make_console
-from pollux.errors import ConfigError, JobSpecError
+from pollux.errors import ConfigError, JobSpecError, ServiceError
 from pollux.job_spec import JobSpec
-from pollux.service.client import PolluxClient, ServiceError, locate_server
+from pollux.service.client import PolluxClient, locate_server
 from pollux.service.server import default_data_dir
 
 FINAL_STATES = ("Succeeded", "Failed", "Cancelled")

@@ -13,15 +13,41 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Mapping
+from dataclasses import fields
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from pollux.backends.registry import backend_names
 from pollux.errors import ConfigError
-from pollux.policies.autoscaling import DEFAULT_NODE_PRICE_PER_HOUR, autoscaler_names
+from pollux.policies.autoscaling import autoscaler_names
 from pollux.service.client import read_token_file
 from pollux.service.runner import run_server
-from pollux.service.server import DEFAULT_PORT, ServerConfig, default_data_dir
+from pollux.service.server import ServerConfig, default_data_dir
+
+CONFIG_FLAGS: Mapping[str, str] = MappingProxyType({
+    "data_dir": "--data-dir", "host": "--host", "port": "--port", "token": "--token",
+    "token_file": "--token-file", "tls_cert": "--tls-cert", "tls_key": "--tls-key",
+    "policy": "--policy", "interval_s": "--interval",
+    "backend": "--backend", "num_nodes": "--nodes", "slots_per_node": "--slots-per-node",
+    "device": "--device", "stop_grace_s": "--stop-grace",
+    "advertise_host": "--advertise-address", "autoscaler": "--autoscaler",
+    "min_nodes": "--min-nodes", "max_nodes": "--max-nodes",
+    "node_price_per_hour": "--node-price",
+})
+"""ServerConfig field -> the flag that sets it (a test checks every field is here or in
+NOT_FLAGS, and that each flag's default is the field's)."""
+NOT_FLAGS: Mapping[str, str] = MappingProxyType({
+    "backend_options": "built from the --ray-* flags",
+    "poll_interval_s": "internal: how often the loop polls replicas",
+})
+
+
+def config_default(name: str) -> Any:
+    """ServerConfig's default for field ``name`` (the flag's default)."""
+    found = {f.name: f for f in fields(ServerConfig)}[name]
+    return found.default
 
 
 def backend_options_from_args(args: argparse.Namespace) -> dict[str, Any]:
@@ -73,9 +99,9 @@ def run(args: argparse.Namespace) -> int:
 def add_server_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data-dir", default=str(default_data_dir()),
                         help="job store, checkpoints and logs (default: %(default)s)")
-    parser.add_argument("--host", default="127.0.0.1",
+    parser.add_argument("--host", default=config_default("host"),
                         help="address to bind; beyond loopback a token is required")
-    parser.add_argument("--port", type=int, default=DEFAULT_PORT,
+    parser.add_argument("--port", type=int, default=config_default("port"),
                         help="port to bind; 0 picks a free one (default: %(default)s)")
     tokens = parser.add_mutually_exclusive_group()
     tokens.add_argument("--token", default=None, help="require this bearer token")
@@ -86,36 +112,38 @@ def add_server_arguments(parser: argparse.ArgumentParser) -> None:
                              "Use it whenever --host is not loopback")
     parser.add_argument("--tls-key", default=None, metavar="PEM",
                         help="private key of --tls-cert")
-    parser.add_argument("--policy", default="pollux",
+    parser.add_argument("--policy", default=config_default("policy"),
                         help="registered policy name or module:Class (default: %(default)s)")
-    parser.add_argument("--interval", type=float, default=30.0,
+    parser.add_argument("--interval", type=float, default=config_default("interval_s"),
                         help="seconds between scheduling rounds (default: %(default)s)")
-    parser.add_argument("--backend", default="local", choices=backend_names(),
+    parser.add_argument("--backend", default=config_default("backend"), choices=backend_names(),
                         help="where replicas run (default: %(default)s)")
-    parser.add_argument("--nodes", type=int, default=1,
+    parser.add_argument("--nodes", type=int, default=config_default("num_nodes"),
                         help="local backend: virtual nodes (default: %(default)s)")
-    parser.add_argument("--slots-per-node", type=int, default=None,
+    parser.add_argument("--slots-per-node", type=int, default=config_default("slots_per_node"),
                         help="local backend: GPU or CPU slots per virtual node "
                              "(default: all GPUs, else all CPUs, split over the nodes)")
-    parser.add_argument("--device", default="auto", choices=("auto", "gpu", "cpu"),
+    parser.add_argument("--device", default=config_default("device"),
+                        choices=("auto", "gpu", "cpu"),
                         help="local backend: slots are GPUs or CPU slots (default: auto)")
-    parser.add_argument("--stop-grace", type=float, default=60.0,
+    parser.add_argument("--stop-grace", type=float, default=config_default("stop_grace_s"),
                         help="seconds replicas get to checkpoint after SIGTERM "
                              "(default: %(default)s)")
-    parser.add_argument("--advertise-address", default=None, metavar="HOST",
+    parser.add_argument("--advertise-address", default=config_default("advertise_host"),
+                        metavar="HOST",
                         help="address replicas on other machines use to reach this server "
                              "(hints); default: the bound address (127.0.0.1 for 0.0.0.0)")
     scaling = parser.add_argument_group("cloud autoscaling")
-    scaling.add_argument("--autoscaler", default="none",
+    scaling.add_argument("--autoscaler", default=config_default("autoscaler"),
                          metavar="{" + ",".join(autoscaler_names()) + "}",
                          help="compute the desired cluster size every round and pass it to "
                               "the backend: pollux (goodput-aware), throughput, or none "
                               "(default)")
-    scaling.add_argument("--min-nodes", type=int, default=1,
+    scaling.add_argument("--min-nodes", type=int, default=config_default("min_nodes"),
                          help="autoscaling: fewest nodes (default: %(default)s)")
-    scaling.add_argument("--max-nodes", type=int, default=None,
+    scaling.add_argument("--max-nodes", type=int, default=config_default("max_nodes"),
                          help="autoscaling: most nodes (default: the nodes at startup)")
-    scaling.add_argument("--node-price", type=float, default=DEFAULT_NODE_PRICE_PER_HOUR,
+    scaling.add_argument("--node-price", type=float, default=config_default("node_price_per_hour"),
                          help="autoscaling: price of a node-hour, shown with the desired "
                               "size (default: %(default)s)")
     ray = parser.add_argument_group("ray backend")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pollux.models.efficiency import GradientStats, efficiency, gain
+from pollux.models.efficiency import GradientStats, efficiency, gain, scaled_gain
 from pollux.models.fit import (
     ThroughputFit,
     ThroughputObservations,
@@ -34,6 +34,7 @@ __all__ = [
     "fit_throughput",
     "fit_throughput_params",
     "gain",
+    "scaled_gain",
     "iteration_time",
     "optimizer_step_time",
     "sync_time",

@@ -46,10 +46,20 @@ class GradientStats:
 def gain(grad_stats: GradientStats, init_batch_size: float, batch_size: ArrayLike) -> FloatArray:
     """Optimizer steps at the initial batch that one step at ``batch_size`` is worth."""
     scale = np.asarray(batch_size, dtype=np.float64) / float(init_batch_size)
-    var, sqr = grad_stats.var, grad_stats.sqr
+    return np.asarray(scaled_gain(grad_stats.sqr, grad_stats.var, scale))
+
+
+def scaled_gain(sqr: float, var: float, scale: ArrayLike) -> FloatArray | float:
+    """The gain ``(var + sqr) / (var / scale + sqr)`` at batch scale ``scale = M / M0``
+    from raw statistics (perfect scaling, ``scale``, when both are 0). A plain number in,
+    a plain float out (the simulator's inner loop); arrays broadcast."""
+    if isinstance(scale, (int, float)):
+        if var + sqr <= 0:
+            return float(scale)
+        return (var + sqr) / max(var / scale + sqr, _TINY)
     if var + sqr <= 0:  # no information: assume perfect scaling
         return np.asarray(scale, dtype=np.float64) * 1.0
-    return (var + sqr) / np.maximum(var / scale + sqr, _TINY)
+    return np.asarray((var + sqr) / np.maximum(var / np.asarray(scale) + sqr, _TINY))
 
 
 def efficiency(

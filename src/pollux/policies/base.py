@@ -97,8 +97,9 @@ class PolicyDecision:
 
     allocations: dict[str, Allocation]
     """Job name -> node of each replica. Every active job appears (possibly with ())."""
-    desired_num_nodes: int | None = None
-    """Cluster size the policy would like (autoscaling); None when it has no opinion."""
+    infeasible: Mapping[str, str] = field(default_factory=dict)
+    """Job name -> why its allocation cannot be applied (the job gets nothing this
+    round); drivers record these as job events instead of dropping or raising them."""
     info: Mapping[str, Any] = field(default_factory=dict)
     """Diagnostics (objective value, optimizer statistics); never required."""
 
@@ -107,6 +108,10 @@ class Policy(ABC):
     """A scheduling policy. Instances may keep state across rounds (e.g. a GA population)."""
 
     name: ClassVar[str]
+
+    def __init__(self, *, seed: int | None = None) -> None:  # noqa: B027 - optional hook
+        """Every policy is built with an explicit seed (see
+        :func:`~pollux.policies.registry.make_policy`); one without randomness ignores it."""
 
     @abstractmethod
     def optimize(

@@ -89,7 +89,8 @@ class SiaPolicy(Policy):
 
     def __init__(self, p: float = -0.5, lambda_n: float = 1.1,
                  restart_penalty_s: Mapping[str, float] | None = None,
-                 mip_rel_gap: float = 1e-4, time_limit_s: float = 10.0) -> None:
+                 mip_rel_gap: float = 1e-4, time_limit_s: float = 10.0,
+                 seed: int | None = None) -> None:
         if not (np.isfinite(p) and p < 0):
             raise ConfigError("p", p, "Sia's objective needs a fairness power p < 0")
         if not lambda_n > 0:

@@ -18,25 +18,27 @@ import logging
 import signal
 import threading
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 
-from pollux.backends.base import (
-    Backend,
-    BackendError,
-    LaunchRequest,
-    ReplicaState,
-    ReplicaStatus,
-    rank_order,
-)
+from pollux.backends.base import Backend, LaunchRequest, ReplicaState, ReplicaStatus, rank_order
+from pollux.errors import BackendError
 from pollux.jobenv import CORRUPT_CHECKPOINT_EXIT_CODE, RESCALE_EXIT_CODE
-from pollux.policies.base import Allocation, Policy, PolicyDecision
-from pollux.service.decisions import checked_allocations, fits, subtract
+from pollux.policies.autoscaling import Autoscaler, ScalingDecision
+from pollux.policies.base import Allocation, JobInfo, Policy, PolicyDecision
+from pollux.policies.decision import check_decision
+from pollux.policies.snapshot import Snapshot, SpeedupCache, job_infos, without_models
+from pollux.service.decisions import fits, subtract
 from pollux.service.explain import hints_of, replicas_text, rescale_reason
 from pollux.service.recovery import LOST_EXIT_CODE, JobNotices, job_dir, recover_jobs
-from pollux.service.snapshot import HintsCache, Snapshot, build_snapshot, linear_speedup
+from pollux.service.snapshot import (
+    HintsCache,
+    active_records,
+    job_reports,
+    previous_allocations,
+)
 from pollux.service.states import ACTIVE_STATES, LIVE_STATES, JobState
 from pollux.service.store import JobRecord, JobStore, ReplicaRecord
 
@@ -63,9 +65,6 @@ class AllocatorConfig:
     """Seconds replicas get to checkpoint and exit after SIGTERM before SIGKILL."""
     hints_url: str | None = None
     """Hints endpoint with a ``{job_id}`` placeholder; None: no hints target."""
-    schedule_when_idle: bool = False
-    """Ask the policy every round even with no active jobs (an autoscaling policy then
-    shrinks the cluster)."""
     relaunch_backoff_s: float = 1.0
     """Wait before relaunching a job after its first failure; doubled after each more."""
     relaunch_backoff_max_s: float = 60.0
@@ -92,16 +91,23 @@ class Allocator:
     """Drives jobs through their states; one instance per server, one thread."""
 
     def __init__(self, store: JobStore, backend: Backend, policy: Policy,
-                 config: AllocatorConfig, clock: Callable[[], float] = time.time) -> None:
+                 config: AllocatorConfig, clock: Callable[[], float] = time.time,
+                 autoscaler: Autoscaler | None = None) -> None:
         self.store = store
         self.backend = backend
         self.policy = policy
         self.config = config
         self.clock = clock
+        self.autoscaler = autoscaler
+        """Asked every round (idle rounds too) for the cluster's size, which goes to the
+        backend's ``request_cluster_size`` before the policy runs; None: no autoscaling."""
         self.num_rounds = 0
         self.last_snapshot: Snapshot | None = None
         self.last_decision: PolicyDecision | None = None
+        self.last_scaling: ScalingDecision | None = None
         self._hints = HintsCache()
+        self._speedups = SpeedupCache(guarded=True)
+        self._infeasible: dict[str, str] = {}
         self._round_due_at = 0.0
         self._last_tick_at: float | None = None
         self._stop_deadlines: dict[str, float] = {}
@@ -151,34 +157,64 @@ class Allocator:
     # --- scheduling -------------------------------------------------------------------
 
     def schedule_round(self, now: float) -> None:
-        records = self.store.list_jobs(ACTIVE_STATES)
-        snapshot = build_snapshot(records, self.backend.nodes(), now, self._hints)
-        if not snapshot.jobs and not self.config.schedule_when_idle:
+        """One round, in the simulator's order: the active jobs' records (their reports
+        through :mod:`pollux.policies.snapshot`); with an autoscaler, its desired size
+        passed to the backend; the policy asked on the nodes there are then; its decision
+        checked (infeasible allocations become job events) and applied."""
+        records = active_records(self.store.list_jobs(ACTIVE_STATES))
+        jobs = job_infos(job_reports(records, self._hints), now, self._speedups,
+                         throughput_speedups=self.autoscaler is not None)
+        if not jobs and self.autoscaler is None:
             return
-        try:
-            decision = self.policy.optimize(list(snapshot.jobs), list(snapshot.nodes),
-                                            dict(snapshot.previous_allocations))
-        except Exception as exc:  # never a round that fails for all: retry without models
-            logger.exception("policy failed; retrying the round without the jobs' models")
-            snapshot = replace(snapshot, jobs=tuple(
-                replace(job, speedup_fn=None if job.speedup_fn is None else linear_speedup)
-                for job in snapshot.jobs))
-            decision = self.policy.optimize(list(snapshot.jobs), list(snapshot.nodes),
-                                            dict(snapshot.previous_allocations))
-            for record in records:
-                self.store.add_event(record.id, now, "info",
-                                     f"scheduling round failed ({type(exc).__name__}: {exc}); "
-                                     "this round treats every job as one without a model")
-        self._notices.unusable_models(self._hints.problems(), records, now)
+        if self.autoscaler is not None:
+            self._resize(self.autoscaler, jobs)
+        nodes = tuple(self.backend.nodes())
+        snapshot = Snapshot(now, jobs, nodes, previous_allocations(records, nodes))
+        decision = PolicyDecision(allocations={})
+        if jobs:
+            try:
+                decision = self.policy.optimize(list(snapshot.jobs), list(snapshot.nodes),
+                                                dict(snapshot.previous_allocations))
+            except Exception as exc:  # never a round that fails for all: retry without models
+                logger.exception("policy failed; retrying the round without the jobs' models")
+                snapshot = Snapshot(now, without_models(jobs), nodes,
+                                    snapshot.previous_allocations)
+                decision = self.policy.optimize(list(snapshot.jobs), list(snapshot.nodes),
+                                                dict(snapshot.previous_allocations))
+                for record in records:
+                    self.store.add_event(
+                        record.id, now, "info",
+                        f"scheduling round failed ({type(exc).__name__}: {exc}); this round "
+                        "treats every job as one without a model")
+        self._notices.unusable_models({**self._hints.problems(), **self._speedups.problems()},
+                                      records, now)
         self._notices.fresh_starts(records, now)
+        decision = check_decision(decision, snapshot)
         self.num_rounds += 1
         self.last_snapshot, self.last_decision = snapshot, decision
-        allocations = checked_allocations(decision, snapshot)
-        if allocations is None:
-            return
         for record in records:
-            if not record.cancel_requested and not record.state.is_final:
-                self._apply(record, allocations.get(record.id, ()), now, len(records) - 1)
+            self._record_infeasible(record.id, decision.infeasible.get(record.id), now)
+            self._apply(record, decision.allocations.get(record.id, ()), now,
+                        len(records) - 1)
+
+    def _resize(self, autoscaler: Autoscaler, jobs: Sequence[JobInfo]) -> None:
+        """Ask the autoscaler for the cluster's size and pass it to the backend."""
+        scaling = autoscaler.decide(jobs, len(self.backend.nodes()))
+        self.last_scaling = scaling
+        try:
+            self.backend.request_cluster_size(scaling.num_nodes)
+        except Exception:  # a backend that cannot resize must not stop scheduling
+            logger.exception("cannot pass the desired cluster size on")
+
+    def _record_infeasible(self, job_id: str, reason: str | None, now: float) -> None:
+        """An event when the policy's allocation of the job cannot be applied (once per
+        reason, not every round)."""
+        if reason is None:
+            self._infeasible.pop(job_id, None)
+        elif self._infeasible.get(job_id) != reason:
+            self._infeasible[job_id] = reason
+            self.store.add_event(job_id, now, "warning",
+                                 f"policy {self.policy.name}: allocation infeasible: {reason}")
 
     def _apply(self, record: JobRecord, new: Allocation, now: float,
                num_other_jobs: int = 0) -> None:

@@ -22,12 +22,11 @@ from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from pollux import __version__
-from pollux.errors import ConfigError, UnknownPluginError
+from pollux.errors import ConfigError, UnknownJobError, UnknownPluginError
 from pollux.service.auth import ApiAuth, bearer_token, error_response, install_guard, tokens_match
 from pollux.service.dashboard import add_dashboard
 from pollux.service.openapi import SUBMIT_OPENAPI, add_offline_docs, add_schemas
 from pollux.service.server import SchedulerService
-from pollux.service.store import UnknownJobError
 
 MAX_BODY_BYTES = 1 << 20
 MAX_JSON_DEPTH = 32

@@ -18,24 +18,11 @@ from urllib.parse import quote
 
 import httpx
 
-from pollux.errors import PolluxError
+from pollux.errors import ServerUnreachableError, ServiceError
 from pollux.service.runner import SERVER_FILE
 from pollux.service.server import default_data_dir
 
 DEFAULT_TIMEOUT_S = 15.0
-
-
-class ServiceError(PolluxError):
-    """The server refused a request (status, the field it names, its message)."""
-
-    def __init__(self, status: int, message: str, field: str | None = None) -> None:
-        self.status = status
-        self.field = field
-        super().__init__(f"server said {status}: {message}")
-
-
-class ServerUnreachableError(PolluxError):
-    """No server could be found or reached."""
 
 
 @dataclass(frozen=True)

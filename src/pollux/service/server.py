@@ -5,7 +5,6 @@ Running it as a process (HTTP server, signals, data-directory lock) is
 
 from __future__ import annotations
 
-import importlib
 import ipaddress
 import logging
 import os
@@ -18,22 +17,23 @@ from typing import TYPE_CHECKING, Any
 
 from pollux.backends.base import Backend
 from pollux.backends.registry import make_backend
-from pollux.errors import ConfigError, JobSpecError
+from pollux.errors import ConfigError, JobSpecError, UnknownJobError
 from pollux.job_spec import JobSpec
 from pollux.models.hints import JobHints
 from pollux.policies.autoscaling import (
     DEFAULT_NODE_PRICE_PER_HOUR,
-    AutoscaledPolicy,
+    Autoscaler,
     AutoscalerConfig,
     check_autoscaler_name,
     make_autoscaler,
+    scaling_view,
     template_from_nodes,
 )
-from pollux.policies.base import Allocations, JobInfo, NodeInfo, Policy, PolicyDecision
+from pollux.policies.base import NodeInfo, Policy
 from pollux.policies.registry import make_policy
 from pollux.service.allocator import Allocator, AllocatorConfig, job_dir
 from pollux.service.explain import batch_change_event
-from pollux.service.store import JobRecord, JobStore, UnknownJobError
+from pollux.service.store import JobRecord, JobStore
 from pollux.service.telemetry import History, RoundRecorder, TimedPolicy
 from pollux.service.views import job_detail, job_summary, node_views
 
@@ -43,6 +43,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 DEFAULT_PORT = 8470
+POLICY_SEED = 0
+"""Seed of the service's policy (the simulator's default seed too)."""
 MAX_LOG_CHUNK_BYTES = 1 << 20
 
 
@@ -113,19 +115,6 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def load_policy(name: str) -> Policy:
-    """A registered policy by name, or any Policy class as ``module:Class``."""
-    if ":" in name:
-        module_name, _, class_name = name.partition(":")
-        try:
-            cls = getattr(importlib.import_module(module_name), class_name)
-        except (ImportError, AttributeError) as exc:
-            raise ConfigError("policy", name, f"cannot load it ({exc})") from exc
-        policy: Policy = cls()
-        return policy
-    return make_policy(name)
-
-
 def check_fits_cluster(spec: JobSpec, nodes: Sequence[NodeInfo]) -> None:
     """Refuse a job whose min_replicas could never run on these nodes together."""
     needed = spec.resources.as_policy_resources()
@@ -136,26 +125,6 @@ def check_fits_cluster(spec: JobSpec, nodes: Sequence[NodeInfo]) -> None:
     if spec.min_replicas > fitting:
         raise JobSpecError("min_replicas", spec.min_replicas,
                            f"the cluster fits at most {fitting} replicas of this size")
-
-
-class ClusterSizeRelay(Policy):
-    """A policy whose desired cluster size (``desired_num_nodes``) is passed on after each
-    decision, e.g. to a backend's autoscaler; decisions are otherwise the policy's own."""
-
-    name = "cluster-size-relay"
-
-    def __init__(self, policy: Policy, request_size: Callable[[int | None], None]) -> None:
-        self.policy = policy
-        self.request_size = request_size
-
-    def optimize(self, jobs: Sequence[JobInfo], nodes: Sequence[NodeInfo],
-                 previous_allocations: Allocations) -> PolicyDecision:
-        decision = self.policy.optimize(jobs, nodes, previous_allocations)
-        try:
-            self.request_size(decision.desired_num_nodes)
-        except Exception:  # an autoscaler that refuses must not stop scheduling
-            logger.exception("cannot pass the desired cluster size on")
-        return decision
 
 
 class SchedulerService:
@@ -228,10 +197,11 @@ class SchedulerService:
 
     def cluster(self) -> dict[str, Any]:
         """Nodes now and, with an autoscaler, the size it asked for in the latest round."""
-        decision = self.allocator.last_decision
-        view = {} if decision is None else dict(decision.info.get("autoscaler") or {})
+        autoscaler, scaling = self.allocator.autoscaler, self.allocator.last_scaling
+        view = ({} if autoscaler is None or scaling is None
+                else scaling_view(autoscaler, scaling))
         view.update(autoscaler=self.autoscaler_name, num_nodes=len(self.backend.nodes()),
-                    desired_num_nodes=None if decision is None else decision.desired_num_nodes)
+                    desired_num_nodes=None if scaling is None else scaling.num_nodes)
         return view
 
     def health(self) -> dict[str, Any]:
@@ -276,14 +246,15 @@ class SchedulerService:
         self.backend.close()
 
 
-def autoscaled_policy(policy: Policy, config: ServerConfig, nodes: Sequence[NodeInfo]
-                      ) -> AutoscaledPolicy:
-    """``policy`` with ``config``'s autoscaler; new nodes copy the most common node."""
+def autoscaler_for(config: ServerConfig, nodes: Sequence[NodeInfo]) -> Autoscaler | None:
+    """``config``'s autoscaler (None for "none"); new nodes copy the most common node."""
+    if config.autoscaler == "none":
+        return None
     max_nodes = (max(config.min_nodes, 1, len(nodes)) if config.max_nodes is None
                  else config.max_nodes)
     scaling = AutoscalerConfig(template_from_nodes(nodes, config.node_price_per_hour),
                                config.min_nodes, max_nodes)
-    return AutoscaledPolicy(policy, make_autoscaler(config.autoscaler, scaling))
+    return make_autoscaler(config.autoscaler, scaling)
 
 
 def build_service(config: ServerConfig, hints_url: str | None,
@@ -297,21 +268,16 @@ def build_service(config: ServerConfig, hints_url: str | None,
             options.update(num_nodes=config.num_nodes, slots_per_node=config.slots_per_node,
                            device=config.device)
         backend = make_backend(config.backend, instance_id=instance_id, **options)
-    policy = load_policy(config.policy)
-    autoscaling = config.autoscaler != "none"
-    if autoscaling:
-        policy = autoscaled_policy(policy, config, backend.nodes())
+    policy: Policy = make_policy(config.policy, seed=POLICY_SEED)
     history = History()
     metrics = service_metrics(store, backend, history)
     policy = TimedPolicy(policy, RoundRecorder(
         history, store.list_jobs, backend.nodes, time.time,
         None if metrics is None else metrics.round_duration.observe))
-    if type(backend).request_cluster_size is not Backend.request_cluster_size:
-        policy = ClusterSizeRelay(policy, backend.request_cluster_size)
     allocator = Allocator(store, backend, policy, AllocatorConfig(
         data_dir=config.data_dir, interval_s=config.interval_s,
         poll_interval_s=config.poll_interval_s, stop_grace_s=config.stop_grace_s,
-        hints_url=hints_url, schedule_when_idle=autoscaling))
+        hints_url=hints_url), autoscaler=autoscaler_for(config, backend.nodes()))
     return SchedulerService(store, backend, allocator, config.data_dir, config.policy,
                             autoscaler=config.autoscaler, history=history, metrics=metrics)
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pollux.errors import ConfigError, JobSpecError, PolluxError
+from pollux.errors import ConfigError, JobSpecError, StoreError, UnknownJobError
 from pollux.job_spec import JobSpec
 from pollux.service.private import make_private_file
 from pollux.service.states import JobState, can_transition
@@ -70,20 +70,6 @@ CREATE TABLE IF NOT EXISTS events (
 );
 CREATE INDEX IF NOT EXISTS events_by_job ON events(job_id, id);
 """
-
-
-class StoreError(PolluxError):
-    """A store operation that cannot apply (unknown job, illegal or stale transition)."""
-
-
-class UnknownJobError(StoreError, KeyError):
-    def __init__(self, ref: str, detail: str = "no such job") -> None:
-        self.ref = ref
-        self.message = f"{detail}: {ref!r}"
-        super().__init__(self.message)
-
-    def __str__(self) -> str:
-        return self.message
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,9 @@
 Like the real agent, a simulated adaptive job records every configuration it has run
 (nodes, replicas, atomic batch) with its true step and sync times, refits the step-time
 model whenever a new configuration appears, keeps its latest gradient statistics, and
-from them picks its batch size and reports a speedup function to the policy.
+from them picks its batch size and reports its hints (:class:`~pollux.models.hints.
+JobHints`) to the scheduler, which turns them into the policy's speedup function
+(:mod:`pollux.policies.snapshot`).
 
 What the batch size maximizes is the profile's ``objective``: goodput (Pollux, the
 default) or throughput, statistical efficiency ignored (the jobs of a throughput-based
@@ -18,22 +20,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import numpy as np
-from numpy.typing import ArrayLike
-
 from pollux.models import (
     GoodputFunction,
     GradientStats,
-    SpeedupFunction,
+    JobHints,
     ThroughputParams,
     fit_throughput_params,
 )
-from pollux.models.throughput import FloatArray
 from pollux.policies.autoscaling.objective import BatchObjective
 from pollux.sim.applications import ApplicationSpec
-
-MAX_EXPLORATION_REPLICAS = 64
-"""A job may be given at most this many replicas however far it has explored."""
 
 ConfigKey = tuple[int, int, int]
 """(num_nodes, num_replicas, atomic batch size)."""
@@ -77,12 +72,6 @@ class FitCache:
         return found
 
 
-def optimistic_speedup(num_nodes: ArrayLike, num_replicas: ArrayLike) -> FloatArray:
-    """Speedup before any profile exists: perfect scaling (speedup equals replicas)."""
-    _, replicas = np.broadcast_arrays(np.asarray(num_nodes), np.asarray(num_replicas))
-    return replicas.astype(np.float64)
-
-
 class JobProfile:
     """Configurations run so far, the fitted step-time model and the latest gradient stats."""
 
@@ -101,8 +90,6 @@ class JobProfile:
         self.params: ThroughputParams | None = None
         self.grad_stats: GradientStats | None = None
         self.num_fits = 0
-        self._speedup: SpeedupFunction | None = None
-        self._speedup_key: tuple[object, object] | None = None
 
     @property
     def max_profiled_replicas(self) -> int:
@@ -150,23 +137,16 @@ class JobProfile:
                                          accumulation=True)
         return int(bsz), int(steps)
 
-    def speedup_fn(self) -> Callable[[ArrayLike, ArrayLike], FloatArray]:
-        """The speedup function to report (of the objective: goodput, or throughput with
-        efficiency ignored); rebuilt only when the model or the stats it uses changed."""
-        goodput = self.objective_function()
-        if goodput is None:
-            return optimistic_speedup
-        key = (self.params, goodput.grad_stats)
-        if self._speedup is None or key != self._speedup_key:
-            self._speedup = SpeedupFunction(
-                goodput, self.spec.max_batch_size,
-                (self.spec.min_local_bsz, self.spec.max_local_bsz), accumulation=True)
-            self._speedup_key = key
-        return self._speedup
-
-    def max_replicas(self) -> int:
-        """Exploration bound: twice the largest replica count run so far (1 to 64)."""
-        if self.spec.pinned_replicas is not None:
-            return self.spec.pinned_replicas
-        bound = min(MAX_EXPLORATION_REPLICAS, max(1, 2 * self.max_profiled_replicas))
-        return int(min(bound, self.spec.max_useful_replicas))
+    def hints(self) -> JobHints:
+        """What the job reports to the scheduler, as the agent does: its batch-size limits,
+        its fitted model, its gradient statistics and how far it has explored. Under the
+        THROUGHPUT objective the statistics reported are those for which every batch is
+        fully efficient (what the job's batch choice assumes)."""
+        spec = self.spec
+        stats = (self.grad_stats if self.objective is BatchObjective.GOODPUT
+                 or self.params is None else EFFICIENCY_IGNORED)
+        return JobHints(init_batch_size=spec.init_batch_size,
+                        max_batch_size=spec.max_batch_size,
+                        local_bsz_bounds=(spec.min_local_bsz, spec.max_local_bsz),
+                        accumulation=True, throughput_params=self.params, grad_stats=stats,
+                        max_profiled_replicas=self.max_profiled_replicas)

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from pollux.errors import ConfigError
-from pollux.models import ThroughputParams
+from pollux.models import ThroughputParams, scaled_gain
 from pollux.models.throughput import compute_time, optimizer_step_time
 from pollux.sim.applications import PINNED_CONFIGS, Application, ApplicationSpec
 from pollux.sim.placement import Placement
@@ -145,7 +145,7 @@ class ParametricApplication(Application):
             steps = []
             for e in range(self.spec.max_epochs):
                 sqr, var = self.grad_stats(batch_size, e)
-                gain = (var + sqr) / (var / scale + sqr)
+                gain = float(scaled_gain(sqr, var, scale))
                 steps.append(self.model.progress_per_epoch / gain)
             cumulative = np.cumsum(steps)
             self._iterations[float(batch_size)] = cumulative

@@ -9,12 +9,12 @@ changed placement costs a restart delay during which the job holds its GPUs idle
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 
 import numpy as np
 
-from pollux.models import ThroughputParams
+from pollux.models import JobHints, ThroughputParams, scaled_gain
 from pollux.policies.autoscaling.objective import BatchObjective
 from pollux.sim.adaptive import FitCache, JobProfile
 from pollux.sim.applications import Application
@@ -87,6 +87,10 @@ class SimJob:
             self.target_batch_size = int(spec.batch_size)
         self.profile = (JobProfile(app.spec, fits, batch_objective, known_params)
                         if mode is BatchMode.ADAPTIVE else None)
+        self.knowledge = (JobKnowledge.MEASURED if known_params is None
+                          else JobKnowledge.ORACLE)
+        """ORACLE: the job knows its true step-time model and picks batch sizes by its
+        true goodput once it has run (see :class:`JobKnowledge`)."""
         self.allocation: tuple[str, ...] = ()
         self.placement: Placement = ()
         self.atomic_bsz = 0
@@ -99,6 +103,9 @@ class SimJob:
         """None until first started; each later placement change adds one."""
         self.restart_left_s = 0.0
         self.completion_time_s: float | None = None
+        self.events: list[tuple[float, str]] = []
+        """(simulated time, message) of what the scheduler reported about the job (e.g. an
+        allocation the policy gave it that could not be applied)."""
 
     @property
     def name(self) -> str:
@@ -120,16 +127,22 @@ class SimJob:
             return JobState.WAITING
         return JobState.RESTARTING if self.restart_left_s > 0 else JobState.RUNNING
 
-    def remaining_s_at_one_replica(self) -> float | None:
-        """What the job itself estimates of its remaining training time at one replica:
-        the progress left (the job knows its target epochs) over its modelled goodput at
-        one replica and its current gradient statistics; None before it has a model."""
-        speedup = self.profile.speedup_fn() if self.profile is not None else None
-        base = getattr(speedup, "base_goodput", None)
-        if base is None or not base > 0:
+    def remaining_progress(self) -> float:
+        """Progress left to train (optimizer steps at the initial batch size): the job
+        knows its target epochs. The scheduler turns it into the job's remaining time at
+        one replica with the speedup model (:mod:`pollux.policies.snapshot`)."""
+        return max(self.app.epoch_progress(self.app.spec.max_epochs) - self.progress, 0.0)
+
+    def hints(self) -> JobHints | None:
+        """What the job reports to the scheduler, as the agent would (adaptive jobs; fixed
+        jobs report nothing): its profile's hints and where its training stands."""
+        if self.profile is None:
             return None
-        left = self.app.epoch_progress(self.app.spec.max_epochs) - self.progress
-        return max(left, 0.0) * self.app.spec.init_batch_size / float(base)
+        running = bool(self.placement)
+        return replace(self.profile.hints(), epoch=self.epoch, progress=self.progress,
+                       batch_size=self.batch_size if running else None,
+                       local_bsz=self.atomic_bsz if running else None,
+                       accum_steps=self.accum_steps if running else None)
 
     def reallocate(self, allocation: tuple[str, ...], placement: Placement,
                    restart_delay_s: float) -> None:
@@ -154,7 +167,7 @@ class SimJob:
             return
         best = None
         if self.mode is BatchMode.ADAPTIVE and self.profile is not None:
-            if self.profile.known_params is not None and self.profile.params is not None:
+            if self.knowledge is JobKnowledge.ORACLE and self.profile.params is not None:
                 best = self._oracle_batch()
             else:
                 best = self.profile.best_batch(len(self.placement), replicas)
@@ -191,7 +204,7 @@ class SimJob:
         scale = batch / spec.init_batch_size
         step, sync = self.app.step_sync_time(self.placement, atomic_bsz)
         sqr, var = self.app.grad_stats(batch, self.epoch)
-        gain = (var + sqr) / (var / scale + sqr)
+        gain = float(scaled_gain(sqr, var, scale))
         return gain / (step + (step - sync) * accum_steps) * (1.0 - interference)
 
     def advance(self, now_s: float, seconds: float, interference: float = 0.0) -> None:
@@ -212,8 +225,7 @@ class SimJob:
             if self.profile is not None:
                 self.profile.observe(len(self.placement), replicas, self.atomic_bsz,
                                      step, sync, sqr, var)
-            scale = batch / spec.init_batch_size
-            gain = (var + sqr) / (var / scale + sqr)
+            gain = float(scaled_gain(sqr, var, batch / spec.init_batch_size))
             goodput = gain / (step + (step - sync) * self.accum_steps) * (1.0 - interference)
             next_progress = app.epoch_progress(self.epoch + 1)
             if self.progress + goodput * seconds < next_progress:

@@ -7,8 +7,6 @@ back. Inputs are validated in the parent before any worker starts.
 
 from __future__ import annotations
 
-import importlib
-import inspect
 import logging
 from bisect import bisect_right
 from collections.abc import Callable, Mapping, Sequence
@@ -102,16 +100,9 @@ def load_applications(traces_dir: str | Path | None) -> dict[str, Application]:
 
 
 def build_policy(name: str, seed: int) -> Policy:
-    """Instantiate a registered policy, passing ``seed`` when it accepts one."""
-    target = POLICY_CLASSES.get(name)
-    if target is None:
-        return make_policy(name)  # raises UnknownPluginError listing the choices
-    module_name, class_name = target.split(":")
-    cls = getattr(importlib.import_module(module_name), class_name)
-    params = inspect.signature(cls).parameters.values()
-    if any(p.name == "seed" or p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
-        return make_policy(name, seed=seed)
-    return make_policy(name)
+    """The policy of a run: :func:`~pollux.policies.registry.make_policy` with the run's
+    seed."""
+    return make_policy(name, seed=seed)
 
 
 def timeline_of(result: SimulationResult) -> Timeline:
@@ -179,7 +170,7 @@ def run_tasks(tasks: Sequence[RunTask], processes: int = 1,
     """Run every task (in ``processes`` worker processes when > 1), results in task order."""
     for task in tasks:
         if task.policy not in POLICY_CLASSES:
-            make_policy(task.policy)  # raises with the valid choices
+            make_policy(task.policy, seed=task.seed)  # raises with the valid choices
         check_autoscaler_name(task.autoscaler)
     outcomes: list[RunOutcome | None] = [None] * len(tasks)
     if processes <= 1 or len(tasks) <= 1:

@@ -1,19 +1,21 @@
 """The simulator: a thin driver around one scheduling policy.
 
-Every ``interval_s`` of simulated time it advances every job, builds a frozen snapshot of
-the active jobs (:class:`~pollux.policies.base.JobInfo`) and of the nodes
-(:class:`~pollux.policies.base.NodeInfo`), asks the policy for allocations, checks them
-against the nodes' capacity and applies them: a job whose placement changed restarts
-(``restart_delay_s`` holding its GPUs without progress).
+Every ``interval_s`` of simulated time it advances every job, then runs a scheduling
+round the way the service does: each active job's report (its scheduling state and the
+hints it reports) becomes the policy's :class:`~pollux.policies.base.JobInfo` through
+:mod:`pollux.policies.snapshot`, the policy is asked, and its decision is checked
+(:func:`~pollux.policies.decision.check_decision`; an infeasible allocation becomes a job
+event) and applied: a job whose placement changed restarts (``restart_delay_s`` holding
+its GPUs without progress).
 
 Jobs are *fixed* (the tuned batch size, for baselines) or *adaptive* (Pollux jobs that
-fit their own model and report a speedup function). The mode comes from the policy's
+fit their own model and report hints, as the agent does). The mode comes from the policy's
 class attribute ``adaptive_jobs``: baselines set it to False; a policy without it gets
 adaptive jobs. ``adaptive_jobs=`` here overrides it.
 
 With an autoscaler (:mod:`pollux.policies.autoscaling`) the cluster is elastic
 (:class:`~pollux.sim.cluster.ElasticCluster`): it starts with ``min_nodes`` ready nodes
-and, every round before the policy runs, the autoscaler's desired size is requested; a new
+and, every round before the policy runs, the autoscaler's desired size is applied; a new
 node becomes usable ``provision_delay_s`` after its request, and jobs on a released node
 lose their allocation (the policy places them again, a restart). Adaptive jobs then also
 carry their throughput speedup in ``JobInfo.extras["throughput_speedup_fn"]`` (their
@@ -23,7 +25,8 @@ Without an autoscaler the cluster keeps ``num_nodes`` nodes and nothing else cha
 What adaptive jobs maximize when they pick their batch size comes from the autoscaler's
 class attribute ``batch_objective``: goodput (no autoscaler, the Pollux autoscaler) or
 throughput, statistical efficiency ignored (the throughput-based baseline, whose jobs then
-also report their throughput speedup to the policy). ``batch_objective=`` overrides it.
+report gradient statistics of a fully efficient batch, so the policy sees their
+throughput speedup). ``batch_objective=`` overrides it.
 A job's true progress always follows its true gradient statistics.
 
 ``job_knowledge=JobKnowledge.ORACLE`` gives adaptive jobs their true step-time model and
@@ -36,22 +39,21 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from threadpoolctl import threadpool_limits
 
-from pollux.cluster_spec import allocation_gpu_type
-from pollux.errors import ConfigError, PolluxError
+from pollux.errors import ConfigError
 from pollux.models import ThroughputParams
 from pollux.policies.autoscaling import (
     DEFAULT_NODE_PRICE_PER_HOUR,
-    THROUGHPUT_SPEEDUP_KEY,
     Autoscaler,
     BatchObjective,
-    throughput_speedup_function,
 )
-from pollux.policies.base import GPU, JobInfo, NodeInfo, Policy, SpeedupFn, TunedConfig
+from pollux.policies.base import GPU, JobInfo, NodeInfo, Policy, TunedConfig
+from pollux.policies.decision import check_decision
+from pollux.policies.snapshot import JobReport, Snapshot, SpeedupCache, job_infos
 from pollux.sim.adaptive import FitCache
 from pollux.sim.applications import Application
 from pollux.sim.cluster import ClusterSize, ElasticCluster
@@ -218,16 +220,17 @@ class Simulator:
                                           self.config.gpus_per_node,
                                           self.config.provision_delay_s)
             self.nodes = self.cluster.nodes()
-        self._capacity = {node.name: node.num_gpus for node in self.nodes}
         self._step_tables: dict[tuple[str, int], StepTimeTable] = {}
-        self._throughput_fns: dict[str, tuple[object, SpeedupFn]] = {}
+        self._speedups = SpeedupCache()
+        self._infeasible: dict[str, str] = {}
 
     # -- snapshot ------------------------------------------------------------------------
-    def _job_info(self, job: SimJob, now_s: float) -> JobInfo:
-        """The policy's view of a job: one GPU per replica, preemptible, its tuned (or
-        pinned) configuration, and either a speedup function with the exploration bound as
-        ``max_replicas`` (adaptive jobs) or the Optimus oracle of remaining time with
-        ``max_replicas`` = batch size // smallest atomic batch (fixed jobs)."""
+    def _report(self, job: SimJob) -> JobReport:
+        """What the driver knows of a job and what the job reports: one GPU per replica,
+        preemptible, its tuned (or pinned) configuration, and either its hints with the
+        application's useful replicas as the spec bound (adaptive jobs) or the Optimus
+        oracle of remaining time with the bound batch size // smallest atomic batch (fixed
+        jobs)."""
         spec = job.app.spec
         tuned_replicas = job.spec.num_replicas
         tuned_batch = job.spec.batch_size
@@ -235,13 +238,10 @@ class Simulator:
             tuned_replicas = min(tuned_replicas, spec.pinned_replicas)
         if spec.pinned_batch_size is not None:
             tuned_batch = spec.pinned_batch_size
-        speedup_fn = None
+        hints = job.hints()
         remaining_fn = None
-        remaining_s = None
-        if job.profile is not None:
-            speedup_fn = job.profile.speedup_fn()
-            max_replicas = job.profile.max_replicas()
-            remaining_s = job.remaining_s_at_one_replica()
+        if hints is not None:
+            max_replicas = spec.max_useful_replicas
         else:
             batch = job.target_batch_size or tuned_batch
             max_replicas = max(1, min(batch // spec.min_local_bsz, spec.max_useful_replicas))
@@ -252,47 +252,24 @@ class Simulator:
                 self._step_tables[key] = table
             remaining_fn = RemainingTimeOracle(table, remaining_iterations(job.app, batch,
                                                                            job.epoch))
-        return JobInfo(
+        return JobReport(
             name=job.name,
             resources=ONE_GPU,
+            submission_time_s=job.spec.submission_time_s,
             min_replicas=0,
             max_replicas=max_replicas,
             preemptible=True,
-            submission_time_s=job.spec.submission_time_s,
-            age_s=now_s - job.spec.submission_time_s,
             attained_service_s=job.attained_service_s,
             num_restarts=job.num_restarts or 0,
             restart_delay_s=self.config.restart_delay_s,
-            speedup_fn=speedup_fn,
+            num_held_replicas=len(job.allocation),
             tuned=TunedConfig(num_replicas=tuned_replicas, batch_size=tuned_batch),
+            hints=hints,
             remaining_time_fn=remaining_fn,
-            remaining_s=remaining_s,
+            remaining_progress=None if hints is None else job.remaining_progress(),
         )
 
-    # -- checks and effects --------------------------------------------------------------
-    def _check(self, allocations: Mapping[str, Sequence[str]], active: set[str]) -> None:
-        used: dict[str, int] = {}
-        by_name = {node.name: node for node in self.nodes}
-        for name, alloc in allocations.items():
-            if not alloc:
-                continue
-            if name not in active:
-                raise PolluxError(f"policy {self.policy.name!r} allocated GPUs to {name!r}, "
-                                  "which is not an active job")
-            try:
-                allocation_gpu_type(alloc, by_name)
-            except PolluxError as exc:
-                raise PolluxError(f"policy {self.policy.name!r}, job {name!r}: {exc}") from None
-            for node in alloc:
-                used[node] = used.get(node, 0) + 1
-        for node, count in used.items():
-            capacity = self._capacity.get(node)
-            if capacity is None:
-                raise PolluxError(f"policy {self.policy.name!r} used unknown node {node!r}")
-            if count > capacity:
-                raise PolluxError(f"policy {self.policy.name!r} put {count} replicas on "
-                                  f"{node!r}, which has {capacity} GPUs")
-
+    # -- effects -------------------------------------------------------------------------
     def _interfered(self, running: Sequence[SimJob]) -> set[str]:
         """Distributed jobs on a node shared with another distributed job."""
         if self.config.interference <= 0:
@@ -347,14 +324,9 @@ class Simulator:
                 arrived = True
             if arrived:
                 active.sort()
-            infos = None
-            if self.autoscaler is not None and self.cluster is not None:
-                infos = self._autoscale(self.autoscaler, self.cluster,
-                                        [self.jobs[i] for i in active], now)
+            rounds.append(self._round([self.jobs[i] for i in active], now))
             if not active:
-                rounds.append(RoundLog(now, 0))
                 continue
-            rounds.append(self._schedule([self.jobs[i] for i in active], now, infos))
             if not rounds[-1].gpus and next_arrival == len(arrivals):
                 idle_rounds += 1
                 if idle_rounds >= MAX_IDLE_ROUNDS:
@@ -373,35 +345,45 @@ class Simulator:
             autoscaler="none" if self.autoscaler is None else self.autoscaler.name,
             cluster_sizes=sizes, batch_objective=self.batch_objective)
 
-    # -- autoscaling ---------------------------------------------------------------------
-    def _throughput_fn(self, job: SimJob) -> SpeedupFn | None:
-        """The job's fitted throughput model as a speedup, efficiency ignored (memoized
-        per fit); None before the job has a model."""
-        profile = job.profile
-        goodput = None if profile is None else profile.goodput_function()
-        if profile is None or goodput is None:
-            return None
-        cached = self._throughput_fns.get(job.name)
-        if cached is not None and cached[0] is profile.params:
-            return cached[1]
-        spec = job.app.spec
-        fn = throughput_speedup_function(goodput, spec.max_batch_size,
-                                         (spec.min_local_bsz, spec.max_local_bsz),
-                                         accumulation=True)
-        self._throughput_fns[job.name] = (profile.params, fn)
-        return fn
-
-    def _autoscale(self, autoscaler: Autoscaler, cluster: ElasticCluster, jobs: list[SimJob],
-                   now: float) -> list[JobInfo]:
-        """Ask the autoscaler for the cluster's size and resize; returns the round's job
-        records (with their throughput speedups) for the policy."""
-        infos = []
+    # -- a round -------------------------------------------------------------------------
+    def _round(self, jobs: list[SimJob], now: float) -> RoundLog:
+        """One scheduling round, in the service's order: the jobs' records; with an
+        autoscaler, its desired size applied to the cluster; the policy asked on the nodes
+        there are then; its decision checked and applied (infeasible allocations become
+        job events)."""
+        infos = job_infos([self._report(job) for job in jobs], now, self._speedups,
+                          throughput_speedups=self.autoscaler is not None)
+        if self.autoscaler is not None and self.cluster is not None:
+            self._resize(self.autoscaler, self.cluster, jobs, infos, now)
+        if not jobs:
+            return RoundLog(now, 0)
+        snapshot = Snapshot(now, infos, self.nodes,
+                            {job.name: job.allocation for job in jobs if job.allocation})
+        tic = time.perf_counter()
+        decision = self.policy.optimize(list(snapshot.jobs), list(snapshot.nodes),
+                                        snapshot.previous_allocations)
+        policy_s = time.perf_counter() - tic
+        decision = check_decision(decision, snapshot)
+        gpus: dict[str, int] = {}
         for job in jobs:
-            info = self._job_info(job, now)
-            throughput = self._throughput_fn(job)
-            if throughput is not None:
-                info = replace(info, extras={**info.extras, THROUGHPUT_SPEEDUP_KEY: throughput})
-            infos.append(info)
+            reason = decision.infeasible.get(job.name)
+            if reason is None:
+                self._infeasible.pop(job.name, None)
+            elif self._infeasible.get(job.name) != reason:  # once per reason, as the service
+                self._infeasible[job.name] = reason
+                job.events.append((now, f"policy {self.policy.name}: allocation infeasible: "
+                                        f"{reason}"))
+            new = tuple(decision.allocations.get(job.name, ()))
+            if new != job.allocation and sorted(new) != sorted(job.allocation):
+                job.reallocate(new, placement_of(new), self.config.restart_delay_s)
+            if new:
+                gpus[job.name] = len(new)
+        return RoundLog(now, len(jobs), gpus, policy_s)
+
+    def _resize(self, autoscaler: Autoscaler, cluster: ElasticCluster, jobs: list[SimJob],
+                infos: Sequence[JobInfo], now: float) -> None:
+        """Ask the autoscaler for the cluster's size and resize; jobs on released nodes
+        lose their allocation."""
         cluster.refresh(now)
         decision = autoscaler.decide(infos, cluster.num_billed_nodes)
         load: dict[str, int] = {}
@@ -414,27 +396,6 @@ class Simulator:
                 job.reallocate((), (), self.config.restart_delay_s)
         cluster.record(now, decision.num_nodes)
         self.nodes = cluster.nodes()
-        self._capacity = {node.name: node.num_gpus for node in self.nodes}
-        return infos
-
-    def _schedule(self, jobs: list[SimJob], now: float,
-                  infos: list[JobInfo] | None = None) -> RoundLog:
-        if infos is None:
-            infos = [self._job_info(job, now) for job in jobs]
-        previous = {job.name: job.allocation for job in jobs if job.allocation}
-        tic = time.perf_counter()
-        decision = self.policy.optimize(infos, self.nodes, previous)
-        policy_s = time.perf_counter() - tic
-        allocations = decision.allocations
-        self._check(allocations, {job.name for job in jobs})
-        gpus: dict[str, int] = {}
-        for job in jobs:
-            new = tuple(allocations.get(job.name, ()))
-            if new != job.allocation and sorted(new) != sorted(job.allocation):
-                job.reallocate(new, placement_of(new), self.config.restart_delay_s)
-            if new:
-                gpus[job.name] = len(new)
-        return RoundLog(now, len(jobs), gpus, policy_s)
 
 
 def run_simulation(workload: Workload, applications: Mapping[str, Application],

@@ -38,7 +38,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from pollux.errors import ConfigError
+from pollux.errors import ConfigError, InvalidCheckpointError
 from pollux.jobenv import CORRUPT_CHECKPOINT_EXIT_CODE, CORRUPT_SUFFIX, ON_CORRUPT_CHECKPOINT
 
 logger = logging.getLogger(__name__)
@@ -59,10 +59,6 @@ class Checkpointable(Protocol):
     def state_dict(self) -> Any: ...
 
     def load_state_dict(self, state: Any) -> None: ...
-
-
-class InvalidCheckpointError(Exception):
-    """A checkpoint file that is torn, truncated or corrupted (internal: it is skipped)."""
 
 
 class CorruptCheckpointsError(SystemExit):

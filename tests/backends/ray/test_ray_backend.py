@@ -20,12 +20,15 @@ pytest.importorskip("ray", reason="the Ray backend needs ray: pip install 'pollu
 import ray  # noqa: E402
 from ray.util.placement_group import placement_group_table  # noqa: E402
 
-from pollux.backends.base import BackendError, LaunchRequest, ReplicaState  # noqa: E402
+from pollux.backends.base import LaunchRequest, ReplicaState  # noqa: E402
 from pollux.backends.processes import is_alive  # noqa: E402
 from pollux.backends.ray import RayBackend  # noqa: E402
 from pollux.backends.ray.launch import MARKER_ENV  # noqa: E402
 from pollux.backends.registry import make_backend  # noqa: E402
-from pollux.errors import JobSpecError  # noqa: E402
+from pollux.errors import (
+    BackendError,  # noqa: E402
+    JobSpecError,  # noqa: E402
+)
 from pollux.job_spec import JobSpec  # noqa: E402
 from pollux.jobenv import RESCALE_EXIT_CODE  # noqa: E402
 from tests.backends.ray.conftest import SLOT  # noqa: E402

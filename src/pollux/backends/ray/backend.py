@@ -26,13 +26,7 @@ from ray.util.placement_group import (
     remove_placement_group,
 )
 
-from pollux.backends.base import (
-    Backend,
-    BackendError,
-    LaunchedReplica,
-    LaunchRequest,
-    ReplicaStatus,
-)
+from pollux.backends.base import Backend, LaunchedReplica, LaunchRequest, ReplicaStatus
 from pollux.backends.ray.launch import (
     RayLaunch,
     create_placement_group,
@@ -51,7 +45,7 @@ from pollux.backends.ray.nodes import (
     offers_slots,
     replica_bundle,
 )
-from pollux.errors import ConfigError
+from pollux.errors import BackendError, ConfigError
 from pollux.job_spec import JobSpec
 from pollux.resources import NodeInfo
 

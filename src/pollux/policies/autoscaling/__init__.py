@@ -3,9 +3,9 @@
 :func:`cluster_utility` measures how close an allocation comes to ideal scaling;
 :class:`PolluxAutoscaler` (``pollux``) keeps it inside a band, :class:`ThroughputAutoscaler`
 (``throughput``) is the throughput-based baseline and :class:`FixedSizeAutoscaler`
-(``none``) keeps the size; :class:`AutoscaledPolicy` adds the desired size to any
-policy's decisions. Pure functions of the job records, like the policies: the simulator
-and the service drive them.
+(``none``) keeps the size. Pure functions of the job records, like the policies: the
+simulator and the service ask the autoscaler every round, before the policy, and apply
+the desired size themselves.
 """
 
 from __future__ import annotations
@@ -25,16 +25,12 @@ from pollux.policies.autoscaling.autoscaler import (
 )
 from pollux.policies.autoscaling.estimate import SizeEstimate, SizeEvaluator
 from pollux.policies.autoscaling.objective import BatchObjective
-from pollux.policies.autoscaling.policy import (
-    AutoscaledPolicy,
-    scaling_view,
-    template_from_nodes,
-)
 from pollux.policies.autoscaling.registry import (
     autoscaler_names,
     check_autoscaler_name,
     make_autoscaler,
 )
+from pollux.policies.autoscaling.runtime import scaling_view, template_from_nodes
 from pollux.policies.autoscaling.utility import (
     THROUGHPUT_SPEEDUP_KEY,
     cluster_utility,
@@ -47,7 +43,6 @@ __all__ = [
     "DEFAULT_LOW_UTIL",
     "DEFAULT_NODE_PRICE_PER_HOUR",
     "THROUGHPUT_SPEEDUP_KEY",
-    "AutoscaledPolicy",
     "Autoscaler",
     "AutoscalerConfig",
     "BatchObjective",

@@ -49,7 +49,7 @@ from pollux.policies.autoscaling.estimate import (
     identical_nodes,
 )
 from pollux.policies.autoscaling.objective import BatchObjective
-from pollux.policies.autoscaling.utility import THROUGHPUT_SPEEDUP_KEY, linear_speedup
+from pollux.policies.autoscaling.utility import THROUGHPUT_SPEEDUP_KEY
 from pollux.policies.base import JobInfo, NodeInfo, Policy
 
 logger = logging.getLogger(__name__)
@@ -328,7 +328,7 @@ class ThroughputAutoscaler(Autoscaler):
 
     Each job's throughput speedup comes from ``JobInfo.extras["throughput_speedup_fn"]``
     (see :data:`~pollux.policies.autoscaling.utility.THROUGHPUT_SPEEDUP_KEY`), else its
-    ``speedup_fn``, else perfect scaling. The estimator allocates by those speedups; a
+    ``speedup_fn``, else perfect scaling (``None``, as every policy reads it). The estimator allocates by those speedups; a
     node's marginal efficiency is the throughput it adds over the replicas it adds.
 
     Its jobs ignore statistical efficiency as well (``batch_objective`` THROUGHPUT): each
@@ -351,7 +351,7 @@ class ThroughputAutoscaler(Autoscaler):
         """The jobs with their throughput speedups in place of their goodput speedups."""
         out = []
         for job in jobs:
-            fn = job.extras.get(THROUGHPUT_SPEEDUP_KEY) or job.speedup_fn or linear_speedup
+            fn = job.extras.get(THROUGHPUT_SPEEDUP_KEY) or job.speedup_fn  # None: linear
             out.append(replace(job, speedup_fn=fn))
         return out
 

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any
 
 from pollux.plugins import load_plugin_class
 from pollux.policies.autoscaling.autoscaler import Autoscaler, AutoscalerConfig
 
-AUTOSCALER_CLASSES: dict[str, str] = {
+AUTOSCALER_CLASSES: Mapping[str, str] = MappingProxyType({
     "none": "pollux.policies.autoscaling.autoscaler:FixedSizeAutoscaler",
     "pollux": "pollux.policies.autoscaling.autoscaler:PolluxAutoscaler",
     "throughput": "pollux.policies.autoscaling.autoscaler:ThroughputAutoscaler",
-}
-"""Registered autoscaler names -> ``module:Class``. Read-only by convention."""
+})
+"""Registered autoscaler names -> ``module:Class``. Read-only."""
 
 
 def autoscaler_names() -> list[str]:

@@ -33,14 +33,9 @@ from pollux.policies.base import Allocations, JobInfo, NodeInfo, SpeedupFn
 THROUGHPUT_SPEEDUP_KEY = "throughput_speedup_fn"
 """``JobInfo.extras`` key of a job's throughput speedup (a :data:`SpeedupFn`): samples per
 second at ``(nodes, replicas)`` over samples per second on one replica, statistical
-efficiency ignored. Drivers that know a job's throughput model put it there (the simulator
-does); the throughput-based autoscaler falls back to ``speedup_fn``, then to linear."""
-
-
-def linear_speedup(num_nodes: object, num_replicas: object) -> np.ndarray:
-    """Perfect scaling: speedup equals replicas (jobs that report no speedup)."""
-    _, replicas = np.broadcast_arrays(np.asarray(num_nodes), np.asarray(num_replicas))
-    return np.asarray(replicas, dtype=np.float64)
+efficiency ignored. Both drivers put it there for jobs with a throughput model
+(:mod:`pollux.policies.snapshot`); the throughput-based autoscaler falls back to
+``speedup_fn`` (None: linear)."""
 
 
 def throughput_speedup_function(

@@ -16,7 +16,8 @@ from dataclasses import replace
 from pollux.errors import PolluxError
 from pollux.models import GoodputFunction, GradientStats
 from pollux.models.typed import TypedGoodput, TypeProfile
-from pollux.sim.adaptive import MAX_EXPLORATION_REPLICAS, FitCache, JobProfile
+from pollux.policies.snapshot import EXPLORATION_FACTOR, MAX_EXPLORATION_REPLICAS
+from pollux.sim.adaptive import FitCache, JobProfile
 from pollux.sim.hetero.apps import TypedApplication, TypedTraceApplication
 from pollux.sim.job import JobSpec
 from pollux.sim.placement import Placement
@@ -78,16 +79,8 @@ class HeteroJob:
         if spec.pinned_replicas is not None:
             return spec.pinned_replicas
         seen = self.profiles[gpu_type].max_profiled_replicas
-        return int(min(max(2 * seen, 1), MAX_EXPLORATION_REPLICAS,
+        return int(min(max(EXPLORATION_FACTOR * seen, 1), MAX_EXPLORATION_REPLICAS,
                        spec.max_batch_size // spec.min_local_bsz))
-
-    def pooled_max_replicas(self) -> int:
-        """Growth cap of a heterogeneity-unaware job: twice the most replicas it ran on
-        any type (at least 1), at most 64 and what its largest batch can feed."""
-        assert self.pooled is not None
-        spec = self.pooled.spec
-        return int(min(max(2 * self.pooled.max_profiled_replicas, 1),
-                       MAX_EXPLORATION_REPLICAS, spec.max_batch_size // spec.min_local_bsz))
 
     def typed_goodput(self) -> TypedGoodput | None:
         """The job's goodput per (type, nodes, replicas) from its own per-type fits,

@@ -1,9 +1,10 @@
 """The heterogeneous simulator: a thin driver around one policy on a typed cluster.
 
-Every ``interval_s`` it advances every job, builds the policy's snapshot (each job's
-:class:`~pollux.policies.base.JobInfo` carries its goodput per GPU type and its growth
-cap per type; nodes carry their type), asks the policy, checks the decision (capacity,
-active jobs, one GPU type per job) and applies it: a changed placement (replicas per
+Every ``interval_s`` it advances every job, builds the policy's snapshot through
+:mod:`pollux.policies.snapshot` (each job's record carries its goodput per GPU type and
+its growth cap per type; nodes carry their type), asks the policy, checks the decision
+(:func:`~pollux.policies.decision.check_decision`: capacity, active jobs, one GPU type
+per job; what cannot be applied is logged and the job gets nothing) and applies it: a changed placement (replicas per
 node) or type restarts the job (its application's restart delay); the same shape on other
 nodes of the same type does not, as in the reference. A job that holds GPUs after a round is
 charged the whole round (the reference's GPU-hours per job).
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
@@ -25,8 +26,10 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from pollux.cluster_spec import ClusterSpec, allocation_gpu_type
-from pollux.errors import ConfigError, PolluxError
-from pollux.policies.base import GPU, JobInfo, Policy, TunedConfig
+from pollux.errors import ConfigError
+from pollux.policies.base import GPU, Policy, TunedConfig
+from pollux.policies.decision import check_decision
+from pollux.policies.snapshot import JobReport, Snapshot, SpeedupCache, job_infos
 from pollux.sim.adaptive import FitCache
 from pollux.sim.hetero.apps import TypedApplication
 from pollux.sim.hetero.job import HeteroJob
@@ -97,33 +100,37 @@ class HeteroSimulator:
                       pooled=not aware, pooled_type=pooled_type)
             for spec in workload.jobs)
         self._held: dict[str, dict[str, int]] = {job.name: {} for job in self.jobs}
+        self._speedups = SpeedupCache()
 
-    def _job_info(self, job: HeteroJob, now_s: float) -> JobInfo:
-        if job.pooled is not None:  # heterogeneity-unaware: one pooled speedup function
-            return JobInfo(
-                name=job.name, resources=ONE_GPU, min_replicas=0,
-                max_replicas=job.pooled_max_replicas(), preemptible=True,
-                submission_time_s=job.spec.submission_time_s,
-                age_s=now_s - job.spec.submission_time_s,
+    def _report(self, job: HeteroJob) -> JobReport:
+        """The job as the policy's snapshot module takes it. Heterogeneity-aware: its
+        per-type goodput and growth caps (the most of them as the spec's bound).
+        Heterogeneity-unaware: the hints of its one pooled profile."""
+        if job.pooled is not None:
+            spec = job.pooled.spec
+            return JobReport(
+                name=job.name, resources=ONE_GPU, submission_time_s=job.spec.submission_time_s,
+                max_replicas=max(1, spec.max_batch_size // spec.min_local_bsz),
                 attained_service_s=job.attained_service_s,
                 num_restarts=job.num_restarts or 0, restart_delay_s=job.app.restart_delay_s,
-                speedup_fn=job.pooled.speedup_fn(),
+                num_held_replicas=len(job.allocation),
                 tuned=TunedConfig(job.spec.num_replicas, job.spec.batch_size),
+                hints=job.pooled.hints(),
                 restart_left_s=job.restart_left_s if job.placement else 0.0,
                 extras={"application": job.app.name})
         caps = {t: job.max_replicas(t) for t in job.app.by_type}
         model = job.typed_goodput()
-        return JobInfo(
+        return JobReport(
             name=job.name,
             resources=ONE_GPU,
+            submission_time_s=job.spec.submission_time_s,
             min_replicas=0,
             max_replicas=max(caps.values()),
             preemptible=True,
-            submission_time_s=job.spec.submission_time_s,
-            age_s=now_s - job.spec.submission_time_s,
             attained_service_s=job.attained_service_s,
             num_restarts=job.num_restarts or 0,
             restart_delay_s=job.app.restart_delay_s,
+            num_held_replicas=len(job.allocation),
             tuned=TunedConfig(job.spec.num_replicas, job.spec.batch_size),
             typed_goodput=model,
             remaining_s=job.remaining_s(model),
@@ -131,26 +138,6 @@ class HeteroSimulator:
             restart_left_s=job.restart_left_s if job.placement else 0.0,
             extras={"application": job.app.name},
         )
-
-    def _check(self, allocations: Mapping[str, Sequence[str]], active: set[str]) -> None:
-        used: dict[str, int] = {}
-        for name, alloc in allocations.items():
-            if not alloc:
-                continue
-            if name not in active:
-                raise PolluxError(f"policy {self.policy.name!r} allocated GPUs to {name!r}, "
-                                  "which is not an active job")
-            try:
-                allocation_gpu_type(alloc, self._by_name)
-            except PolluxError as exc:
-                raise PolluxError(f"policy {self.policy.name!r}, job {name!r}: {exc}") from None
-            for node in alloc:
-                used[node] = used.get(node, 0) + 1
-        for node, count in used.items():
-            capacity = self._by_name[node].num_gpus
-            if count > capacity:
-                raise PolluxError(f"policy {self.policy.name!r} put {count} replicas on "
-                                  f"{node!r}, which has {capacity} GPUs")
 
     def run(self) -> HeteroResult:
         """Simulate until every job completes (BLAS held to one thread meanwhile)."""
@@ -200,12 +187,17 @@ class HeteroSimulator:
                             {name: dict(held) for name, held in self._held.items()})
 
     def _schedule(self, jobs: list[HeteroJob], now: float) -> RoundLog:
-        infos = [self._job_info(job, now) for job in jobs]
-        previous = {job.name: job.allocation for job in jobs if job.allocation}
+        snapshot = Snapshot(now, job_infos([self._report(job) for job in jobs], now,
+                                           self._speedups), self.nodes,
+                            {job.name: job.allocation for job in jobs if job.allocation})
         tic = time.perf_counter()
-        decision = self.policy.optimize(infos, self.nodes, previous)
+        decision = self.policy.optimize(list(snapshot.jobs), list(snapshot.nodes),
+                                        snapshot.previous_allocations)
         policy_s = time.perf_counter() - tic
-        self._check(decision.allocations, {job.name for job in jobs})
+        decision = check_decision(decision, snapshot)
+        for name, reason in sorted(decision.infeasible.items()):
+            logger.warning("t=%.0f s: policy %s: allocation of %s infeasible: %s", now,
+                           self.policy.name, name, reason)
         gpus: dict[str, int] = {}
         for job in jobs:
             new = tuple(decision.allocations.get(job.name, ()))

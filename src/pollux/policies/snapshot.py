@@ -1,0 +1,277 @@
+"""The policy's question, built the same way by the simulator and the service.
+
+Each driver describes every active job as a :class:`JobReport`: its scheduling state
+(what the driver knows: resources, bounds, service received, restarts, replicas held)
+and the :class:`~pollux.models.hints.JobHints` the job reported about itself (the agent
+posts them to the service; a simulated adaptive job reports them the same way). This
+module alone turns reports into the policy's :class:`~pollux.policies.base.JobInfo`:
+
+* the speedup function comes from the hints (None before the job has a profile: the
+  policies and the autoscalers then take the job to scale perfectly); a job that picks
+  its batch sizes for throughput reports gradient statistics for which every batch is
+  fully efficient, so its speedup is its throughput speedup;
+* the exploration bound: a job with hints gets at most :data:`EXPLORATION_FACTOR` times
+  the most replicas it has profiled (at least one, at most
+  :data:`MAX_EXPLORATION_REPLICAS`, never less than it holds), no more than could each
+  get its smallest atomic batch of the largest total batch, and never more than its
+  spec allows;
+* a job that knows how much training it has left (``remaining_progress``) gets its
+  remaining time at one replica, ``remaining_s``, from its speedup model;
+* with ``throughput_speedups``, the job's throughput speedup (efficiency ignored) goes
+  into ``extras[THROUGHPUT_SPEEDUP_KEY]`` for the throughput autoscaler.
+
+Hints that cannot be evaluated (a model that refuses them) are logged and the job is
+treated as reporting none; in the service a model that later fails or answers non-finite
+values is guarded the same way (:class:`GuardedSpeedup`): one bad job never fails a
+round.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from pollux.models.hints import JobHints
+from pollux.models.typed import TypedGoodput
+from pollux.policies.autoscaling.utility import (
+    THROUGHPUT_SPEEDUP_KEY,
+    throughput_speedup_function,
+)
+from pollux.policies.base import (
+    Allocation,
+    JobInfo,
+    NodeInfo,
+    RemainingTimeFn,
+    SpeedupFn,
+    TunedConfig,
+)
+
+logger = logging.getLogger(__name__)
+
+EXPLORATION_FACTOR = 2
+"""A job with hints may get at most this times the most replicas it has profiled."""
+MAX_EXPLORATION_REPLICAS = 64
+"""...and never more than this many replicas through exploration."""
+
+
+@dataclass(frozen=True)
+class JobReport:
+    """One active job as a driver knows it: its scheduling state and its latest hints."""
+
+    name: str
+    resources: Mapping[str, float]
+    """Resources per replica."""
+    submission_time_s: float
+    min_replicas: int = 0
+    max_replicas: int = 64
+    """The spec's bound on replicas (the exploration bound may lower it)."""
+    preemptible: bool = True
+    attained_service_s: float = 0.0
+    """GPU-seconds of service received so far."""
+    num_restarts: int = 0
+    restart_delay_s: float = 30.0
+    num_held_replicas: int = 0
+    """Replicas the job holds or was promised now."""
+    tuned: TunedConfig | None = None
+    """Hand-tuned configuration (for baseline policies)."""
+    hints: JobHints | None = None
+    """What the job reported about itself; None before its first report."""
+    remaining_time_fn: RemainingTimeFn | None = None
+    """Oracle of remaining seconds (the simulator's, for Optimus+Oracle); None: unknown."""
+    remaining_progress: float | None = None
+    """Training left in optimizer steps at the initial batch size, when the job knows its
+    target (simulated jobs do); with a speedup model it becomes ``JobInfo.remaining_s``."""
+    remaining_s: float | None = None
+    """Remaining seconds at one replica when the driver knows them directly (typed models);
+    None: from ``remaining_progress`` and the speedup model, if any."""
+    typed_goodput: TypedGoodput | None = None
+    """On a typed cluster (the heterogeneous simulator): the job's goodput per GPU type."""
+    max_replicas_by_type: Mapping[str, int] = field(default_factory=dict)
+    """On a typed cluster: the growth cap per GPU type."""
+    restart_left_s: float = 0.0
+    """Seconds of restart delay the job has still to pay."""
+    extras: Mapping[str, Any] = field(default_factory=dict)
+    """Facts for a specific policy (e.g. the application's name, for Sia)."""
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """One scheduling question: active jobs, nodes and what each job holds now."""
+
+    time_s: float
+    jobs: tuple[JobInfo, ...]
+    nodes: tuple[NodeInfo, ...]
+    previous_allocations: Mapping[str, Allocation] = field(default_factory=dict)
+
+
+class GuardedSpeedup:
+    """A job's speedup function that cannot fail a scheduling round: when it raises or
+    answers anything but finite values >= 0 (hints whose model overflows, say), the job is
+    scheduled from then on as a job without a model (perfect scaling), and ``problem``
+    says why (the service logs it as the job's event)."""
+
+    def __init__(self, job_name: str, function: SpeedupFn, probe_replicas: int) -> None:
+        self.job_name = job_name
+        self.function = function
+        self.problem: str | None = None
+        self(1, max(1, probe_replicas))  # find a broken model before any policy asks
+
+    def __call__(self, num_nodes: ArrayLike, num_replicas: ArrayLike) -> np.ndarray:
+        if self.problem is None:
+            try:
+                with np.errstate(all="ignore"):
+                    value = np.asarray(self.function(num_nodes, num_replicas),
+                                       dtype=np.float64)
+                shape = np.broadcast_shapes(np.shape(num_nodes), np.shape(num_replicas))
+                if value.shape == shape and bool(np.all(np.isfinite(value) & (value >= 0))):
+                    return value
+                self.problem = "its speedup model gives values that are not finite"
+            except Exception as exc:  # any failure of one job's model stays with the job
+                self.problem = f"its speedup model fails ({type(exc).__name__}: {exc})"
+            logger.warning("job %s: %s; scheduled as a job without a model", self.job_name,
+                           self.problem)
+        _, replicas = np.broadcast_arrays(np.asarray(num_nodes), np.asarray(num_replicas))
+        return replicas.astype(np.float64)
+
+
+SpeedupKey = tuple[object, ...]
+"""The fields of a job's hints that its speedup functions depend on."""
+
+
+def speedup_key(hints: JobHints) -> SpeedupKey:
+    return (hints.throughput_params, hints.grad_stats, hints.init_batch_size,
+            hints.max_batch_size, hints.local_bsz_bounds, hints.accumulation)
+
+
+class SpeedupCache:
+    """Speedup functions per job, rebuilt only when the hints they depend on change (a
+    speedup function memoizes its table, so keeping it across rounds is cheap).
+
+    With ``guarded`` (the service, where hints come from outside) each function is a
+    :class:`GuardedSpeedup`: a model that fails or answers non-finite values makes its
+    job one without a model instead of failing the round; :meth:`problems` says which."""
+
+    def __init__(self, guarded: bool = False) -> None:
+        self.guarded = guarded
+        self._entries: dict[str, tuple[SpeedupKey, SpeedupFn | None, SpeedupFn | None]] = {}
+        self._refused: dict[str, str] = {}
+
+    def speedups(self, name: str, hints: JobHints
+                 ) -> tuple[SpeedupFn | None, SpeedupFn | None]:
+        """``(speedup, throughput speedup)`` of the job's hints; None without a profile.
+        Raises what the models raise on hints they refuse."""
+        key = speedup_key(hints)
+        cached = self._entries.get(name)
+        if cached is not None and cached[0] == key:
+            return cached[1], cached[2]
+        goodput = hints.goodput_function()
+        throughput: SpeedupFn | None = None
+        speedup: SpeedupFn | None = None
+        if goodput is not None:
+            speedup = hints.speedup_function()
+            throughput = throughput_speedup_function(goodput, hints.max_batch_size,
+                                                     hints.local_bsz_bounds,
+                                                     hints.accumulation)
+            if self.guarded and speedup is not None:
+                probe = max(1, hints.max_profiled_replicas)
+                speedup = GuardedSpeedup(name, speedup, probe)
+                throughput = GuardedSpeedup(name, throughput, probe)
+        self._entries[name] = (key, speedup, throughput)
+        return speedup, throughput
+
+    def refused(self, name: str, reason: str) -> None:
+        """Record that the job's hints could not be turned into a model."""
+        self._refused[name] = reason
+
+    def problems(self) -> dict[str, str]:
+        """Job name -> why its model is not used (for the jobs it failed for)."""
+        found = dict(self._refused)
+        for name, (_, speedup, _) in self._entries.items():
+            if isinstance(speedup, GuardedSpeedup) and speedup.problem is not None:
+                found[name] = speedup.problem
+        return found
+
+    def forget(self, keep: Iterable[str]) -> None:
+        """Drop the entries of jobs not in ``keep`` (ended jobs)."""
+        kept = set(keep)
+        for name in set(self._entries) - kept:
+            del self._entries[name]
+        for name in set(self._refused) - kept:
+            del self._refused[name]
+
+
+def exploration_bound(report: JobReport) -> int:
+    """The most replicas the policy may give the job (module docstring)."""
+    bound = report.max_replicas
+    hints = report.hints
+    if hints is not None:
+        explored = min(MAX_EXPLORATION_REPLICAS,
+                       max(EXPLORATION_FACTOR * hints.max_profiled_replicas, 1))
+        useful = max(1, hints.max_batch_size // max(hints.local_bsz_bounds[0], 1))
+        bound = min(bound, max(explored, report.num_held_replicas), useful)
+    return max(bound, report.min_replicas)
+
+
+def job_info(report: JobReport, now_s: float, cache: SpeedupCache,
+             throughput_speedups: bool = False) -> JobInfo:
+    """The policy's record of one job (module docstring)."""
+    speedup = throughput = None
+    if report.hints is not None:
+        try:
+            speedup, throughput = cache.speedups(report.name, report.hints)
+        except Exception as exc:  # a model that refuses the hints stays with its job
+            logger.warning("job %s: ignoring hints that cannot be evaluated: %s",
+                           report.name, exc)
+            cache.refused(report.name, f"its hints' model cannot be built "
+                                       f"({type(exc).__name__}: {exc})")
+            report = replace(report, hints=None)
+    remaining_s = report.remaining_s
+    base = getattr(speedup, "base_goodput", None)
+    if report.remaining_progress is not None and report.hints is not None and base:
+        remaining_s = report.remaining_progress * report.hints.init_batch_size / float(base)
+    extras = dict(report.extras)
+    if throughput_speedups and throughput is not None:
+        extras[THROUGHPUT_SPEEDUP_KEY] = throughput
+    return JobInfo(
+        name=report.name,
+        resources=report.resources,
+        min_replicas=report.min_replicas,
+        max_replicas=exploration_bound(report),
+        preemptible=report.preemptible,
+        submission_time_s=report.submission_time_s,
+        age_s=max(0.0, now_s - report.submission_time_s),
+        attained_service_s=report.attained_service_s,
+        num_restarts=report.num_restarts,
+        restart_delay_s=report.restart_delay_s,
+        speedup_fn=speedup,
+        tuned=report.tuned,
+        remaining_time_fn=report.remaining_time_fn,
+        remaining_s=remaining_s,
+        typed_goodput=report.typed_goodput,
+        max_replicas_by_type=report.max_replicas_by_type,
+        restart_left_s=report.restart_left_s,
+        extras=extras,
+    )
+
+
+def without_models(jobs: Sequence[JobInfo]) -> tuple[JobInfo, ...]:
+    """``jobs`` as jobs without a model (perfect scaling): what a driver retries a round
+    with when the policy failed on the jobs' models."""
+    return tuple(replace(job, speedup_fn=None, typed_goodput=None, remaining_s=None,
+                         extras={k: v for k, v in job.extras.items()
+                                 if k != THROUGHPUT_SPEEDUP_KEY})
+                 for job in jobs)
+
+
+def job_infos(reports: Sequence[JobReport], now_s: float, cache: SpeedupCache,
+              throughput_speedups: bool = False) -> tuple[JobInfo, ...]:
+    """The policy's records of ``reports`` (in the driver's order); ``cache`` forgets the
+    jobs no longer reported."""
+    jobs = tuple(job_info(r, now_s, cache, throughput_speedups) for r in reports)
+    cache.forget(r.name for r in reports)
+    return jobs
