@@ -17,23 +17,28 @@ from pollux.policies.base import (
 
 
 def equal_shares(jobs: Sequence[JobInfo], total_slots: int) -> dict[str, int]:
-    """One slot at a time to each job in submission order, up to its max_replicas;
-    jobs left below min_replicas give their slots back."""
+    """One slot at a time to each job in submission order, up to its max_replicas; while
+    a job is left below its min_replicas, the latest such job gets nothing and the slots
+    are shared again among the others (so jobs run in submission order, none starves)."""
     order = sorted(jobs, key=lambda j: (j.submission_time_s, j.name))
     shares = {job.name: 0 for job in order}
-    remaining = total_slots
-    progress = True
-    while remaining > 0 and progress:
-        progress = False
-        for job in order:
-            if remaining > 0 and shares[job.name] < job.max_replicas:
-                shares[job.name] += 1
-                remaining -= 1
-                progress = True
-    for job in order:
-        if shares[job.name] < job.min_replicas:
-            shares[job.name] = 0
-    return shares
+    sharing = list(order)
+    while True:
+        current = {job.name: 0 for job in sharing}
+        remaining = total_slots
+        progress = True
+        while remaining > 0 and progress:
+            progress = False
+            for job in sharing:
+                if remaining > 0 and current[job.name] < job.max_replicas:
+                    current[job.name] += 1
+                    remaining -= 1
+                    progress = True
+        short = [job for job in sharing if current[job.name] < job.min_replicas]
+        if not short:
+            shares.update(current)
+            return shares
+        sharing.remove(short[-1])
 
 
 class EqualSharePolicy(Policy):
