@@ -67,7 +67,9 @@ def test_an_allocation_that_spans_types_is_refused(apps: dict[str, TypedApplicat
     config = HeteroConfig(SPEC, max_time_s=600.0)
     result = HeteroSimulator(workload(), apps, SpanningPolicy(), config).run()
     assert not any(r.gpus for r in result.rounds)  # never applied...
-    assert "spans GPU types" in caplog.text  # ...and reported
+    assert "spans GPU types" in caplog.text  # ...and reported, once, as the job's event
+    (event,) = [e for job in result.jobs for e in job.events]
+    assert "spans GPU types" in event[1]
 
 
 @needs_sia

@@ -56,6 +56,8 @@ class HeteroJob:
         self.num_restarts: int | None = None
         self.restart_left_s = 0.0
         self.completion_time_s: float | None = None
+        self.events: list[tuple[float, str]] = []
+        """(simulated time, message) of what the scheduler reported about the job."""
         self._model: tuple[tuple[object, ...], TypedGoodput | None] | None = None
 
     @property

@@ -4,8 +4,8 @@ Every ``interval_s`` it advances every job, builds the policy's snapshot through
 :mod:`pollux.policies.snapshot` (each job's record carries its goodput per GPU type and
 its growth cap per type; nodes carry their type), asks the policy, checks the decision
 (:func:`~pollux.policies.decision.check_decision`: capacity, active jobs, one GPU type
-per job; what cannot be applied is logged and the job gets nothing) and applies it: a changed placement (replicas per
-node) or type restarts the job (its application's restart delay); the same shape on other
+per job; what cannot be applied becomes a job event and the job gets nothing) and
+applies it: a changed placement (replicas per node) or type restarts the job (its application's restart delay); the same shape on other
 nodes of the same type does not, as in the reference. A job that holds GPUs after a round is
 charged the whole round (the reference's GPU-hours per job).
 
@@ -195,11 +195,15 @@ class HeteroSimulator:
                                         snapshot.previous_allocations)
         policy_s = time.perf_counter() - tic
         decision = check_decision(decision, snapshot)
-        for name, reason in sorted(decision.infeasible.items()):
-            logger.warning("t=%.0f s: policy %s: allocation of %s infeasible: %s", now,
-                           self.policy.name, name, reason)
         gpus: dict[str, int] = {}
         for job in jobs:
+            reason = decision.infeasible.get(job.name)
+            if reason is not None and (not job.events or not job.events[-1][1].endswith(
+                    reason)):  # once per reason, as the other drivers
+                logger.warning("t=%.0f s: policy %s: allocation of %s infeasible: %s", now,
+                               self.policy.name, job.name, reason)
+                job.events.append((now, f"policy {self.policy.name}: allocation "
+                                        f"infeasible: {reason}"))
             new = tuple(decision.allocations.get(job.name, ()))
             gpu_type = allocation_gpu_type(new, self._by_name)
             placement = placement_of(new)
