@@ -5,9 +5,10 @@ Every ``interval_s`` it advances every job, builds the policy's snapshot through
 its growth cap per type; nodes carry their type), asks the policy, checks the decision
 (:func:`~pollux.policies.decision.check_decision`: capacity, active jobs, one GPU type
 per job; what cannot be applied becomes a job event and the job gets nothing) and
-applies it: a changed placement (replicas per node) or type restarts the job (its application's restart delay); the same shape on other
-nodes of the same type does not, as in the reference. A job that holds GPUs after a round is
-charged the whole round (the reference's GPU-hours per job).
+applies it: a changed placement (replicas per node) or type restarts the job (its
+application's restart delay); the same shape on other nodes of the same type does not, as
+in the reference. A job that holds GPUs after a round is charged the whole round (the
+reference's GPU-hours per job).
 
 A policy whose class sets ``heterogeneity_aware = False`` gets heterogeneity-unaware
 jobs, as Sia's artifact runs Pollux: one throughput model pooled over every type, a plain
