@@ -1,9 +1,9 @@
-"""Checking a policy's decision against the snapshot it answered, for both drivers.
+"""Checking a policy's decision against the snapshot it answered, for every driver.
 
-An allocation that cannot be applied (an unknown node, a replica count outside the job's
-bounds, nodes of different GPU types, or resources a node does not have left) is not applied and not raised: it moves
-into the decision's ``infeasible`` entries with the reason, and the job gets nothing this
-round. Drivers record those entries as job events. Allocations are checked in snapshot
+An allocation that cannot be applied (an unknown node, nodes of different GPU types, a
+replica count outside the job's bounds, or resources a node does not have left) is not
+applied and not raised: it moves into the decision's ``infeasible`` entries with the
+reason, and the job gets nothing this round. Drivers record those entries as job events. Allocations are checked in snapshot
 order, so on an overcommitted node the jobs listed first keep theirs.
 """
 
