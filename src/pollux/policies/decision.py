@@ -3,8 +3,9 @@
 An allocation that cannot be applied (an unknown node, nodes of different GPU types, a
 replica count outside the job's bounds, or resources a node does not have left) is not
 applied and not raised: it moves into the decision's ``infeasible`` entries with the
-reason, and the job gets nothing this round. Drivers record those entries as job events. Allocations are checked in snapshot
-order, so on an overcommitted node the jobs listed first keep theirs.
+reason, and the job gets nothing this round. Drivers record those entries as job events.
+Allocations are checked in snapshot order, so on an overcommitted node the jobs listed
+first keep theirs.
 """
 
 from __future__ import annotations
