@@ -29,6 +29,7 @@ def check_decision(decision: PolicyDecision, snapshot: Snapshot) -> PolicyDecisi
     """``decision`` with every allocation that cannot be applied moved to ``infeasible``
     (the job's allocation then empty); allocations of jobs not in the snapshot dropped."""
     nodes = {node.name: node for node in snapshot.nodes}
+    typed = len({node.gpu_type for node in snapshot.nodes}) > 1
     used: dict[str, dict[str, float]] = {}
     infeasible = dict(decision.infeasible)
     allocations: dict[str, Allocation] = {}
@@ -44,7 +45,7 @@ def check_decision(decision: PolicyDecision, snapshot: Snapshot) -> PolicyDecisi
         counts: dict[str, int] = {}
         for node in allocation:
             counts[node] = counts.get(node, 0) + 1
-        reason = _why_infeasible(job, len(allocation), counts, nodes, used)
+        reason = _why_infeasible(job, len(allocation), counts, nodes, typed, used)
         if reason is not None:
             infeasible[job.name] = reason
             continue
@@ -57,26 +58,27 @@ def check_decision(decision: PolicyDecision, snapshot: Snapshot) -> PolicyDecisi
 
 
 def _why_infeasible(job: JobInfo, num_replicas: int, counts: Mapping[str, int],
-                    nodes: Mapping[str, NodeInfo],
+                    nodes: Mapping[str, NodeInfo], typed: bool,
                     used: Mapping[str, Mapping[str, float]]) -> str | None:
-    """Why ``counts`` replicas per node cannot be placed on top of ``used``; None when
-    they can."""
-    unknown = sorted(set(counts) - set(nodes))
-    if unknown:
-        return f"placed on unknown node {unknown[0]!r}"
-    try:
-        allocation_gpu_type(counts, nodes)
-    except MixedGpuTypesError as exc:
-        return str(exc)
+    """Why ``counts`` replicas per node (in allocation order) cannot be placed on top of
+    ``used``; None when they can. ``typed``: the nodes have more than one GPU type."""
+    for node in counts:
+        if node not in nodes:
+            return f"placed on unknown node {node!r}"
+    if typed:
+        try:
+            allocation_gpu_type(counts, nodes)
+        except MixedGpuTypesError as exc:
+            return str(exc)
     if not job.min_replicas <= num_replicas <= job.max_replicas:
         return f"{num_replicas} replicas, outside [{job.min_replicas}, {job.max_replicas}]"
-    for node in sorted(counts):
+    empty: Mapping[str, float] = {}
+    for node, count in counts.items():
         total = nodes[node].resources
-        on_node = used.get(node, {})
+        on_node = used.get(node, empty)
         for resource, amount in job.resources.items():
-            need = counts[node] * float(amount)
+            need = count * float(amount)
             left = float(total.get(resource, 0.0)) - on_node.get(resource, 0.0)
             if need > left + FREE_EPSILON:
-                return (f"{counts[node]} replicas on {node!r} need {need:g} {resource}, "
-                        f"{left:g} left")
+                return f"{count} replicas on {node!r} need {need:g} {resource}, {left:g} left"
     return None

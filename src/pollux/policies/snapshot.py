@@ -231,12 +231,14 @@ def job_info(report: JobReport, now_s: float, cache: SpeedupCache,
                                        f"({type(exc).__name__}: {exc})")
             report = replace(report, hints=None)
     remaining_s = report.remaining_s
-    base = getattr(speedup, "base_goodput", None)
-    if report.remaining_progress is not None and report.hints is not None and base:
-        remaining_s = report.remaining_progress * report.hints.init_batch_size / float(base)
-    extras = dict(report.extras)
+    if report.remaining_progress is not None and report.hints is not None:
+        base = getattr(speedup, "base_goodput", None)
+        if base:
+            remaining_s = (report.remaining_progress * report.hints.init_batch_size
+                           / float(base))
+    extras = report.extras
     if throughput_speedups and throughput is not None:
-        extras[THROUGHPUT_SPEEDUP_KEY] = throughput
+        extras = {**extras, THROUGHPUT_SPEEDUP_KEY: throughput}
     return JobInfo(
         name=report.name,
         resources=report.resources,
