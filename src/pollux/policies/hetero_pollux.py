@@ -18,9 +18,10 @@ Sia's own code gets wrong or leaves coarse:
   where it fits), so its synchronization stays on the node as its goodput assumed; only
   when no node has room does it span nodes.
 
-Measured (Philly, aws:6x4,dgx-ext:2x8,rtx:3x8): at parity with Sia, not yet better:
-workload-2 2,470 s against Sia's 2,546 s (p99 9.15 h vs 9.26 h, 3.84 vs 4.06 GPU-h/job),
-workload-7 2,905 s against 2,838 s; p = -1 gave 2,851 s and p = -0.25 2,830 s there.
+Measured (8 Philly workloads, aws:6x4,dgx-ext:2x8,rtx:3x8): at parity with Sia, not yet
+better: pooled average JCT 2,255 s against Sia's 2,270 s (per workload -3% to +2%),
+pooled p99 9.7 h against 9.4 h, 4.2 GPU-hours per job both. On workload-7, p = -1 gave
+2,851 s and p = -0.25 2,830 s against 2,905 s at p = -0.5 (Sia 2,838 s).
 
 On a cluster of one type it is the plain Pollux policy (``pollux.policies.pollux``):
 :class:`PolluxPolicy` hands typed snapshots here.
