@@ -8,9 +8,8 @@ import warnings
 import pytest
 
 from pollux.service.api import create_app
-from pollux.service.telemetry import History, TimedPolicy
-from tests.service.service_builders import AUTH_HEADERS, make_auth
-from tests.service.service_test_policies import EqualSharePolicy
+from pollux.service.telemetry import History
+from tests.service.service_builders import AUTH_HEADERS, make_auth, make_spec
 
 parser = pytest.importorskip("prometheus_client.parser")
 
@@ -114,12 +113,28 @@ def test_history_is_bounded():
     assert [s.time for s in history.cluster()] == [2.0, 3.0, 4.0]
 
 
-def test_timed_policy_reports_the_optimize_time():
+def test_each_round_with_jobs_reports_its_policy_time(make_allocator, store):
     seen: list[float] = []
-    ticks = iter([10.0, 10.25])
-    policy = TimedPolicy(EqualSharePolicy(), seen.append, timer=lambda: next(ticks))
-    policy.optimize([], [], {})
-    assert seen == [0.25]
+    allocator = make_allocator()
+    allocator.on_round = seen.append
+    allocator.tick()                                   # no jobs: no policy call, no report
+    assert seen == []
+    store.add_job(make_spec("a"), now=0.0)
+    allocator.request_round()
+    allocator.tick()
+    assert len(seen) == 1 and 0 <= seen[0] < 5
+
+
+def test_a_failing_round_observer_does_not_stop_scheduling(make_allocator, store, caplog):
+    def broken(round_s: float) -> None:
+        raise RuntimeError("telemetry down")
+
+    allocator = make_allocator()
+    allocator.on_round = broken
+    job = store.add_job(make_spec("a"), now=0.0)
+    allocator.tick()
+    assert store.get_job(job.id).allocation          # the round still placed the job
+    assert "cannot report the scheduling round" in caplog.text
 
 
 def test_grafana_example_queries_metrics_the_server_exports(client, service):

@@ -92,7 +92,8 @@ class Allocator:
 
     def __init__(self, store: JobStore, backend: Backend, policy: Policy,
                  config: AllocatorConfig, clock: Callable[[], float] = time.time,
-                 autoscaler: Autoscaler | None = None) -> None:
+                 autoscaler: Autoscaler | None = None,
+                 on_round: Callable[[float], None] | None = None) -> None:
         self.store = store
         self.backend = backend
         self.policy = policy
@@ -101,6 +102,9 @@ class Allocator:
         self.autoscaler = autoscaler
         """Asked every round (idle rounds too) for the cluster's size, which goes to the
         backend's ``request_cluster_size`` before the policy runs; None: no autoscaling."""
+        self.on_round = on_round
+        """Called after each round's policy call (rounds with jobs) with its wall time in
+        seconds, e.g. to record telemetry; an error in it is logged, never fatal."""
         self.num_rounds = 0
         self.last_snapshot: Snapshot | None = None
         self.last_decision: PolicyDecision | None = None
@@ -172,6 +176,7 @@ class Allocator:
         snapshot = Snapshot(now, jobs, nodes, previous_allocations(records, nodes))
         decision = PolicyDecision(allocations={})
         if jobs:
+            started_s = time.perf_counter()
             try:
                 decision = self.policy.optimize(list(snapshot.jobs), list(snapshot.nodes),
                                                 dict(snapshot.previous_allocations))
@@ -186,6 +191,7 @@ class Allocator:
                         record.id, now, "info",
                         f"scheduling round failed ({type(exc).__name__}: {exc}); this round "
                         "treats every job as one without a model")
+            self._report_round(time.perf_counter() - started_s)
         self._notices.unusable_models({**self._hints.problems(), **self._speedups.problems()},
                                       records, now)
         self._notices.fresh_starts(records, now)
@@ -196,6 +202,14 @@ class Allocator:
             self._record_infeasible(record.id, decision.infeasible.get(record.id), now)
             self._apply(record, decision.allocations.get(record.id, ()), now,
                         len(records) - 1)
+
+    def _report_round(self, round_s: float) -> None:
+        if self.on_round is None:
+            return
+        try:
+            self.on_round(round_s)
+        except Exception:  # telemetry must never stop scheduling
+            logger.exception("cannot report the scheduling round")
 
     def _resize(self, autoscaler: Autoscaler, jobs: Sequence[JobInfo]) -> None:
         """Ask the autoscaler for the cluster's size and pass it to the backend."""

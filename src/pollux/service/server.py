@@ -34,7 +34,7 @@ from pollux.policies.registry import make_policy
 from pollux.service.allocator import Allocator, AllocatorConfig, job_dir
 from pollux.service.explain import batch_change_event
 from pollux.service.store import JobRecord, JobStore
-from pollux.service.telemetry import History, RoundRecorder, TimedPolicy
+from pollux.service.telemetry import History, RoundRecorder
 from pollux.service.views import job_detail, job_summary, node_views
 
 if TYPE_CHECKING:
@@ -271,13 +271,13 @@ def build_service(config: ServerConfig, hints_url: str | None,
     policy: Policy = make_policy(config.policy, seed=POLICY_SEED)
     history = History()
     metrics = service_metrics(store, backend, history)
-    policy = TimedPolicy(policy, RoundRecorder(
-        history, store.list_jobs, backend.nodes, time.time,
-        None if metrics is None else metrics.round_duration.observe))
+    recorder = RoundRecorder(history, store.list_jobs, backend.nodes, time.time,
+                             None if metrics is None else metrics.round_duration.observe)
     allocator = Allocator(store, backend, policy, AllocatorConfig(
         data_dir=config.data_dir, interval_s=config.interval_s,
         poll_interval_s=config.poll_interval_s, stop_grace_s=config.stop_grace_s,
-        hints_url=hints_url), autoscaler=autoscaler_for(config, backend.nodes()))
+        hints_url=hints_url), autoscaler=autoscaler_for(config, backend.nodes()),
+        on_round=recorder)
     return SchedulerService(store, backend, allocator, config.data_dir, config.policy,
                             autoscaler=config.autoscaler, history=history, metrics=metrics)
 

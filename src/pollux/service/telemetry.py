@@ -2,16 +2,14 @@
 active job and of the cluster per scheduling round, kept in memory (bounded; lost when the
 server restarts), and the time each round's policy call took.
 
-The allocation loop is not changed for this: :class:`TimedPolicy` wraps the policy, times
-each ``optimize`` call and hands the duration to an observer (the service), which then
-samples the store. One :class:`History` per service; nothing global.
+The allocation loop hands each round's policy time to :class:`RoundRecorder` (its
+``on_round`` hook), which samples the store. One :class:`History` per service; nothing global.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
@@ -21,7 +19,7 @@ from pollux.errors import ConfigError
 from pollux.models.goodput import GoodputFunction
 from pollux.models.hints import JobHints
 from pollux.models.speedup import SpeedupFunction
-from pollux.policies.base import GPU, Allocations, JobInfo, NodeInfo, Policy, PolicyDecision
+from pollux.policies.base import GPU, NodeInfo
 from pollux.service.store import JobRecord
 
 logger = logging.getLogger(__name__)
@@ -206,27 +204,8 @@ def samples_as_columns(samples: Sequence[Any]) -> dict[str, list[Any]]:
     return {key: [row[key] for row in rows] for key in rows[0]}
 
 
-class TimedPolicy(Policy):
-    """``policy``, with each ``optimize`` call's wall time handed to ``observe``."""
-
-    name = "timed"
-
-    def __init__(self, policy: Policy, observe: Callable[[float], None],
-                 timer: Callable[[], float] = time.perf_counter) -> None:
-        self.policy = policy
-        self.observe = observe
-        self.timer = timer
-
-    def optimize(self, jobs: Sequence[JobInfo], nodes: Sequence[NodeInfo],
-                 previous_allocations: Allocations) -> PolicyDecision:
-        start = self.timer()
-        decision = self.policy.optimize(jobs, nodes, previous_allocations)
-        self.observe(self.timer() - start)
-        return decision
-
-
 class RoundRecorder:
-    """The observer of :class:`TimedPolicy` in the service: samples the store into a
+    """The allocator's ``on_round`` hook in the service: samples the store into a
     :class:`History` and passes the duration on (e.g. to a Prometheus histogram)."""
 
     def __init__(self, history: History, list_jobs: Callable[[], Sequence[JobRecord]],
