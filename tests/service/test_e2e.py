@@ -101,5 +101,8 @@ def test_server_sigkill_then_restart_loses_and_duplicates_nothing(server):
         launches = [e["launch"] for e in events if e["event"] == "start"]
         assert launches == sorted(set(launches)), events
         resumed = [e for e in events if e["event"] == "start" and e["launch"] > 0]
-        assert resumed and resumed[0]["restored"] and 0 < resumed[0]["epoch"] < epochs
+        # resumed from a checkpoint taken after some training; epoch == epochs when the
+        # orphans finished training while no server ran (the relaunch then ends at once,
+        # and the sample accounting above shows that nothing ran twice)
+        assert resumed and resumed[0]["restored"] and 0 < resumed[0]["epoch"] <= epochs
     server.stop()
