@@ -57,3 +57,24 @@ def make_service(tmp_path: Path, fake_backend: FakeBackend) -> Callable[..., Any
     yield build
     for service in services:
         service.store.close()
+
+
+@pytest.fixture
+def service(make_service: Callable[..., Any]) -> Any:
+    """A service on the fake backend with the default test settings."""
+    return make_service()
+
+
+@pytest.fixture
+def client(service: Any) -> Any:
+    """The service's REST API in process, every request carrying the test token."""
+    import warnings
+
+    from pollux.service.api import create_app
+    from tests.service.service_builders import AUTH_HEADERS, make_auth
+
+    with warnings.catch_warnings():  # starlette 1.0 asks for the httpx2 fork; httpx works
+        warnings.simplefilter("ignore", UserWarning)
+        from fastapi.testclient import TestClient
+    with TestClient(create_app(service, make_auth()), headers=AUTH_HEADERS) as test_client:
+        yield test_client

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from pollux.service.api import create_app
 from pollux.service.states import JobState
-from tests.service.service_builders import AUTH_HEADERS, make_auth
+from tests.service.service_builders import make_auth
 
 with warnings.catch_warnings():  # starlette 1.0 asks for the httpx2 fork; httpx works
     warnings.simplefilter("ignore", UserWarning)
@@ -23,17 +23,6 @@ SPEC = {"name": "digits", "command": ["python", "train.py"], "working_dir": "/tm
         "max_replicas": 2}
 HINTS = {"init_batch_size": 32, "max_batch_size": 512, "local_bsz_bounds": [16, 128],
          "batch_size": 64, "epoch": 1}
-
-
-@pytest.fixture
-def service(make_service):
-    return make_service()
-
-
-@pytest.fixture
-def client(service):
-    with TestClient(create_app(service, make_auth()), headers=AUTH_HEADERS) as test_client:
-        yield test_client
 
 
 def test_submit_list_describe_cancel(client, service):

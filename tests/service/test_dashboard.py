@@ -21,17 +21,6 @@ SPEC = {"name": "digits", "command": ["python", "train.py"], "working_dir": "/tm
         "max_replicas": 2}
 
 
-@pytest.fixture
-def service(make_service):
-    return make_service()
-
-
-@pytest.fixture
-def client(service):
-    with TestClient(create_app(service, make_auth()), headers=AUTH_HEADERS) as test_client:
-        yield test_client
-
-
 def test_page_and_every_asset_it_loads_come_from_the_server(client):
     page = client.get("/")
     assert page.status_code == 200 and "text/html" in page.headers["content-type"]

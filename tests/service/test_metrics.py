@@ -7,9 +7,8 @@ import warnings
 
 import pytest
 
-from pollux.service.api import create_app
 from pollux.service.telemetry import History
-from tests.service.service_builders import AUTH_HEADERS, make_auth, make_spec
+from tests.service.service_builders import make_spec
 
 parser = pytest.importorskip("prometheus_client.parser")
 
@@ -44,17 +43,6 @@ def scrape(client: TestClient) -> dict[str, dict[tuple[tuple[str, str], ...], fl
             samples.setdefault(sample.name, {})[tuple(sorted(sample.labels.items()))] = \
                 sample.value
     return samples
-
-
-@pytest.fixture
-def service(make_service):
-    return make_service()
-
-
-@pytest.fixture
-def client(service):
-    with TestClient(create_app(service, make_auth()), headers=AUTH_HEADERS) as test_client:
-        yield test_client
 
 
 def test_metrics_follow_jobs_slots_and_rounds(client, service):

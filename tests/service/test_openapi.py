@@ -6,22 +6,11 @@ from __future__ import annotations
 import re
 import warnings
 
-import pytest
-
 from pollux.job_spec import RESOURCE_FIELDS, SPEC_FIELDS, JobSpec
-from pollux.service.api import create_app
 from pollux.service.openapi import JOB_SPEC_SCHEMA
-from tests.service.service_builders import AUTH_HEADERS, make_auth
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", UserWarning)
-    from fastapi.testclient import TestClient
-
-
-@pytest.fixture
-def client(make_service):
-    with TestClient(create_app(make_service(), make_auth()), headers=AUTH_HEADERS) as test_client:
-        yield test_client
 
 
 def test_docs_page_loads_only_assets_of_the_server(client):
