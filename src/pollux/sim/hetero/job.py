@@ -15,6 +15,7 @@ from dataclasses import replace
 
 from pollux.errors import PolluxError
 from pollux.models import GoodputFunction, GradientStats
+from pollux.models.efficiency import scaled_gain
 from pollux.models.typed import TypedGoodput, TypeProfile
 from pollux.policies.snapshot import EXPLORATION_FACTOR, MAX_EXPLORATION_REPLICAS
 from pollux.sim.adaptive import FitCache, JobProfile
@@ -173,8 +174,7 @@ class HeteroJob:
             sqr, var = app.grad_stats(batch, self.epoch)
             self.grad_stats = GradientStats(max(sqr, 0.0), max(var, 0.0))
             profile.observe(len(self.placement), replicas, self.atomic_bsz, step, sync, sqr, var)
-            scale = batch / spec.init_batch_size
-            gain = (var + sqr) / (var / scale + sqr)
+            gain = float(scaled_gain(sqr, var, batch / spec.init_batch_size))
             goodput = gain / (step + (step - sync) * self.accum_steps) * calibration
             next_progress = app.epoch_progress(self.epoch + 1)
             if self.progress + goodput * seconds < next_progress:
