@@ -64,3 +64,59 @@ def tuned_snapshots(draw: st.DrawFn, max_jobs: int = 12
                 free[name] -= take
             previous[job.name] = tuple(alloc)
     return jobs, nodes, previous
+
+
+def amdahl_oracle(serial_s: float, parallel_s: float):  # type: ignore[no-untyped-def]
+    """Remaining time ``serial + parallel / k`` at k replicas (0 replicas: infinite)."""
+    def remaining(num_nodes: object, num_replicas: object) -> object:
+        import numpy as np
+
+        k = np.asarray(num_replicas, dtype=np.float64)
+        with np.errstate(divide="ignore"):
+            return np.where(k > 0, serial_s + parallel_s / k, np.inf)
+    return remaining
+
+
+@st.composite
+def typed_tuned_snapshots(draw: st.DrawFn, max_jobs: int = 12
+                          ) -> tuple[list[JobInfo], list[NodeInfo], dict[str, Allocation]]:
+    """Random typed clusters (1-3 GPU types, each its own node size), jobs with tuned
+    GPUs, per-type oracles of remaining time and per-type caps, and a feasible previous
+    allocation of a random subset of the jobs, each within one type."""
+    types = draw(st.lists(st.sampled_from(["t4", "a100", "rtx"]), min_size=1, max_size=3,
+                          unique=True))
+    nodes: list[NodeInfo] = []
+    for gpu_type in types:
+        gpus = draw(st.sampled_from([1, 2, 4, 8]))
+        nodes += [NodeInfo(f"{gpu_type}-{i}", {GPU: float(gpus)}, gpu_type=gpu_type)
+                  for i in range(draw(st.integers(1, 4)))]
+    if draw(st.booleans()):
+        nodes = draw(st.permutations(nodes))
+    total = sum(node.num_gpus for node in nodes)
+    jobs = []
+    for i in range(draw(st.integers(1, max_jobs))):
+        oracles = {t: amdahl_oracle(draw(st.sampled_from([0.0, 10.0, 100.0])),
+                                    draw(st.sampled_from([100.0, 1000.0, 5000.0])))
+                   for t in types if draw(st.booleans())}
+        caps = {t: draw(st.integers(1, 16)) for t in types if draw(st.booleans())}
+        jobs.append(tuned_job(
+            f"job-{i}", draw(st.integers(1, total)),
+            service_gpu_s=draw(st.sampled_from([0.0, 16 * 3600.0, 100 * 3600.0])),
+            submission_s=draw(st.integers(0, 3600)),
+            max_replicas=draw(st.integers(1, 64)),
+            remaining_time_fn_by_type=oracles, max_replicas_by_type=caps))
+    free = {node.name: node.num_gpus for node in nodes}
+    previous: dict[str, Allocation] = {}
+    for job in jobs:
+        assert job.tuned is not None
+        want = job.tuned.num_replicas
+        gpu_type = draw(st.sampled_from(types))
+        within = [node.name for node in nodes if node.gpu_type == gpu_type]
+        if draw(st.booleans()) and sum(free[n] for n in within) >= want:
+            alloc: list[str] = []
+            for name in within:
+                take = min(free[name], want - len(alloc))
+                alloc += [name] * take
+                free[name] -= take
+            previous[job.name] = tuple(alloc)
+    return jobs, nodes, previous

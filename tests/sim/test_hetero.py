@@ -10,7 +10,7 @@ from typing import ClassVar
 import pytest
 
 from pollux.cluster_spec import allocation_gpu_type, parse_cluster_spec
-from pollux.errors import ConfigError, WorkloadError
+from pollux.errors import WorkloadError
 from pollux.policies.base import Allocations, JobInfo, NodeInfo, Policy, PolicyDecision
 from pollux.policies.sia import SiaPolicy
 from pollux.sim.hetero.apps import TypedApplication, load_typed_applications
@@ -93,12 +93,22 @@ def test_sia_runs_a_small_workload_with_the_reference_accounting(apps: dict[str,
 
 
 @needs_sia
-def test_baselines_with_fixed_batches_are_refused(apps: dict[str, TypedApplication]) -> None:
-    from pollux.policies.tiresias import TiresiasPolicy
+@pytest.mark.parametrize("name", ["tiresias", "optimus", "fifo"])
+def test_fixed_batch_baselines_complete_a_small_typed_workload(
+        apps: dict[str, TypedApplication], name: str) -> None:
+    from pollux.policies.registry import make_policy
 
-    with pytest.raises(ConfigError, match="adaptive jobs only"):
-        HeteroSimulator(workload(), apps, TiresiasPolicy(), HeteroConfig(SPEC))
-    assert allocation_gpu_type((), {}) is None
+    result = HeteroSimulator(workload(), apps, make_policy(name, seed=0),
+                             HeteroConfig(SPEC)).run()
+    assert summarize_hetero(result).num_completed == 3
+    nodes = {node.name: node for node in SPEC.node_infos()}
+    for job in result.jobs:
+        assert job.fixed_batch_size == job.spec.batch_size
+        assert not job.events  # every decision applied: none spanned types
+        assert all(not p.observations for p in job.profiles.values())
+        assert allocation_gpu_type(job.allocation, nodes) is None  # released at the end
+    if name != "optimus":  # tuned GPU counts: bert-0 and bert-2 on 1 GPU, deepspeech2 on 2
+        assert all(set(r.gpus.values()) <= {1, 2} for r in result.rounds)
 
 
 @needs_sia
@@ -134,3 +144,19 @@ def test_unaware_jobs_pool_one_model(apps: dict[str, TypedApplication]) -> None:
     for job in result.jobs:
         assert job.pooled is not None and job.pooled.observations
         assert all(not p.observations for p in job.profiles.values())
+
+
+@needs_sia
+def test_a_fixed_batch_job_trains_its_tuned_batch_on_every_type(
+        apps: dict[str, TypedApplication]) -> None:
+    from pollux.sim.adaptive import FitCache
+    from pollux.sim.hetero.job import HeteroJob
+
+    job = HeteroJob(JobSpec("deepspeech2-0", 0.0, "deepspeech2", 6, 320),
+                    apps["deepspeech2"], FitCache(), fixed_batch=True)
+    for gpu_type, placement in (("aws", (4, 2)), ("rtx", (6,)), ("dgx-ext", (3,))):
+        job.reallocate(("x",) * sum(placement), placement, gpu_type)
+        steps = (job.accum_steps + 1) * sum(placement)  # atomic batches per step
+        assert 320 <= job.atomic_bsz * steps < 320 + steps  # the tuned batch, rounded up
+        assert job.atomic_bsz <= apps["deepspeech2"].by_type[gpu_type].max_local_bsz_at(
+            placement)

@@ -73,6 +73,8 @@ class JobInfo:
     """Hand-tuned configuration (for baselines that need one)."""
     remaining_time_fn: RemainingTimeFn | None = None
     """Oracle of remaining seconds at an allocation (Optimus+Oracle); None when unknown."""
+    remaining_time_fn_by_type: Mapping[str, RemainingTimeFn] = field(default_factory=dict)
+    """On a typed cluster: the oracle per GPU type (a type absent: ``remaining_time_fn``)."""
     remaining_s: float | None = None
     """Estimated seconds of training left at one replica (the unit of ``speedup_fn``: at
     an allocation with speedup ``S`` about ``remaining_s / S`` seconds); None: unknown."""

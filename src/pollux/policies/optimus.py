@@ -14,6 +14,14 @@ GPU count (``JobInfo.remaining_time_fn``, the oracle).
 ``R(k)`` is evaluated on ``ceil(k / G)`` nodes (G: GPUs of the largest node), i.e. packed
 placements. Without an oracle a job's remaining time is taken as ``1 / speedup`` (or
 ``1 / k`` without a speedup function either).
+
+On a typed cluster every job runs within one GPU type (:mod:`pollux.policies.packing`),
+chosen in step 1: the type it runs on if that type has a GPU left, else the type where
+its oracle for that type (``remaining_time_fn_by_type``) says one GPU finishes it soonest
+(ties, and without per-type oracles: the type with the most GPUs left). Steps 2 and 3
+then work within each job's type: GPUs of a type go only to jobs of that type, ``G`` and
+the cap (``max_replicas_by_type``) are the type's. On an untyped cluster this is the rule
+above, unchanged.
 """
 
 from __future__ import annotations
@@ -30,23 +38,43 @@ from pollux.policies.base import (
     NodeInfo,
     Policy,
     PolicyDecision,
+    RemainingTimeFn,
 )
-from pollux.policies.tiresias import free_slots, pack_onto_most_free
+from pollux.policies.packing import (
+    allocation_type,
+    free_slots,
+    gpus_by_type,
+    node_types,
+    pack_within_type,
+    type_for,
+)
 
 
-def remaining_times(job: JobInfo, max_replicas: int, gpus_per_node: int) -> np.ndarray:
-    """``R[k]`` for k = 0..max_replicas + 1 (R[0] = inf), packed placements."""
+def remaining_times(job: JobInfo, max_replicas: int, gpus_per_node: int,
+                    oracle: RemainingTimeFn | None = None) -> np.ndarray:
+    """``R[k]`` for k = 0..max_replicas + 1 (R[0] = inf), packed placements, from
+    ``oracle`` (default: the job's ``remaining_time_fn``)."""
     k = np.arange(max_replicas + 2, dtype=np.float64)
     nodes = np.ceil(k / max(gpus_per_node, 1))
+    oracle = oracle if oracle is not None else job.remaining_time_fn
     with np.errstate(divide="ignore"):
-        if job.remaining_time_fn is not None:
-            times = np.asarray(job.remaining_time_fn(nodes, k), dtype=np.float64)
+        if oracle is not None:
+            times = np.asarray(oracle(nodes, k), dtype=np.float64)
         elif job.speedup_fn is not None:
             times = 1.0 / np.asarray(job.speedup_fn(nodes, k), dtype=np.float64)
         else:
             times = 1.0 / k
     times = np.where(k > 0, times, np.inf)
     return np.where(np.isnan(times), np.inf, times)
+
+
+def _one_gpu_time(job: JobInfo, gpu_type: str) -> float:
+    """The job's oracle of remaining seconds on one GPU of ``gpu_type`` (inf: unknown)."""
+    oracle = job.remaining_time_fn_by_type.get(gpu_type)
+    if oracle is None:
+        return float("inf")
+    value = float(np.asarray(oracle(np.ones(1), np.ones(1)), dtype=np.float64)[0])
+    return value if value == value else float("inf")
 
 
 class OptimusPolicy(Policy):
@@ -60,17 +88,32 @@ class OptimusPolicy(Policy):
 
     def optimize(self, jobs: Sequence[JobInfo], nodes: Sequence[NodeInfo],
                  previous_allocations: Allocations) -> PolicyDecision:
-        num_gpus = sum(node.num_gpus for node in nodes)
-        gpus_per_node = max((node.num_gpus for node in nodes), default=1)
+        types = node_types(nodes)
+        capacity = gpus_by_type(nodes)
+        typed = len(capacity) > 1
+        left = dict(capacity)  # GPUs per type not yet handed out
+        gpus_per_node: dict[str, int] = {}
+        for node in nodes:
+            gpus_per_node[node.gpu_type] = max(gpus_per_node.get(node.gpu_type, 1),
+                                               node.num_gpus)
         counts = [0] * len(jobs)
-        left = num_gpus
+        job_types: list[str | None] = [None] * len(jobs)
         for i, job in enumerate(jobs):  # step 1: one GPU each, in order
-            if job.min_replicas <= 1 and left >= 1 and job.max_replicas >= 1:
-                counts[i] = 1
-                left -= 1
-        caps = [min(job.max_replicas, num_gpus) for job in jobs]
-        times = [remaining_times(job, cap, gpus_per_node) if counts[i] else None
-                 for i, (job, cap) in enumerate(zip(jobs, caps))]
+            if job.min_replicas <= 1 and job.max_replicas >= 1:
+                current = allocation_type(tuple(previous_allocations.get(job.name, ())), types)
+                cost = (lambda t, job=job: _one_gpu_time(job, t)) if typed else None
+                gpu_type = type_for(left, 1, current, cost)
+                if gpu_type is not None:
+                    counts[i] = 1
+                    left[gpu_type] -= 1
+                    job_types[i] = gpu_type
+        caps = [0 if t is None else min(job.max_replicas_by_type.get(t, job.max_replicas),
+                                        capacity[t])
+                for job, t in zip(jobs, job_types)]
+        times = [None if t is None else
+                 remaining_times(job, cap, gpus_per_node[t],
+                                 job.remaining_time_fn_by_type.get(t))
+                 for job, cap, t in zip(jobs, caps, job_types)]
 
         def gain(i: int) -> float:
             k = counts[i]
@@ -81,28 +124,40 @@ class OptimusPolicy(Policy):
 
         heap = [(-gain(i), i) for i in range(len(jobs)) if counts[i]]
         heapq.heapify(heap)
-        while left > 0 and heap:  # step 2: marginal gains
+        while heap and any(n > 0 for n in left.values()):  # step 2: marginal gains
             neg, i = heapq.heappop(heap)
             if -neg <= 0:
                 break
+            gpu_type = job_types[i]
+            assert gpu_type is not None
+            if left[gpu_type] <= 0:  # its type is full: the job gets no more
+                continue
             counts[i] += 1
-            left -= 1
+            left[gpu_type] -= 1
             heapq.heappush(heap, (-gain(i), i))
-        return PolicyDecision(self._place(jobs, nodes, previous_allocations, counts))
+        return PolicyDecision(self._place(jobs, nodes, previous_allocations, counts,
+                                          job_types))
 
     @staticmethod
     def _place(jobs: Sequence[JobInfo], nodes: Sequence[NodeInfo],
-               previous_allocations: Allocations, counts: list[int]) -> dict[str, tuple[str, ...]]:
+               previous_allocations: Allocations, counts: list[int],
+               job_types: list[str | None]) -> dict[str, tuple[str, ...]]:
         by_name = {job.name: job for job in jobs}
-        kept = {job.name: tuple(previous_allocations[job.name]) for i, job in enumerate(jobs)
-                if counts[i] and len(previous_allocations.get(job.name, ())) == counts[i]}
+        types = node_types(nodes)
+        kept = {}
+        for i, job in enumerate(jobs):
+            previous = tuple(previous_allocations.get(job.name, ()))
+            if (counts[i] and len(previous) == counts[i]
+                    and allocation_type(previous, types) == job_types[i]):
+                kept[job.name] = previous
         free = free_slots(nodes, by_name, kept)
         order = [node.name for node in sorted(nodes, key=lambda n: n.preemptible)]
         allocations = dict(kept)
         for i in sorted(range(len(jobs)), key=lambda i: counts[i]):  # step 3
             name = jobs[i].name
-            if counts[i] and name not in allocations:
-                alloc = pack_onto_most_free(free, counts[i], order)
+            gpu_type = job_types[i]
+            if counts[i] and name not in allocations and gpu_type is not None:
+                alloc = pack_within_type(free, counts[i], order, types, gpu_type)
                 if alloc:
                     allocations[name] = alloc
         return {job.name: allocations.get(job.name, ()) for job in jobs}

@@ -83,6 +83,8 @@ class JobReport:
     """What the job reported about itself; None before its first report."""
     remaining_time_fn: RemainingTimeFn | None = None
     """Oracle of remaining seconds (the simulator's, for Optimus+Oracle); None: unknown."""
+    remaining_time_fn_by_type: Mapping[str, RemainingTimeFn] = field(default_factory=dict)
+    """On a typed cluster: the oracle per GPU type."""
     remaining_progress: float | None = None
     """Training left in optimizer steps at the initial batch size, when the job knows its
     target (simulated jobs do); with a speedup model it becomes ``JobInfo.remaining_s``."""
@@ -253,6 +255,7 @@ def job_info(report: JobReport, now_s: float, cache: SpeedupCache,
         speedup_fn=speedup,
         tuned=report.tuned,
         remaining_time_fn=report.remaining_time_fn,
+        remaining_time_fn_by_type=report.remaining_time_fn_by_type,
         remaining_s=remaining_s,
         typed_goodput=report.typed_goodput,
         max_replicas_by_type=report.max_replicas_by_type,

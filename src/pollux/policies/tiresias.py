@@ -10,62 +10,42 @@ After Gu et al., NSDI'19, as run in the Pollux study ("Tiresias+TunedJobs"):
 4. Running jobs keep their nodes; newly started ones get their replicas packed onto the
    nodes with the most free GPUs (ties: first node in the snapshot's order).
 
+On a typed cluster (:mod:`pollux.policies.packing`) a job fits in step 3 when its tuned
+GPU count fits in the free GPUs of one type: the type it runs on if it still fits there,
+else the type with the most free GPUs (Tiresias knows nothing of speed); its replicas are
+packed within that type. On an untyped cluster this is the rule above, unchanged.
+
 The queues are the policy's state across rounds; everything else comes from the snapshot.
 Non-preemptible jobs that already run are served first and never preempted.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import ClassVar
 
 from pollux.policies.base import (
-    Allocation,
     Allocations,
     JobInfo,
     NodeInfo,
     Policy,
     PolicyDecision,
 )
+from pollux.policies.packing import (
+    allocation_type,
+    free_slots,
+    gpus_by_type,
+    node_types,
+    pack_onto_most_free,
+    pack_within_type,
+    tuned_replicas,
+    type_for,
+)
+
+__all__ = ["TiresiasPolicy", "free_slots", "pack_onto_most_free", "tuned_replicas"]
 
 DEFAULT_QUEUE_THRESHOLD_GPU_S = 16 * 3600.0
 """Attained service (GPU-seconds) after which a job is demoted to the low-priority queue."""
-
-
-def tuned_replicas(job: JobInfo) -> int:
-    """The GPU count a baseline gives a job: its tuned replicas, within its bounds."""
-    wanted = job.tuned.num_replicas if job.tuned is not None else max(1, job.min_replicas)
-    return max(1, wanted)
-
-
-def pack_onto_most_free(free: dict[str, int], num_replicas: int,
-                        node_order: Iterable[str]) -> Allocation:
-    """Take replicas from the node with the most free slots, repeatedly (ties: node order).
-
-    ``free`` is updated in place. Returns () when the replicas do not fit in total.
-    """
-    if num_replicas <= 0 or sum(free.values()) < num_replicas:
-        return ()
-    order = {name: i for i, name in enumerate(node_order)}
-    alloc: list[str] = []
-    while len(alloc) < num_replicas:
-        node = min(free, key=lambda n: (-free[n], order.get(n, len(order))))
-        take = min(free[node], num_replicas - len(alloc))
-        alloc.extend([node] * take)
-        free[node] -= take
-    return tuple(alloc)
-
-
-def free_slots(nodes: Sequence[NodeInfo], jobs_by_name: dict[str, JobInfo],
-               allocations: dict[str, Allocation]) -> dict[str, int]:
-    """Free one-GPU replica slots per node after ``allocations`` (GPU jobs of 1 GPU each)."""
-    free = {node.name: node.num_gpus for node in nodes}
-    for name, alloc in allocations.items():
-        per = jobs_by_name[name].gpus_per_replica if name in jobs_by_name else 1.0
-        for node in alloc:
-            if node in free:
-                free[node] -= int(round(per))
-    return free
 
 
 class TiresiasPolicy(Policy):
@@ -86,26 +66,32 @@ class TiresiasPolicy(Policy):
         q0, q1 = self._update_queues(jobs)
         previous = {name: tuple(alloc) for name, alloc in previous_allocations.items()
                     if name in by_name and alloc}
-        num_slots = sum(node.num_gpus for node in nodes)
-        running: list[str] = []
+        types = node_types(nodes)
+        room = gpus_by_type(nodes)  # free GPUs per type as jobs are admitted
+        running: dict[str, str] = {}  # admitted job -> its GPU type
         # Non-preemptible jobs already running keep their GPUs before anyone else.
         pinned = [j.name for j in jobs if not j.preemptible and j.name in previous]
         for name in pinned:
-            num_slots -= len(previous[name])
-            running.append(name)
+            gpu_type = allocation_type(previous[name], types)
+            if gpu_type is not None:
+                room[gpu_type] -= len(previous[name])
+                running[name] = gpu_type
         for name in q0 + q1:
             if name in pinned:
                 continue
             demand = tuned_replicas(by_name[name])
-            if demand <= num_slots:
-                running.append(name)
-                num_slots -= demand
-        allocations = {name: previous[name] for name in running if name in previous}
+            gpu_type = type_for(room, demand, allocation_type(previous.get(name, ()), types))
+            if gpu_type is not None:
+                running[name] = gpu_type
+                room[gpu_type] -= demand
+        allocations = {name: previous[name] for name, gpu_type in running.items()
+                       if allocation_type(previous.get(name, ()), types) == gpu_type}
         free = free_slots(nodes, by_name, allocations)
         order = [node.name for node in sorted(nodes, key=lambda n: n.preemptible)]
-        for name in running:
+        for name, gpu_type in running.items():
             if name not in allocations:
-                alloc = pack_onto_most_free(free, tuned_replicas(by_name[name]), order)
+                alloc = pack_within_type(free, tuned_replicas(by_name[name]), order, types,
+                                         gpu_type)
                 if alloc:
                     allocations[name] = alloc
         result = {job.name: allocations.get(job.name, ()) for job in jobs}

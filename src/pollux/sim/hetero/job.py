@@ -6,7 +6,8 @@ delay on every placement change), with what the Sia reference adds: the job runs
 GPU type at a time, keeps one throughput profile per type (fitted from what it ran
 there), chooses its batch from the current type's own model (before one exists:
 ``max(initial batch, min local batch x replicas)``), and its true progress rate is
-divided by the application's calibration slowdown.
+divided by the application's calibration slowdown. A fixed-batch job (the baselines')
+trains at its tuned total batch size on whatever type and allocation it gets.
 """
 
 from __future__ import annotations
@@ -29,9 +30,12 @@ class HeteroJob:
 
     def __init__(self, spec: JobSpec, app: TypedApplication, fits: FitCache,
                  type_speeds: dict[str, float] | None = None, pooled: bool = False,
-                 pooled_type: str | None = None) -> None:
+                 pooled_type: str | None = None, fixed_batch: bool = False) -> None:
         self.spec = spec
         self.app = app
+        self.fixed_batch_size = int(spec.batch_size) if fixed_batch else None
+        """Fixed-batch jobs (baselines): the tuned total batch size, whatever the
+        allocation (an application's pinned batch size still wins); None: adaptive."""
         self.type_speeds = type_speeds
         """Type -> 1-GPU throughput, for projecting models to unseen types (None: none)."""
         self.profiles = {t: JobProfile(a.spec, fits) for t, a in app.by_type.items()}
@@ -140,6 +144,10 @@ class HeteroJob:
             self.atomic_bsz, self.accum_steps = spec.fixed_batch_config(
                 spec.pinned_batch_size, replicas)
             return
+        if self.fixed_batch_size is not None:
+            self.atomic_bsz, self.accum_steps = spec.fixed_batch_config(
+                self.fixed_batch_size, replicas)
+            return
         profile = self.profiles[app.gpu_type] if self.pooled is None else self.pooled
         if profile.params is None or self.grad_stats is None:
             self.atomic_bsz, self.accum_steps = spec.fixed_batch_config(
@@ -173,7 +181,9 @@ class HeteroJob:
             step, sync = app.step_sync_time(self.placement, self.atomic_bsz)
             sqr, var = app.grad_stats(batch, self.epoch)
             self.grad_stats = GradientStats(max(sqr, 0.0), max(var, 0.0))
-            profile.observe(len(self.placement), replicas, self.atomic_bsz, step, sync, sqr, var)
+            if self.fixed_batch_size is None:
+                profile.observe(len(self.placement), replicas, self.atomic_bsz, step, sync,
+                                sqr, var)
             gain = float(scaled_gain(sqr, var, batch / spec.init_batch_size))
             goodput = gain / (step + (step - sync) * self.accum_steps) * calibration
             next_progress = app.epoch_progress(self.epoch + 1)

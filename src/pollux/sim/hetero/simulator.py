@@ -10,7 +10,10 @@ application's restart delay); the same shape on other nodes of the same type doe
 in the reference. A job that holds GPUs after a round is charged the whole round (the
 reference's GPU-hours per job).
 
-A policy whose class sets ``heterogeneity_aware = False`` gets heterogeneity-unaware
+A policy whose class sets ``adaptive_jobs = False`` (tiresias, optimus, fifo) gets
+fixed-batch jobs at their tuned batch size; each reports, per GPU type, its replica cap
+and the Optimus oracle of remaining time. A policy whose class sets
+``heterogeneity_aware = False`` gets heterogeneity-unaware
 jobs, as Sia's artifact runs Pollux: one throughput model pooled over every type, a plain
 ``speedup_fn`` with the batch limits of the policy's ``pooled_limits_type``.
 """
@@ -35,6 +38,7 @@ from pollux.sim.adaptive import FitCache
 from pollux.sim.hetero.apps import TypedApplication
 from pollux.sim.hetero.job import HeteroJob
 from pollux.sim.metrics import JobRecord, NodeCounts, RoundStats, RunRecord
+from pollux.sim.oracle import RemainingTimeOracle, StepTimeTable, remaining_iterations
 from pollux.sim.placement import placement_of
 from pollux.sim.simulator import MAX_IDLE_ROUNDS, RoundLog
 from pollux.sim.workload import Workload
@@ -79,9 +83,6 @@ class HeteroSimulator:
 
     def __init__(self, workload: Workload, applications: Mapping[str, TypedApplication],
                  policy: Policy, config: HeteroConfig) -> None:
-        if not bool(getattr(type(policy), "adaptive_jobs", True)):
-            raise ConfigError("policy", policy.name, "the heterogeneous simulator runs "
-                              "adaptive jobs only; choose sia or a Pollux policy")
         missing = sorted({j.application for j in workload.jobs} - set(applications))
         if missing:
             raise ConfigError("application", missing[0],
@@ -95,18 +96,57 @@ class HeteroSimulator:
         speeds = {name: app.type_speeds() for name, app in applications.items()}
         aware = bool(getattr(type(policy), "heterogeneity_aware", True))
         pooled_type = getattr(type(policy), "pooled_limits_type", None)
+        self.adaptive_jobs = bool(getattr(type(policy), "adaptive_jobs", True))
         self.jobs = tuple(
             HeteroJob(spec, applications[spec.application], self.fits,
                       speeds[spec.application] if config.project_unseen_types else None,
-                      pooled=not aware, pooled_type=pooled_type)
+                      pooled=not aware, pooled_type=pooled_type,
+                      fixed_batch=not self.adaptive_jobs)
             for spec in workload.jobs)
+        self._gpus_per_node = {g.gpu_type: g.gpus_per_node for g in config.cluster.groups}
+        self._step_tables: dict[tuple[str, str, int], StepTimeTable] = {}
         self._held: dict[str, dict[str, int]] = {job.name: {} for job in self.jobs}
         self._speedups = SpeedupCache()
 
+    def _fixed_report(self, job: HeteroJob, batch_size: int) -> JobReport:
+        """A fixed-batch job as the baselines see it, per GPU type: the cap of replicas
+        that each get the type's smallest atomic batch, and the Optimus oracle of
+        remaining time (calibration included) on packed placements of the type."""
+        caps: dict[str, int] = {}
+        oracles: dict[str, RemainingTimeOracle] = {}
+        for gpu_type, app in job.app.by_type.items():
+            spec = app.spec
+            caps[gpu_type] = max(1, min(batch_size // spec.min_local_bsz,
+                                        spec.max_useful_replicas))
+            key = (app.name, gpu_type, batch_size)
+            table = self._step_tables.get(key)
+            if table is None:
+                table = StepTimeTable(app, batch_size, self._gpus_per_node[gpu_type])
+                self._step_tables[key] = table
+            oracles[gpu_type] = RemainingTimeOracle(
+                table, remaining_iterations(app, batch_size, job.epoch) / job.app.calibration)
+        spec = job.app.reference().spec
+        tuned_replicas = job.spec.num_replicas
+        if spec.pinned_replicas is not None:
+            tuned_replicas = min(tuned_replicas, spec.pinned_replicas)
+        return JobReport(
+            name=job.name, resources=ONE_GPU, submission_time_s=job.spec.submission_time_s,
+            max_replicas=max(caps.values()), attained_service_s=job.attained_service_s,
+            num_restarts=job.num_restarts or 0, restart_delay_s=job.app.restart_delay_s,
+            num_held_replicas=len(job.allocation),
+            tuned=TunedConfig(tuned_replicas, batch_size),
+            max_replicas_by_type=caps, remaining_time_fn_by_type=oracles,
+            restart_left_s=job.restart_left_s if job.placement else 0.0,
+            extras={"application": job.app.name})
+
     def _report(self, job: HeteroJob) -> JobReport:
-        """The job as the policy's snapshot module takes it. Heterogeneity-aware: its
-        per-type goodput and growth caps (the most of them as the spec's bound).
-        Heterogeneity-unaware: the hints of its one pooled profile."""
+        """The job as the policy's snapshot module takes it. Fixed-batch: see
+        :meth:`_fixed_report`. Heterogeneity-aware: its per-type goodput and growth caps
+        (the most of them as the spec's bound). Heterogeneity-unaware: the hints of its
+        one pooled profile."""
+        if job.fixed_batch_size is not None:
+            pinned = job.app.reference().spec.pinned_batch_size
+            return self._fixed_report(job, job.fixed_batch_size if pinned is None else pinned)
         if job.pooled is not None:
             spec = job.pooled.spec
             return JobReport(
