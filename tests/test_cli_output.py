@@ -76,3 +76,54 @@ def test_top_when_piped_prints_tables_then_event_lines(monkeypatch: pytest.Monke
     out = capsys.readouterr().out.splitlines()
     assert out[-1].endswith("a-1 Cancelling: cancelling: asked")
     assert not any("all 1 replicas running" in line for line in out)  # past: in describe
+
+
+def test_gpu_types_get_a_column_only_on_typed_clusters(capsys: pytest.CaptureFixture[str]
+                                                       ) -> None:
+    row = {"id": "j-1", "state": "Running", "replicas": 2, "nodes": 1, "age_s": 5.0,
+           "restarts": 0, "gpu_type": "rtx", "started_at": 1.0}
+    untyped = {**row, "id": "k-2", "gpu_type": None}
+    console = make_console()
+    console.print(jobs_cli.jobs_table([row, untyped]))
+    console.print(jobs_cli.nodes_table([
+        {"name": "rtx-0", "gpu_type": "rtx", "resources": {"gpu": 4}, "jobs": {"j-1": 2}},
+        {"name": "aws-0", "gpu_type": "aws", "resources": {"gpu": 2}, "jobs": {}}]))
+    out = capsys.readouterr().out
+    assert out.count("gpu type") == 2
+    job_line = next(line for line in out.splitlines() if "j-1" in line and "Running" in line)
+    assert "rtx" in job_line
+    node_line = next(line for line in out.splitlines() if "aws-0" in line)
+    assert "aws" in node_line.replace("aws-0", "")
+    console.print(jobs_cli.jobs_table([untyped]))
+    console.print(jobs_cli.nodes_table([{"name": "node-0", "gpu_type": None,
+                                         "resources": {"gpu": 2}, "jobs": {}}]))
+    assert "gpu type" not in capsys.readouterr().out
+
+
+def test_describe_names_the_gpu_type_of_the_allocation(monkeypatch: pytest.MonkeyPatch,
+                                                       capsys: pytest.CaptureFixture[str]
+                                                       ) -> None:
+    job = {"id": "j-1", "state": "Running", "replicas": 2, "nodes": 1, "age_s": 5.0,
+           "restarts": 0, "failures": 0, "rescales": 0, "launches": 1, "gpu_type": "rtx",
+           "allocation": ["rtx-0", "rtx-0"], "events": [],
+           "spec": {"command": ["python", "t.py"], "working_dir": "/w", "min_replicas": 1,
+                    "max_replicas": 4, "preemptible": True, "max_failures": 3}}
+
+    class Client:
+        def __enter__(self) -> Client:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            return None
+
+        def job(self, ref: str) -> dict[str, Any]:
+            return job
+
+    monkeypatch.setattr(jobs_cli, "connect", lambda args: Client())
+
+    class Args:
+        job = "j-1"
+        json = False
+
+    assert jobs_cli.describe(Args()) == 0  # type: ignore[arg-type]
+    assert "allocation:  rtx-0, rtx-0 (GPU type rtx)" in capsys.readouterr().out

@@ -33,6 +33,10 @@ HINTS_TOKEN = "POLLUX_HINTS_TOKEN"
 """Bearer token for posting hints (this job's own)."""
 NUM_RESTARTS = "POLLUX_NUM_RESTARTS"
 """How many times the job has been (re)started before this launch."""
+GPU_TYPE = "POLLUX_GPU_TYPE"
+"""The GPU type of the nodes this launch runs on, as the scheduler names it (the node's
+declared type); the agent keys its step-time profile by it. Set only on typed clusters;
+a user may set it by hand to name a CPU or a device."""
 
 ON_CORRUPT_CHECKPOINT = "POLLUX_ON_CORRUPT_CHECKPOINT"
 """What the agent does when every checkpoint is corrupt: ``fail`` (default) or ``fresh``."""
@@ -70,6 +74,9 @@ class JobEnvironment:
     hints_token: str | None = None
     num_restarts: int = 0
     on_corrupt_checkpoint: str = "fail"
+    gpu_type: str | None = None
+    """The GPU type of this launch's nodes (a job's allocation never spans types); None
+    when the cluster declares none."""
 
     def to_env(self) -> dict[str, str]:
         env = {
@@ -92,6 +99,8 @@ class JobEnvironment:
             env[HINTS_TARGET] = self.hints_target
         if self.hints_token:
             env[HINTS_TOKEN] = self.hints_token
+        if self.gpu_type:
+            env[GPU_TYPE] = self.gpu_type
         return env
 
     @classmethod
@@ -127,4 +136,5 @@ class JobEnvironment:
             hints_token=env.get(HINTS_TOKEN),
             num_restarts=integer(NUM_RESTARTS, 0),
             on_corrupt_checkpoint=env.get(ON_CORRUPT_CHECKPOINT, "fail"),
+            gpu_type=env.get(GPU_TYPE) or None,
         )

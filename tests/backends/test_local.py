@@ -14,7 +14,7 @@ import pytest
 from pollux.backends.base import LaunchRequest, ReplicaState
 from pollux.backends.local import MARKER_ENV, LocalBackend
 from pollux.backends.processes import is_alive, marked_processes
-from pollux.errors import BackendError, JobSpecError
+from pollux.errors import BackendError, ConfigError, JobSpecError
 from pollux.job_spec import JobSpec
 from pollux.jobenv import RESCALE_EXIT_CODE
 
@@ -185,3 +185,39 @@ def test_local_jobs_talk_over_loopback_only(tmp_path, instance_id, monkeypatch):
     chosen = spec(env={"GLOO_SOCKET_IFNAME": "eth0"})
     env = backend._replica_env(request(tmp_path, chosen, ("node-0",)), {}, (0,), "node-0")
     assert env["GLOO_SOCKET_IFNAME"] == "eth0"
+
+
+def test_typed_virtual_nodes_report_their_types_and_slots(tmp_path, instance_id):
+    backend = LocalBackend(instance_id, device="cpu", virtual_nodes="aws:2x2,rtx:1x4")
+    nodes = backend.nodes()
+    assert [(n.name, n.gpu_type, n.num_gpus) for n in nodes] == [
+        ("aws-0", "aws", 2), ("aws-1", "aws", 2), ("rtx-0", "rtx", 4)]
+    backend.validate(spec(resources={"gpu": 4}))  # the largest node has 4 slots
+    with pytest.raises(JobSpecError, match="at most 4"):
+        backend.validate(spec(resources={"gpu": 5}))
+    # the rtx node has 4 slots, an aws node 2; the launch's type reaches every replica
+    request_rtx = request(tmp_path, spec("--steps", "1"), ("rtx-0",) * 4)
+    backend.launch(LaunchRequest(**{**request_rtx.__dict__, "gpu_type": "rtx"}))
+    assert [s.exit_code for s in wait_exited(backend, "fake-1")] == [0] * 4
+    envs = [json.loads((tmp_path / "ckpt" / f"env-0-{r}.json").read_text()) for r in range(4)]
+    assert {e["POLLUX_GPU_TYPE"] for e in envs} == {"rtx"}
+    backend.release("fake-1")
+    with pytest.raises(BackendError, match="free slots"):
+        backend.launch(request(tmp_path, spec("--steps", "1"), ("aws-0",) * 3, generation=2))
+
+
+def test_typed_virtual_nodes_take_gpus_in_order(instance_id):
+    backend = LocalBackend(instance_id, virtual_nodes="a:1x1,b:1x2", gpu_ids=["4", "5", "6"])
+    assert backend._devices == {"a-0": ["4"], "b-0": ["5", "6"]}
+    with pytest.raises(ConfigError, match="3 GPUs; 2 are visible") as info:
+        LocalBackend(instance_id, virtual_nodes="a:1x1,b:1x2", gpu_ids=["4", "5"])
+    assert info.value.field == "virtual_nodes"
+    with pytest.raises(ConfigError) as info:
+        LocalBackend(instance_id, num_nodes=2, virtual_nodes="a:1x1")
+    assert info.value.field == "virtual_nodes"
+    with pytest.raises(ConfigError) as info:
+        LocalBackend(instance_id, device="cpu", virtual_nodes="a:1x1,a:2x2")
+    assert info.value.field == "virtual_nodes" and "twice" in str(info.value)
+    untyped = LocalBackend(instance_id, device="cpu", virtual_nodes="2x3")
+    assert [(n.name, n.gpu_type, n.num_gpus) for n in untyped.nodes()] == [
+        ("node-0", "default", 3), ("node-1", "default", 3)]

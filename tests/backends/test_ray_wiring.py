@@ -34,6 +34,20 @@ def test_ray_flags_become_backend_options(tmp_path):
     assert dict(parse("--data-dir", str(tmp_path)).backend_options) == {}
     with pytest.raises(ConfigError, match="--ray-address needs --backend ray"):
         parse("--data-dir", str(tmp_path), "--ray-address", "auto")
+    typed = parse("--data-dir", str(tmp_path), "--backend", "ray", "--ray-gpu-type-prefix",
+                  "gpu_kind:")
+    assert typed.backend_options["gpu_type_prefix"] == "gpu_kind:"
+
+
+def test_typed_virtual_nodes_are_a_local_backend_flag(tmp_path):
+    config = parse("--data-dir", str(tmp_path), "--virtual-nodes", "aws:2x2,rtx:1x4")
+    assert config.virtual_nodes == "aws:2x2,rtx:1x4" and config.backend == "local"
+    with pytest.raises(ConfigError, match="need --backend local") as info:
+        parse("--data-dir", str(tmp_path), "--backend", "ray", "--virtual-nodes", "a:1x1")
+    assert info.value.field == "virtual_nodes"
+    with pytest.raises(ConfigError, match="type:NODESxGPUS") as info:
+        parse("--data-dir", str(tmp_path), "--virtual-nodes", "aws:2")
+    assert info.value.field == "virtual_nodes"
 
 
 class RefusingBackend(FakeBackend):

@@ -51,6 +51,9 @@ class LaunchRequest:
     """Replica ``r`` appends its output to ``<log_dir>/replica-<r>.log``."""
     hints_target: str | None = None
     hints_token: str | None = None
+    gpu_type: str | None = None
+    """The GPU type of the allocation's nodes (one type: the service checks it), passed
+    to every replica as ``POLLUX_GPU_TYPE``; None on a cluster without declared types."""
 
     @property
     def num_restarts(self) -> int:
@@ -71,7 +74,8 @@ class LaunchRequest:
                 num_nodes=len(node_order), master_addr=master_addr, master_port=master_port,
                 checkpoint_dir=self.checkpoint_dir, hints_target=self.hints_target,
                 hints_token=self.hints_token, num_restarts=self.num_restarts,
-                on_corrupt_checkpoint=self.spec.on_corrupt_checkpoint))
+                on_corrupt_checkpoint=self.spec.on_corrupt_checkpoint,
+                gpu_type=self.gpu_type))
             seen[node] = seen.get(node, 0) + 1
         return envs
 

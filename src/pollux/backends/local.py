@@ -1,7 +1,8 @@
 """Local backend: each replica is a local process in its own process group.
 
 One machine can act as ``num_nodes`` virtual nodes of ``slots_per_node`` slots each, so
-multi-node placement is exercised. A slot is a GPU (``CUDA_VISIBLE_DEVICES`` set to that
+multi-node placement is exercised, or as typed virtual nodes declared with a cluster spec
+(``virtual_nodes="aws:2x2,rtx:1x4"``), so heterogeneous placement is too. A slot is a GPU (``CUDA_VISIBLE_DEVICES`` set to that
 one device) when the machine has GPUs, else a CPU slot (``CUDA_VISIBLE_DEVICES`` empty,
 ``OMP_NUM_THREADS`` set to the replica's cpu count unless the job sets it). Each replica
 appends its output to ``<log_dir>/replica-<rank>.log``. Each replica runs under the
@@ -43,9 +44,10 @@ from pollux.backends.processes import (
     process_start_ticks,
     signal_group,
 )
+from pollux.cluster_spec import parse_cluster_spec
 from pollux.errors import BackendError, ConfigError, JobSpecError
 from pollux.job_spec import JobSpec
-from pollux.resources import NodeInfo
+from pollux.resources import DEFAULT_GPU_TYPE, NodeInfo
 
 logger = logging.getLogger(__name__)
 
@@ -105,11 +107,18 @@ class LocalBackend(Backend):
 
     def __init__(self, instance_id: str, num_nodes: int = 1, slots_per_node: int | None = None,
                  device: str = "auto", gpu_ids: Sequence[str] | None = None,
-                 master_addr: str = "127.0.0.1") -> None:
+                 master_addr: str = "127.0.0.1", virtual_nodes: str | None = None) -> None:
+        """``num_nodes`` virtual nodes of ``slots_per_node`` slots each, or the typed
+        virtual nodes of ``virtual_nodes``, a cluster spec such as ``aws:2x2,rtx:1x4``
+        (:mod:`pollux.cluster_spec`: two ``aws`` nodes of 2 slots, one ``rtx`` node of
+        4), named ``<type>-<i>``."""
         if device not in ("auto", "gpu", "cpu"):
             raise ConfigError("device", device, "choose auto, gpu or cpu")
         if num_nodes < 1:
             raise ConfigError("nodes", num_nodes, "must be >= 1")
+        if virtual_nodes is not None and (num_nodes != 1 or slots_per_node is not None):
+            raise ConfigError("virtual_nodes", virtual_nodes,
+                              "give either --virtual-nodes or --nodes/--slots-per-node")
         gpus = list(detect_gpus() if gpu_ids is None else gpu_ids) if device != "cpu" else []
         if device == "gpu" and not gpus:
             raise ConfigError("device", device, "no GPU is visible; use --device cpu")
@@ -117,26 +126,43 @@ class LocalBackend(Backend):
         self.master_addr = master_addr
         self.use_gpus = bool(gpus)
         cpus = os.cpu_count() or 1
-        if slots_per_node is None:
-            slots_per_node = max(1, (len(gpus) if gpus else cpus) // num_nodes)
-        if slots_per_node < 1:
-            raise ConfigError("slots_per_node", slots_per_node, "must be >= 1")
-        if gpus and num_nodes * slots_per_node > len(gpus):
-            raise ConfigError("slots_per_node", slots_per_node,
-                              f"{num_nodes} nodes x {slots_per_node} slots need "
-                              f"{num_nodes * slots_per_node} GPUs; {len(gpus)} are visible")
-        self.node_names = [f"node-{i}" for i in range(num_nodes)]
-        self.slots_per_node = slots_per_node
-        self._devices = {name: [gpus[i * slots_per_node + j] for j in range(slots_per_node)]
-                         if gpus else [] for i, name in enumerate(self.node_names)}
-        self._cpus_per_node = float(max(slots_per_node, cpus // num_nodes))
+        if virtual_nodes is not None:
+            cluster = parse_cluster_spec(virtual_nodes, field="virtual_nodes")
+            layout = [(n.name, n.num_gpus, n.gpu_type) for n in cluster.node_infos()]
+        else:
+            if slots_per_node is None:
+                slots_per_node = max(1, (len(gpus) if gpus else cpus) // num_nodes)
+            if slots_per_node < 1:
+                raise ConfigError("slots_per_node", slots_per_node, "must be >= 1")
+            layout = [(f"node-{i}", slots_per_node, DEFAULT_GPU_TYPE) for i in range(num_nodes)]
+        num_slots = sum(slots for _, slots, _ in layout)
+        if gpus and num_slots > len(gpus):
+            raise ConfigError("virtual_nodes" if virtual_nodes is not None else "slots_per_node",
+                              virtual_nodes or slots_per_node,
+                              f"{len(layout)} nodes with {num_slots} slots in all need "
+                              f"{num_slots} GPUs; {len(gpus)} are visible")
+        self.node_names = [name for name, _, _ in layout]
+        self._slots = {name: slots for name, slots, _ in layout}
+        self._gpu_types = {name: gpu_type for name, _, gpu_type in layout}
+        self.slots_per_node = max(self._slots.values())
+        """The most slots of any node (a replica asks for at most this many)."""
+        self._devices: dict[str, list[str]] = {}
+        first = 0
+        for name, slots, _ in layout:
+            self._devices[name] = gpus[first:first + slots] if gpus else []
+            first += slots
+        num_nodes = len(layout)
+        self._cpus_per_node = {name: float(max(slots, cpus // num_nodes))
+                               for name, slots, _ in layout}
         self._memory_per_node = total_memory_bytes() / num_nodes
         self._used_slots: dict[str, set[int]] = {name: set() for name in self.node_names}
         self._jobs: dict[str, list[_Replica]] = {}
 
     def nodes(self) -> list[NodeInfo]:
-        return [NodeInfo(name, {"gpu": float(self.slots_per_node), "cpu": self._cpus_per_node,
-                                "memory": self._memory_per_node})
+        return [NodeInfo(name, {"gpu": float(self._slots[name]),
+                                "cpu": self._cpus_per_node[name],
+                                "memory": self._memory_per_node},
+                         gpu_type=self._gpu_types[name])
                 for name in self.node_names]
 
     def validate(self, spec: JobSpec) -> None:
@@ -159,7 +185,7 @@ class LocalBackend(Backend):
     # --- launching --------------------------------------------------------------------
 
     def _take_slots(self, node: str, count: int) -> tuple[int, ...]:
-        free = [s for s in range(self.slots_per_node) if s not in self._used_slots[node]]
+        free = [s for s in range(self._slots[node]) if s not in self._used_slots[node]]
         if len(free) < count:
             raise BackendError(f"node {node} has {len(free)} free slots; {count} needed")
         self._used_slots[node].update(free[:count])

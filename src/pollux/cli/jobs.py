@@ -56,10 +56,14 @@ def run_time_s(row: dict[str, Any], now: float | None = None) -> float | None:
 
 
 def jobs_table(rows: list[dict[str, Any]], title: str | None = None) -> Table:
+    """The jobs; a ``gpu type`` column (of each job's current or last launch) appears
+    when some job ran on a node of a declared type."""
+    typed = any(row.get("gpu_type") for row in rows)
     table = Table(title=title)
-    for column in ("job", "state", "replicas", "nodes", "batch size", "goodput (samples/s)",
-                   "restarts", "age", "run time"):
-        table.add_column(column, justify="left" if column in ("job", "state") else "right")
+    for column in ("job", "state", "replicas", "nodes", *(("gpu type",) if typed else ()),
+                   "batch size", "goodput (samples/s)", "restarts", "age", "run time"):
+        table.add_column(column, justify="left" if column in ("job", "state", "gpu type")
+                         else "right")
     for row in rows:
         state = row["state"]
         if row.get("cancel_requested") and state not in FINAL_STATES + ("Cancelling",):
@@ -71,6 +75,7 @@ def jobs_table(rows: list[dict[str, Any]], title: str | None = None) -> Table:
         table.add_row(
             row["id"], f"[{STATE_STYLES.get(row['state'], '')}]{state}[/]",
             str(row["replicas"]), str(row["nodes"]),
+            *((row.get("gpu_type") or "-",) if typed else ()),
             "-" if row.get("batch_size") is None else str(row["batch_size"]),
             "-" if goodput is None else f"{goodput:.1f}", str(row["restarts"]),
             format_duration(row["age_s"]), "-" if ran is None else format_duration(ran))
@@ -95,14 +100,19 @@ def cluster_line(cluster: dict[str, Any]) -> str | None:
 
 
 def nodes_table(nodes: list[dict[str, Any]]) -> Table:
+    """The nodes; a ``gpu type`` column when some node declares one."""
+    typed = any(node.get("gpu_type") for node in nodes)
     table = Table(title="nodes")
     table.add_column("node")
+    if typed:
+        table.add_column("gpu type")
     table.add_column("slots", justify="right")
     table.add_column("jobs (replicas)")
     for node in nodes:
         jobs = ", ".join(f"{job} x{count}" for job, count in sorted(node["jobs"].items()))
         used = sum(node["jobs"].values())
-        table.add_row(node["name"], f"{used}/{node['resources'].get('gpu', 0):g}", jobs or "-")
+        table.add_row(node["name"], *((node.get("gpu_type") or "-",) if typed else ()),
+                      f"{used}/{node['resources'].get('gpu', 0):g}", jobs or "-")
     return table
 
 
@@ -211,7 +221,8 @@ def describe(args: argparse.Namespace) -> int:
     console.print(f"command:     {' '.join(spec['command'])}\nworking dir: "
                   f"{spec['working_dir']}\nreplicas:    {spec['min_replicas']}.."
                   f"{spec['max_replicas']} (preemptible: {spec['preemptible']})\n"
-                  f"allocation:  {', '.join(job['allocation']) or '-'}\n"
+                  f"allocation:  {', '.join(job['allocation']) or '-'}"
+                  + (f" (GPU type {job['gpu_type']})" if job.get("gpu_type") else "") + "\n"
                   f"failures:    {failures_text(job['failures'], spec['max_failures'])}; "
                   f"rescales: {job['rescales']}; launches: {job['launches']}",
                   highlight=False)

@@ -31,6 +31,7 @@ CONFIG_FLAGS: Mapping[str, str] = MappingProxyType({
     "token_file": "--token-file", "tls_cert": "--tls-cert", "tls_key": "--tls-key",
     "policy": "--policy", "interval_s": "--interval",
     "backend": "--backend", "num_nodes": "--nodes", "slots_per_node": "--slots-per-node",
+    "virtual_nodes": "--virtual-nodes",
     "device": "--device", "stop_grace_s": "--stop-grace",
     "advertise_host": "--advertise-address", "autoscaler": "--autoscaler",
     "min_nodes": "--min-nodes", "max_nodes": "--max-nodes",
@@ -54,14 +55,17 @@ def backend_options_from_args(args: argparse.Namespace) -> dict[str, Any]:
     """The backend's own options (the local backend's come from --nodes etc.)."""
     ray_flags = {"--ray-address": args.ray_address is not None,
                  "--ray-slot-resource": args.ray_slot_resource is not None,
-                 "--ray-autoscale": args.ray_autoscale}
+                 "--ray-autoscale": args.ray_autoscale,
+                 "--ray-gpu-type-prefix": args.ray_gpu_type_prefix is not None}
     if args.backend != "ray":
         for flag, given in ray_flags.items():
             if given:
                 raise ConfigError("backend", args.backend, f"{flag} needs --backend ray")
         return {}
     return {"address": args.ray_address, "slot_resource": args.ray_slot_resource or "auto",
-            "autoscale": args.ray_autoscale}
+            "autoscale": args.ray_autoscale,
+            **({} if args.ray_gpu_type_prefix is None
+               else {"gpu_type_prefix": args.ray_gpu_type_prefix})}
 
 
 def config_from_args(args: argparse.Namespace) -> ServerConfig:
@@ -73,7 +77,8 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         token=token, token_file=(None if args.token_file is None
                                  else str(Path(args.token_file).resolve())),
         policy=args.policy, interval_s=args.interval, backend=args.backend,
-        num_nodes=args.nodes, slots_per_node=args.slots_per_node, device=args.device,
+        num_nodes=args.nodes, slots_per_node=args.slots_per_node,
+        virtual_nodes=args.virtual_nodes, device=args.device,
         stop_grace_s=args.stop_grace, backend_options=backend_options_from_args(args),
         advertise_host=args.advertise_address, autoscaler=args.autoscaler,
         min_nodes=args.min_nodes, max_nodes=args.max_nodes,
@@ -123,6 +128,10 @@ def add_server_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--slots-per-node", type=int, default=config_default("slots_per_node"),
                         help="local backend: GPU or CPU slots per virtual node "
                              "(default: all GPUs, else all CPUs, split over the nodes)")
+    parser.add_argument("--virtual-nodes", default=config_default("virtual_nodes"),
+                        metavar="SPEC",
+                        help="local backend: typed virtual nodes, type:NODESxSLOTS groups, "
+                             "e.g. aws:2x2,rtx:1x4 (instead of --nodes/--slots-per-node)")
     parser.add_argument("--device", default=config_default("device"),
                         choices=("auto", "gpu", "cpu"),
                         help="local backend: slots are GPUs or CPU slots (default: auto)")
@@ -153,6 +162,9 @@ def add_server_arguments(parser: argparse.ArgumentParser) -> None:
     ray.add_argument("--ray-slot-resource", default=None, metavar="NAME",
                      help="the Ray resource that is a replica's device slot: GPU, CPU or a "
                           "custom resource (default: GPU when the cluster has GPUs, else CPU)")
+    ray.add_argument("--ray-gpu-type-prefix", default=None, metavar="PREFIX",
+                     help="a node's resource PREFIX<T> names its GPU type <T> (default: "
+                          "Ray's accelerator_type:)")
     ray.add_argument("--ray-autoscale", action="store_true",
                      help="pass the policy's desired cluster size to Ray's autoscaler")
 

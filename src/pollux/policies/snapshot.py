@@ -18,7 +18,13 @@ module alone turns reports into the policy's :class:`~pollux.policies.base.JobIn
 * a job that knows how much training it has left (``remaining_progress``) gets its
   remaining time at one replica, ``remaining_s``, from its speedup model;
 * with ``throughput_speedups``, the job's throughput speedup (efficiency ignored) goes
-  into ``extras[THROUGHPUT_SPEEDUP_KEY]`` for the throughput autoscaler.
+  into ``extras[THROUGHPUT_SPEEDUP_KEY]`` for the throughput autoscaler;
+* on a typed cluster (the driver names its GPU types, more than one), a job whose report
+  carries no typed model gets one from its hints' per-type profiles
+  (:meth:`~pollux.models.hints.JobHints.typed_goodput`; a type it has not run on has no
+  model) and a growth cap per type: the exploration bound above, from the replicas
+  profiled on that type (1 on a type it has not run on); its ``max_replicas`` is the
+  largest of these.
 
 Hints that cannot be evaluated (a model that refuses them) are logged and the job is
 treated as reporting none; in the service a model that later fails or answers non-finite
@@ -161,6 +167,7 @@ class SpeedupCache:
     def __init__(self, guarded: bool = False) -> None:
         self.guarded = guarded
         self._entries: dict[str, tuple[SpeedupKey, SpeedupFn | None, SpeedupFn | None]] = {}
+        self._typed: dict[str, tuple[object, TypedGoodput | None]] = {}
         self._refused: dict[str, str] = {}
 
     def speedups(self, name: str, hints: JobHints
@@ -186,6 +193,17 @@ class SpeedupCache:
         self._entries[name] = (key, speedup, throughput)
         return speedup, throughput
 
+    def typed(self, name: str, hints: JobHints) -> TypedGoodput | None:
+        """The job's goodput per GPU type from its hints' per-type profiles (None without
+        a profile), rebuilt only when they change. Raises what the models raise."""
+        key = (speedup_key(hints), tuple(sorted(hints.profiles_by_type().items())))
+        cached = self._typed.get(name)
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        model = hints.typed_goodput()
+        self._typed[name] = (key, model)
+        return model
+
     def refused(self, name: str, reason: str) -> None:
         """Record that the job's hints could not be turned into a model."""
         self._refused[name] = reason
@@ -203,35 +221,60 @@ class SpeedupCache:
         kept = set(keep)
         for name in set(self._entries) - kept:
             del self._entries[name]
+        for name in set(self._typed) - kept:
+            del self._typed[name]
         for name in set(self._refused) - kept:
             del self._refused[name]
 
 
-def exploration_bound(report: JobReport) -> int:
-    """The most replicas the policy may give the job (module docstring)."""
+def exploration_bound(report: JobReport, max_profiled_replicas: int | None = None,
+                      num_held_replicas: int | None = None) -> int:
+    """The most replicas the policy may give the job (module docstring); by default from
+    the replicas its hints profiled and the replicas it holds."""
     bound = report.max_replicas
     hints = report.hints
     if hints is not None:
-        explored = min(MAX_EXPLORATION_REPLICAS,
-                       max(EXPLORATION_FACTOR * hints.max_profiled_replicas, 1))
+        profiled = (hints.max_profiled_replicas if max_profiled_replicas is None
+                    else max_profiled_replicas)
+        held = report.num_held_replicas if num_held_replicas is None else num_held_replicas
+        explored = min(MAX_EXPLORATION_REPLICAS, max(EXPLORATION_FACTOR * profiled, 1))
         useful = max(1, hints.max_batch_size // max(hints.local_bsz_bounds[0], 1))
-        bound = min(bound, max(explored, report.num_held_replicas), useful)
+        bound = min(bound, max(explored, held), useful)
     return max(bound, report.min_replicas)
 
 
+def typed_caps(report: JobReport, hints: JobHints, gpu_types: Sequence[str]
+               ) -> dict[str, int]:
+    """The job's growth cap on each of ``gpu_types``, from what ``hints`` (the report's)
+    say it profiled there."""
+    profiles = hints.profiles_by_type()
+    return {gpu_type: exploration_bound(
+        report, profiles[gpu_type].max_profiled_replicas if gpu_type in profiles else 0, 0)
+        for gpu_type in gpu_types}
+
+
 def job_info(report: JobReport, now_s: float, cache: SpeedupCache,
-             throughput_speedups: bool = False) -> JobInfo:
-    """The policy's record of one job (module docstring)."""
+             throughput_speedups: bool = False, gpu_types: Sequence[str] = ()) -> JobInfo:
+    """The policy's record of one job (module docstring); ``gpu_types``: the cluster's
+    GPU types (a typed model is built from the hints when there are several)."""
     speedup = throughput = None
+    typed_goodput, caps = report.typed_goodput, report.max_replicas_by_type
+    max_replicas = None
     if report.hints is not None:
         try:
             speedup, throughput = cache.speedups(report.name, report.hints)
+            if len(gpu_types) > 1 and typed_goodput is None:
+                typed_goodput = cache.typed(report.name, report.hints)
+                caps = typed_caps(report, report.hints, gpu_types)
+                max_replicas = max(exploration_bound(report), *caps.values())
         except Exception as exc:  # a model that refuses the hints stays with its job
             logger.warning("job %s: ignoring hints that cannot be evaluated: %s",
                            report.name, exc)
             cache.refused(report.name, f"its hints' model cannot be built "
                                        f"({type(exc).__name__}: {exc})")
             report = replace(report, hints=None)
+            speedup = throughput = typed_goodput = max_replicas = None
+            caps = report.max_replicas_by_type
     remaining_s = report.remaining_s
     if report.remaining_progress is not None and report.hints is not None:
         base = getattr(speedup, "base_goodput", None)
@@ -245,7 +288,7 @@ def job_info(report: JobReport, now_s: float, cache: SpeedupCache,
         name=report.name,
         resources=report.resources,
         min_replicas=report.min_replicas,
-        max_replicas=exploration_bound(report),
+        max_replicas=exploration_bound(report) if max_replicas is None else max_replicas,
         preemptible=report.preemptible,
         submission_time_s=report.submission_time_s,
         age_s=max(0.0, now_s - report.submission_time_s),
@@ -257,8 +300,8 @@ def job_info(report: JobReport, now_s: float, cache: SpeedupCache,
         remaining_time_fn=report.remaining_time_fn,
         remaining_time_fn_by_type=report.remaining_time_fn_by_type,
         remaining_s=remaining_s,
-        typed_goodput=report.typed_goodput,
-        max_replicas_by_type=report.max_replicas_by_type,
+        typed_goodput=typed_goodput,
+        max_replicas_by_type=caps,
         restart_left_s=report.restart_left_s,
         extras=extras,
     )
@@ -274,9 +317,10 @@ def without_models(jobs: Sequence[JobInfo]) -> tuple[JobInfo, ...]:
 
 
 def job_infos(reports: Sequence[JobReport], now_s: float, cache: SpeedupCache,
-              throughput_speedups: bool = False) -> tuple[JobInfo, ...]:
+              throughput_speedups: bool = False, gpu_types: Sequence[str] = ()
+              ) -> tuple[JobInfo, ...]:
     """The policy's records of ``reports`` (in the driver's order); ``cache`` forgets the
-    jobs no longer reported."""
-    jobs = tuple(job_info(r, now_s, cache, throughput_speedups) for r in reports)
+    jobs no longer reported. ``gpu_types``: the cluster's GPU types (see job_info)."""
+    jobs = tuple(job_info(r, now_s, cache, throughput_speedups, gpu_types) for r in reports)
     cache.forget(r.name for r in reports)
     return jobs

@@ -24,12 +24,14 @@ from enum import Enum
 from pathlib import Path
 
 from pollux.backends.base import Backend, LaunchRequest, ReplicaState, ReplicaStatus, rank_order
-from pollux.errors import BackendError
+from pollux.cluster_spec import allocation_gpu_type, gpu_types_of
+from pollux.errors import BackendError, MixedGpuTypesError
 from pollux.jobenv import CORRUPT_CHECKPOINT_EXIT_CODE, RESCALE_EXIT_CODE
 from pollux.policies.autoscaling import Autoscaler, ScalingDecision
 from pollux.policies.base import Allocation, JobInfo, Policy, PolicyDecision
 from pollux.policies.decision import check_decision
 from pollux.policies.snapshot import Snapshot, SpeedupCache, job_infos, without_models
+from pollux.resources import DEFAULT_GPU_TYPE
 from pollux.service.decisions import fits, subtract
 from pollux.service.explain import hints_of, replicas_text, rescale_reason
 from pollux.service.recovery import LOST_EXIT_CODE, JobNotices, job_dir, recover_jobs
@@ -166,13 +168,15 @@ class Allocator:
         passed to the backend; the policy asked on the nodes there are then; its decision
         checked (infeasible allocations become job events) and applied."""
         records = active_records(self.store.list_jobs(ACTIVE_STATES))
+        nodes = tuple(self.backend.nodes())
         jobs = job_infos(job_reports(records, self._hints), now, self._speedups,
-                         throughput_speedups=self.autoscaler is not None)
+                         throughput_speedups=self.autoscaler is not None,
+                         gpu_types=tuple(gpu_types_of(nodes)))
         if not jobs and self.autoscaler is None:
             return
         if self.autoscaler is not None:
             self._resize(self.autoscaler, jobs)
-        nodes = tuple(self.backend.nodes())
+            nodes = tuple(self.backend.nodes())
         snapshot = Snapshot(now, jobs, nodes, previous_allocations(records, nodes))
         decision = PolicyDecision(allocations={})
         if jobs:
@@ -253,7 +257,8 @@ class Allocator:
 
     def _launch_ready(self, now: float) -> None:
         records = self.store.list_jobs(ACTIVE_STATES)
-        nodes = {n.name: dict(n.resources) for n in self.backend.nodes()}
+        infos = {n.name: n for n in self.backend.nodes()}
+        nodes = {name: dict(n.resources) for name, n in infos.items()}
         free = subtract(nodes, [(r.allocation, r.spec) for r in records
                                 if r.state.has_replicas])
         for record in records:
@@ -265,26 +270,35 @@ class Allocator:
             if any(node not in nodes for node in target):
                 self.store.update_job(record.id, now, target_allocation=None)
                 continue
+            try:
+                gpu_type = allocation_gpu_type(target, infos)
+            except MixedGpuTypesError as exc:  # e.g. nodes whose types changed since
+                self.store.update_job(record.id, now, target_allocation=None,
+                                      event=f"not launched: {exc}")
+                continue
             if fits(free, target, record.spec):
                 free = subtract(free, [(target, record.spec)])
-                self._launch(record, target, now)
+                self._launch(record, target, now,
+                             None if gpu_type == DEFAULT_GPU_TYPE else gpu_type)
 
-    def _launch(self, record: JobRecord, target: Allocation, now: float) -> None:
+    def _launch(self, record: JobRecord, target: Allocation, now: float,
+                gpu_type: str | None = None) -> None:
         generation = record.num_launches + 1
         allocation = rank_order(target)
         where = ", ".join(f"{node} x{allocation.count(node)}" for node in dict.fromkeys(allocation))
         record = self.store.transition(
             record.id, JobState.STARTING, now,
-            f"launch {generation}: {replicas_text(len(allocation))} on {where}",
+            f"launch {generation}: {replicas_text(len(allocation))} on {where}"
+            + ("" if gpu_type is None else f" (GPU type {gpu_type})"),
             allocation=allocation, target_allocation=None, num_launches=generation,
-            started_at=record.started_at or now, reason=record.reason)
+            started_at=record.started_at or now, reason=record.reason, gpu_type=gpu_type)
         directory = job_dir(self.config.data_dir, record.id)
         request = LaunchRequest(
             job_id=record.id, generation=generation, spec=record.spec, allocation=allocation,
             checkpoint_dir=str(directory / "checkpoint"), log_dir=str(directory / "logs"),
             hints_target=(None if self.config.hints_url is None
                           else self.config.hints_url.format(job_id=record.id)),
-            hints_token=record.hints_token)
+            hints_token=record.hints_token, gpu_type=gpu_type)
         (directory / "checkpoint").mkdir(parents=True, exist_ok=True)
         (directory / "logs").mkdir(parents=True, exist_ok=True)
         try:

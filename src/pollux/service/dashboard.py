@@ -16,7 +16,6 @@ from fastapi import FastAPI
 from fastapi.responses import FileResponse, Response
 from fastapi.staticfiles import StaticFiles
 
-from pollux.resources import DEFAULT_GPU_TYPE
 from pollux.service.openapi import STATIC_PREFIX
 from pollux.service.server import SchedulerService
 from pollux.service.telemetry import samples_as_columns
@@ -34,13 +33,8 @@ def dashboard_view(service: SchedulerService) -> dict[str, Any]:
         sample = samples.get(job["id"])
         job["speedup"] = None if sample is None else sample.speedup
         job["efficiency"] = None if sample is None else sample.efficiency
-    nodes = service.nodes()
-    gpu_types = {node.name: node.gpu_type for node in service.backend.nodes()
-                 if node.gpu_type != DEFAULT_GPU_TYPE}
-    for node_view in nodes:
-        node_view.setdefault("gpu_type", gpu_types.get(node_view["name"]))
     return {"time": now, "health": service.health(), "cluster": service.cluster(),
-            "nodes": nodes, "jobs": jobs,
+            "nodes": service.nodes(), "jobs": jobs,
             "history": samples_as_columns(service.history.cluster())}
 
 

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from pollux.backends.base import Backend
 from pollux.backends.registry import make_backend
+from pollux.cluster_spec import parse_cluster_spec
 from pollux.errors import ConfigError, JobSpecError, UnknownJobError
 from pollux.job_spec import JobSpec
 from pollux.models.hints import JobHints
@@ -69,6 +70,9 @@ class ServerConfig:
     backend: str = "local"
     num_nodes: int = 1
     slots_per_node: int | None = None
+    virtual_nodes: str | None = None
+    """Local backend: typed virtual nodes as a cluster spec (``aws:2x2,rtx:1x4``) instead
+    of ``num_nodes`` x ``slots_per_node``."""
     device: str = "auto"
     stop_grace_s: float = 60.0
     poll_interval_s: float = 0.5
@@ -102,6 +106,12 @@ class ServerConfig:
                 raise ConfigError(name, path, "no such readable file")
         if self.interval_s <= 0:
             raise ConfigError("interval", self.interval_s, "must be > 0 seconds")
+        if self.virtual_nodes is not None:
+            if self.backend != "local":
+                raise ConfigError("virtual_nodes", self.virtual_nodes,
+                                  "typed virtual nodes need --backend local (a Ray node "
+                                  "declares its type with an accelerator_type:<T> resource)")
+            parse_cluster_spec(self.virtual_nodes, field="virtual_nodes")
         if not 0 <= self.port < 65536:
             raise ConfigError("port", self.port, "must be in 0..65535")
 
@@ -266,7 +276,7 @@ def build_service(config: ServerConfig, hints_url: str | None,
         options = dict(config.backend_options)
         if config.backend == "local":
             options.update(num_nodes=config.num_nodes, slots_per_node=config.slots_per_node,
-                           device=config.device)
+                           device=config.device, virtual_nodes=config.virtual_nodes)
         backend = make_backend(config.backend, instance_id=instance_id, **options)
     policy: Policy = make_policy(config.policy, seed=POLICY_SEED)
     history = History()

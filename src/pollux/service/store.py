@@ -48,7 +48,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     submitted_at REAL NOT NULL,
     started_at REAL,
     finished_at REAL,
-    updated_at REAL NOT NULL
+    updated_at REAL NOT NULL,
+    gpu_type TEXT
 );
 CREATE TABLE IF NOT EXISTS replicas (
     job_id TEXT NOT NULL REFERENCES jobs(id),
@@ -70,6 +71,9 @@ CREATE TABLE IF NOT EXISTS events (
 );
 CREATE INDEX IF NOT EXISTS events_by_job ON events(job_id, id);
 """
+ADDED_JOB_COLUMNS = (("gpu_type", "TEXT"),)
+"""Columns added to ``jobs`` after its first release: (name, SQL type), added to a store
+created before them when it is opened."""
 
 
 @dataclass(frozen=True)
@@ -97,6 +101,9 @@ class JobRecord:
     started_at: float | None
     finished_at: float | None
     updated_at: float
+    gpu_type: str | None = None
+    """GPU type of the current (or last) launch's nodes; None before any launch or on a
+    cluster without declared types."""
 
     @property
     def num_restarts(self) -> int:
@@ -130,7 +137,7 @@ class JobEvent:
 JOB_COLUMNS = ("id", "seq", "spec", "state", "reason", "allocation", "target_allocation",
                "num_launches", "num_failures", "num_rescales", "cancel_requested", "hints",
                "hints_updated_at", "hints_token", "attained_service_s", "submitted_at",
-               "started_at", "finished_at", "updated_at")
+               "started_at", "finished_at", "updated_at", "gpu_type")
 UPDATABLE_COLUMNS = frozenset(JOB_COLUMNS) - {"id", "seq", "spec", "state", "hints_token",
                                               "submitted_at"}
 
@@ -149,7 +156,7 @@ def _job_from_row(row: Sequence[Any]) -> JobRecord:
         hints_updated_at=data["hints_updated_at"], hints_token=data["hints_token"],
         attained_service_s=data["attained_service_s"], submitted_at=data["submitted_at"],
         started_at=data["started_at"], finished_at=data["finished_at"],
-        updated_at=data["updated_at"])
+        updated_at=data["updated_at"], gpu_type=data["gpu_type"])
 
 
 def _encode(column: str, value: Any) -> Any:
@@ -186,6 +193,10 @@ class JobStore:
             for statement in SCHEMA.split(";"):
                 if statement.strip():
                     cur.execute(statement)
+            present = {row[1] for row in cur.execute("PRAGMA table_info(jobs)")}
+            for column, sql_type in ADDED_JOB_COLUMNS:
+                if column not in present:
+                    cur.execute(f"ALTER TABLE jobs ADD COLUMN {column} {sql_type}")
 
     def close(self) -> None:
         with self._lock:

@@ -10,6 +10,7 @@ from typing import Any
 from pollux.errors import ConfigError
 from pollux.models.hints import JobHints
 from pollux.policies.base import NodeInfo
+from pollux.resources import DEFAULT_GPU_TYPE
 from pollux.service.snapshot import held_allocation
 from pollux.service.store import JobEvent, JobRecord, ReplicaRecord
 
@@ -54,6 +55,7 @@ def job_summary(record: JobRecord, now: float, recovering: bool = False) -> dict
         "replicas": len(running),
         "nodes": len(set(running)),
         "allocation": list(running),
+        "gpu_type": record.gpu_type,
         "target_allocation": (None if record.target_allocation is None
                               else list(record.target_allocation)),
         "batch_size": None if hints is None else hints.batch_size,
@@ -92,7 +94,8 @@ def job_detail(record: JobRecord, now: float, events: Sequence[JobEvent],
 
 
 def node_views(nodes: Sequence[NodeInfo], records: Sequence[JobRecord]) -> list[dict[str, Any]]:
-    """Nodes with the replicas each job holds (or was promised) on them."""
+    """Nodes with their GPU type (None when undeclared) and the replicas each job holds
+    (or was promised) on them."""
     views = []
     for node in nodes:
         jobs = {}
@@ -101,5 +104,6 @@ def node_views(nodes: Sequence[NodeInfo], records: Sequence[JobRecord]) -> list[
             if count and not record.state.is_final:
                 jobs[record.id] = count
         views.append({"name": node.name, "resources": dict(node.resources),
+                      "gpu_type": None if node.gpu_type == DEFAULT_GPU_TYPE else node.gpu_type,
                       "preemptible": node.preemptible, "jobs": jobs})
     return views

@@ -1,0 +1,164 @@
+"""GPU types through the service (issue #16): node types reach the policy's snapshot with
+each job's per-type model built from its posted hints, an allocation that spans types is
+refused with an event, a launch carries its type to the replicas, and the store and API
+say which type each job runs on."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+from types import MappingProxyType
+
+from pollux.backends.fake import FakeBackend
+from pollux.models.hints import JobHints
+from pollux.models.throughput import ThroughputParams
+from pollux.models.typed import TypeProfile
+from pollux.policies.base import Allocations, JobInfo, NodeInfo, Policy, PolicyDecision
+from pollux.service.allocator import Allocator, AllocatorConfig
+from pollux.service.states import JobState
+from pollux.service.store import JobStore
+from tests.service.service_builders import make_spec
+from tests.service.service_test_policies import EqualSharePolicy
+
+FAST = ThroughputParams(0.01, 0.001, 0.1, 0.01, 0.05, 0.005, 1.5)
+SLOW = ThroughputParams(0.03, 0.003, 0.1, 0.01, 0.05, 0.005, 1.5)
+
+
+def typed_nodes() -> list[NodeInfo]:
+    """Two ``a`` nodes of 2 slots and one ``b`` node of 4."""
+    def node(name: str, slots: int, gpu_type: str) -> NodeInfo:
+        return NodeInfo(name, MappingProxyType({"gpu": float(slots), "cpu": 8.0,
+                                                "memory": 64e9}), gpu_type=gpu_type)
+    return [node("a-0", 2, "a"), node("a-1", 2, "a"), node("b-0", 4, "b")]
+
+
+class RecordingPolicy(Policy):
+    """Gives each job the allocation it is told to, and keeps every snapshot it saw."""
+
+    name = "recording"
+
+    def __init__(self, allocations: dict[str, tuple[str, ...]] | None = None) -> None:
+        self.allocations = dict(allocations or {})
+        self.seen: list[tuple[list[JobInfo], list[NodeInfo]]] = []
+
+    def optimize(self, jobs: Sequence[JobInfo], nodes: Sequence[NodeInfo],
+                 previous_allocations: Allocations) -> PolicyDecision:
+        self.seen.append((list(jobs), list(nodes)))
+        return PolicyDecision({job.name: self.allocations.get(job.name, ()) for job in jobs})
+
+
+def allocator_on(store: JobStore, backend: FakeBackend, policy: Policy, tmp_path
+                 ) -> Allocator:
+    return Allocator(store, backend, policy, AllocatorConfig(data_dir=tmp_path, interval_s=10.0),
+                     clock=lambda: 0.0)
+
+
+def test_an_allocation_spanning_types_is_refused_with_its_reason(store, tmp_path):
+    backend = FakeBackend(typed_nodes())
+    job = store.add_job(make_spec("j", max_replicas=4), now=0.0)
+    policy = RecordingPolicy({job.id: ("a-0", "a-0", "b-0", "b-0")})
+    allocator = allocator_on(store, backend, policy, tmp_path)
+    allocator.tick(1.0)
+    allocator.tick(2.0)
+    assert backend.launches == [] and store.get_job(job.id).state is JobState.PENDING
+    warnings = [e.message for e in store.events(job.id) if e.kind == "warning"]
+    assert len(warnings) == 1
+    assert "allocation infeasible" in warnings[0] and "spans GPU types 'a' and 'b'" in warnings[0]
+    # within one type it runs, and the launch names the type for every replica
+    policy.allocations[job.id] = ("a-0", "a-0", "a-1", "a-1")
+    allocator.request_round()
+    allocator.tick(3.0)
+    request = backend.launches[-1]
+    assert request.gpu_type == "a"
+    assert {env.gpu_type for env in request.environments("127.0.0.1", 1)} == {"a"}
+    assert {env.to_env()["POLLUX_GPU_TYPE"]
+            for env in request.environments("127.0.0.1", 1)} == {"a"}
+    assert store.get_job(job.id).gpu_type == "a"
+    assert "(GPU type a)" in [e.message for e in store.events(job.id)][-1]
+
+
+def test_a_stored_target_spanning_types_is_not_launched(store, tmp_path):
+    """A target decided before the nodes' types changed (e.g. across a server restart) is
+    dropped with an event instead of being launched across types."""
+    backend = FakeBackend(typed_nodes())
+    job = store.add_job(make_spec("j", max_replicas=4), now=0.0)
+    store.update_job(job.id, 0.0, target_allocation=("a-1", "b-0"))
+    allocator_on(store, backend, RecordingPolicy(), tmp_path)._launch_ready(1.0)
+    assert backend.launches == [] and store.get_job(job.id).target_allocation is None
+    assert "not launched: allocation spans GPU types" in store.events(job.id)[-1].message
+
+
+def test_untyped_clusters_launch_without_a_type(store, fake_backend, make_allocator):
+    job = store.add_job(make_spec("j", max_replicas=2), now=0.0)
+    make_allocator().tick(1.0)
+    request = fake_backend.launches[-1]
+    assert request.gpu_type is None
+    assert "POLLUX_GPU_TYPE" not in request.environments("127.0.0.1", 1)[0].to_env()
+    assert store.get_job(job.id).gpu_type is None
+
+
+def post_typed_hints(service, job_id: str) -> None:
+    hints = JobHints(init_batch_size=32, max_batch_size=512, local_bsz_bounds=(16, 128),
+                     throughput_params=FAST, max_profiled_replicas=2, gpu_type="a",
+                     type_profiles={"a": TypeProfile(FAST, 2), "b": TypeProfile(SLOW, 1)})
+    service.post_hints(job_id, hints.to_dict())
+
+
+def test_the_policy_sees_each_jobs_per_type_model_from_its_hints(make_service, fake_backend):
+    fake_backend._nodes = typed_nodes()
+    service = make_service()
+    policy = RecordingPolicy()
+    service.allocator.policy = policy
+    job = service.submit(make_spec("j", max_replicas=16).to_dict())["id"]
+    post_typed_hints(service, job)
+    service.allocator.tick(1.0)
+    jobs, nodes = policy.seen[-1]
+    assert {n.gpu_type for n in nodes} == {"a", "b"}
+    info = jobs[0]
+    model = info.typed_goodput
+    assert model is not None and set(model.gpu_types) == {"a", "b"}
+    # each type keeps its own step-time model: the fast type's goodput is higher
+    assert float(model.goodput("a", 1, 2)) > float(model.goodput("b", 1, 2))
+    assert dict(info.max_replicas_by_type) == {"a": 4, "b": 2}
+    assert info.max_replicas == 4
+    # the same hints on an untyped cluster: no typed model (homogeneous path unchanged)
+    fake_backend._nodes = [NodeInfo(n.name, n.resources) for n in typed_nodes()]
+    service.allocator.request_round()
+    service.allocator.tick(2.0)
+    assert policy.seen[-1][0][0].typed_goodput is None
+
+
+def test_the_api_shows_the_type_of_each_job_and_node(client, service, fake_backend):
+    fake_backend._nodes = typed_nodes()
+    service.allocator.policy = EqualSharePolicy()
+    job = client.post("/api/jobs", json=make_spec("j", max_replicas=2).to_dict()).json()["id"]
+    service.allocator.tick(1.0)
+    summary = client.get("/api/jobs").json()[0]
+    assert summary["gpu_type"] in ("a", "b")
+    types = {node.name: node.gpu_type for node in typed_nodes()}
+    assert {types[name] for name in summary["allocation"]} == {summary["gpu_type"]}
+    assert client.get(f"/api/jobs/{job}").json()["gpu_type"] == summary["gpu_type"]
+    assert [n["gpu_type"] for n in client.get("/api/nodes").json()] == ["a", "a", "b"]
+    assert [n["gpu_type"] for n in client.get("/api/dashboard").json()["nodes"]] == \
+        ["a", "a", "b"]
+
+
+def test_a_store_from_before_gpu_types_opens_and_gains_the_column(tmp_path):
+    path = tmp_path / "old.db"
+    with sqlite3.connect(path) as conn:  # the jobs table as released before #16
+        conn.execute("CREATE TABLE jobs (seq INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT "
+                     "UNIQUE NOT NULL, name TEXT NOT NULL, spec TEXT NOT NULL, state TEXT "
+                     "NOT NULL, reason TEXT, allocation TEXT NOT NULL DEFAULT '[]', "
+                     "target_allocation TEXT, num_launches INTEGER NOT NULL DEFAULT 0, "
+                     "num_failures INTEGER NOT NULL DEFAULT 0, num_rescales INTEGER NOT NULL "
+                     "DEFAULT 0, cancel_requested INTEGER NOT NULL DEFAULT 0, hints TEXT, "
+                     "hints_updated_at REAL, hints_token TEXT NOT NULL, attained_service_s "
+                     "REAL NOT NULL DEFAULT 0, submitted_at REAL NOT NULL, started_at REAL, "
+                     "finished_at REAL, updated_at REAL NOT NULL)")
+    store = JobStore(path)
+    try:
+        job = store.add_job(make_spec("old"), now=0.0)
+        assert job.gpu_type is None
+        assert store.update_job(job.id, 1.0, gpu_type="x").gpu_type == "x"
+    finally:
+        store.close()
