@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pollux.cluster_spec import allocation_gpu_type, parse_cluster_spec
+from pollux.errors import ConfigError
 from pollux.models import GradientStats, ThroughputParams
 from pollux.models.typed import TypedGoodput, TypeProfile
 from pollux.policies.base import JobInfo
@@ -102,3 +103,12 @@ def test_a_restart_factor_of_zero_costs_the_cap_without_warnings() -> None:
         allocations = policy.optimize([churned, *others], NODES,
                                       {"a": ("aws-0",)}).allocations
         assert allocations["a"] in ((), ("aws-0",))
+
+
+def test_sia_solves_exactly_and_pollux_fast_and_an_unknown_solver_is_refused() -> None:
+    from pollux.policies.hetero_pollux import HeteroPolluxPolicy
+
+    assert SiaPolicy().solver == "milp"
+    assert HeteroPolluxPolicy().solver == "fast"
+    with pytest.raises(ConfigError, match="choose from: milp, fast"):
+        SiaPolicy(solver="cplex")

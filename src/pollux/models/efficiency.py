@@ -68,3 +68,14 @@ def efficiency(
     """Statistical efficiency ``gain / scale = (phi + M0) / (phi + M)`` in (0, 1] for M >= M0."""
     scale = np.asarray(batch_size, dtype=np.float64) / float(init_batch_size)
     return gain(grad_stats, init_batch_size, batch_size) / scale
+
+
+def stacked_efficiency(sqr: FloatArray, var: FloatArray, init_batch_size: FloatArray,
+                       batch_size: FloatArray) -> FloatArray:
+    """:func:`efficiency` of many jobs at once: their statistics and initial batches as
+    arrays broadcast against ``batch_size`` (the same arithmetic, so the same numbers)."""
+    scale = batch_size / init_batch_size
+    with np.errstate(divide="ignore", invalid="ignore"):
+        gains = np.where(var + sqr <= 0, scale * 1.0,
+                         (var + sqr) / np.maximum(var / scale + sqr, _TINY))
+    return np.asarray(gains / scale)

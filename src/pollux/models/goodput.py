@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from pollux.errors import ConfigError
-from pollux.models.efficiency import GradientStats, efficiency
-from pollux.models.throughput import FloatArray, ThroughputParams, throughput
+from pollux.models.efficiency import GradientStats, efficiency, stacked_efficiency
+from pollux.models.throughput import FloatArray, ThroughputArrays, ThroughputParams, throughput
 
 NUM_BATCH_CANDIDATES = 64
 """Total batch sizes tried between the initial and the maximum batch size (geometric)."""
@@ -97,33 +99,75 @@ class GoodputFunction:
         bounds = (m0, m0) if local_bsz_bounds is None else local_bsz_bounds
         lo, hi = check_batch_bounds(m0, m_max, bounds)
         nodes, replicas = check_placement(num_nodes, num_replicas)
-        shape = nodes.shape
-        k = replicas.reshape(-1, 1)
-        n = nodes.reshape(-1, 1)
+        goodput, local_bsz, accum = _best_batches(
+            [self], np.array([m_max]), np.array([[lo, hi]]), np.array([accumulation]),
+            nodes.ravel(), replicas.ravel())
+        return (goodput.reshape(nodes.shape), local_bsz.reshape(nodes.shape),
+                accum.reshape(nodes.shape))
 
-        totals = np.unique(np.concatenate([
-            np.geomspace(m0, m_max, NUM_BATCH_CANDIDATES) if m_max > m0 else [m0], [m0, m_max]]))
-        totals = totals.reshape(1, -1)
-        if accumulation:
-            steps = np.maximum(np.ceil(totals / (k * hi)) - 1.0, 0.0)
-            steps = np.where((k == 1) & (totals > m0), np.maximum(steps, 1.0), steps)
+
+def best_goodputs(fns: Sequence[GoodputFunction], max_batch_sizes: ArrayLike,
+                  local_bsz_bounds: Sequence[tuple[float, float]],
+                  accumulation: ArrayLike, num_nodes: ArrayLike, num_replicas: ArrayLike
+                  ) -> FloatArray:
+    """:meth:`GoodputFunction.optimize`'s goodput for many jobs at once: entry ``[j, q]``
+    is job ``j``'s best goodput at placement ``q`` (``num_nodes[q]``, ``num_replicas[q]``),
+    job ``j`` with its own batch limits and accumulation flag; the same numbers as one
+    call per job, in one numpy pass."""
+    m_max = np.asarray(max_batch_sizes, dtype=np.float64)
+    bounds = np.array([check_batch_bounds(fn.init_batch_size, m, b)
+                       for fn, m, b in zip(fns, m_max, local_bsz_bounds, strict=True)],
+                      dtype=np.float64).reshape(len(fns), 2)
+    nodes, replicas = check_placement(num_nodes, num_replicas)
+    goodput, _, _ = _best_batches(fns, m_max, bounds, np.asarray(accumulation, dtype=bool),
+                                  nodes.ravel(), replicas.ravel())
+    return goodput
+
+
+def _best_batches(fns: Sequence[GoodputFunction], m_max: FloatArray, bounds: FloatArray,
+                  accumulation: NDArray[np.bool_], nodes: FloatArray, replicas: FloatArray
+                  ) -> tuple[FloatArray, NDArray[np.int64], NDArray[np.int64]]:
+    """Best (goodput, atomic batch, accumulation steps), each (jobs x placements), over
+    total batches geometric from each job's initial batch to its ``m_max``."""
+    num_jobs = len(fns)
+    m0 = np.array([fn.init_batch_size for fn in fns]).reshape(-1, 1, 1)
+    totals = np.empty((num_jobs, 1, NUM_BATCH_CANDIDATES + 2))
+    grid: dict[tuple[float, float], FloatArray] = {}
+    for j, fn in enumerate(fns):  # the same candidates as one job alone (scalar geomspace)
+        key = (fn.init_batch_size, float(m_max[j]))
+        if key not in grid:
+            low, high = key
+            grid[key] = np.concatenate([np.geomspace(low, high, NUM_BATCH_CANDIDATES)
+                                        if high > low else np.full(NUM_BATCH_CANDIDATES, low),
+                                        [low, high]])
+        totals[j, 0] = grid[key]
+    k = replicas.reshape(1, -1, 1)
+    n = nodes.reshape(1, -1, 1)
+    lo, hi = bounds[:, 0].reshape(-1, 1, 1), bounds[:, 1].reshape(-1, 1, 1)
+    accumulate = accumulation.reshape(-1, 1, 1)
+    steps = np.maximum(np.ceil(totals / (k * hi)) - 1.0, 0.0)
+    steps = np.where((k == 1) & (totals > m0), np.maximum(steps, 1.0), steps)
+    steps = np.where(accumulate, steps, 0.0)
+    per_step = totals / (k * (steps + 1.0))
+    # Rounding down and up both, so both ends of the batch range stay reachable.
+    bsz = np.concatenate([np.floor(per_step), np.ceil(per_step)], axis=2)
+    steps = np.concatenate([steps, steps], axis=2)
+    bsz = np.clip(bsz, lo, hi)
+    batch = k * bsz * (steps + 1.0)
+    feasible = (batch >= m0 * (1 - 1e-9)) & (batch <= np.reshape(m_max, (-1, 1, 1)) * (1 + 1e-9))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        if num_jobs == 1:
+            good = fns[0].throughput(n, k, bsz, steps) * fns[0].efficiency(batch)
         else:
-            steps = np.zeros_like(totals * k)
-        per_step = totals / (k * (steps + 1.0))
-        # Rounding down and up both, so both ends of the batch range stay reachable.
-        bsz = np.concatenate([np.floor(per_step), np.ceil(per_step)], axis=1)
-        steps = np.concatenate([steps, steps], axis=1)
-        bsz = np.clip(bsz, lo, hi)
-        batch = k * bsz * (steps + 1.0)
-        feasible = (batch >= m0 * (1 - 1e-9)) & (batch <= m_max * (1 + 1e-9))
-        with np.errstate(divide="ignore", invalid="ignore"):
-            good = self.throughput(n, k, bsz, steps) * self.efficiency(batch)
-        good = np.where(feasible & np.isfinite(good), good, -np.inf)
-        best = np.argmax(good, axis=1)
-        rows = np.arange(good.shape[0])
-        best_good = good[rows, best]
-        ok = np.isfinite(best_good)
-        goodput = np.where(ok, best_good, 0.0).reshape(shape)
-        local_bsz = np.where(ok, bsz[rows, best], 0).astype(np.int64).reshape(shape)
-        accum = np.where(ok, steps[rows, best], 0).astype(np.int64).reshape(shape)
-        return goodput, local_bsz, accum
+            params = ThroughputArrays.stack([fn.throughput_params for fn in fns], 2)
+            sqr = np.array([fn.grad_stats.sqr for fn in fns]).reshape(-1, 1, 1)
+            var = np.array([fn.grad_stats.var for fn in fns]).reshape(-1, 1, 1)
+            good = throughput(params, n, k, bsz, steps) * stacked_efficiency(sqr, var, m0, batch)
+    good = np.where(feasible & np.isfinite(good), good, -np.inf)
+    best = np.argmax(good, axis=2)[..., None]
+    best_good = np.take_along_axis(good, best, axis=2)[..., 0]
+    ok = np.isfinite(best_good)
+    goodput = np.where(ok, best_good, 0.0)
+    local_bsz = np.where(ok, np.take_along_axis(bsz, best, axis=2)[..., 0], 0).astype(np.int64)
+    accum = np.where(ok, np.take_along_axis(steps, best, axis=2)[..., 0], 0).astype(np.int64)
+    return goodput, local_bsz, accum

@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 from numpy.typing import ArrayLike
 
 from pollux.errors import ConfigError
-from pollux.models.goodput import GoodputFunction, check_batch_bounds
+from pollux.models.goodput import (
+    NUM_BATCH_CANDIDATES,
+    GoodputFunction,
+    best_goodputs,
+    check_batch_bounds,
+)
 from pollux.models.throughput import FloatArray
 
 
@@ -47,6 +54,14 @@ class SpeedupFunction:
         return self.goodput_fn.optimize(nodes, replicas, self.max_batch_size,
                                         self.local_bsz_bounds, self.accumulation)
 
+    def _grow(self, rows: int, cols: int) -> None:
+        """Make the memo at least (rows x cols)."""
+        if rows > self._table.shape[0] or cols > self._table.shape[1]:
+            grown = np.full((max(rows, self._table.shape[0]), max(cols, self._table.shape[1])),
+                            np.nan)
+            grown[: self._table.shape[0], : self._table.shape[1]] = self._table
+            self._table = grown
+
     def __call__(self, num_nodes: ArrayLike, num_replicas: ArrayLike) -> FloatArray:
         nodes, replicas = np.broadcast_arrays(np.asarray(num_nodes), np.asarray(num_replicas))
         if nodes.size == 0:
@@ -58,12 +73,7 @@ class SpeedupFunction:
         if (bad := (n < 0) | (n > k) | ((k > 0) & (n == 0))).any():
             raise ConfigError("num_nodes", int(n[bad].flat[0]),
                               "need 1 <= num_nodes <= num_replicas (or both 0)")
-        rows, cols = int(n.max()) + 1, int(k.max()) + 1
-        if rows > self._table.shape[0] or cols > self._table.shape[1]:
-            grown = np.full((max(rows, self._table.shape[0]), max(cols, self._table.shape[1])),
-                            np.nan)
-            grown[: self._table.shape[0], : self._table.shape[1]] = self._table
-            self._table = grown
+        self._grow(int(n.max()) + 1, int(k.max()) + 1)
         values = self._table[n, k]
         missing = np.isnan(values)
         if missing.any():
@@ -72,3 +82,35 @@ class SpeedupFunction:
             self._table[pairs[:, 0], pairs[:, 1]] = goodput / self.base_goodput
             values = self._table[n, k]
         return values.astype(np.float64)
+
+
+def speedup_matrix(fns: Sequence[SpeedupFunction], num_nodes: ArrayLike,
+                   num_replicas: ArrayLike, block_elements: int = 200_000) -> FloatArray:
+    """``fns[j](num_nodes[q], num_replicas[q])`` as a (functions x placements) matrix: memo
+    hits gathered, misses computed for many functions per numpy pass
+    (:func:`~pollux.models.goodput.best_goodputs`, the same numbers) and memoized."""
+    n = np.asarray(num_nodes, dtype=np.int64).ravel()
+    k = np.asarray(num_replicas, dtype=np.int64).ravel()
+    out = np.zeros((len(fns), n.size))
+    if n.size == 0 or not fns:
+        return out
+    if (bad := (n < 1) | (n > k)).any():
+        raise ConfigError("num_nodes", int(n[bad][0]), "need 1 <= num_nodes <= num_replicas")
+    missing = []
+    for j, fn in enumerate(fns):
+        fn._grow(int(n.max()) + 1, int(k.max()) + 1)
+        out[j] = fn._table[n, k]
+        if np.isnan(out[j]).any():
+            missing.append(j)
+    per_block = max(1, block_elements // (n.size * 2 * (NUM_BATCH_CANDIDATES + 2)))
+    for start in range(0, len(missing), per_block):
+        block = [fns[j] for j in missing[start:start + per_block]]
+        goodput = best_goodputs([fn.goodput_fn for fn in block],
+                                [fn.max_batch_size for fn in block],
+                                [fn.local_bsz_bounds for fn in block],
+                                [fn.accumulation for fn in block], n, k)
+        for row, fn in zip(goodput, block, strict=True):
+            fn._table[n, k] = row / fn.base_goodput
+        for offset, fn in enumerate(block):
+            out[missing[start + offset]] = fn._table[n, k]
+    return out

@@ -9,6 +9,7 @@ Every function broadcasts over numpy arrays and accepts scalars.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import astuple, dataclass, fields
 
 import numpy as np
@@ -80,13 +81,39 @@ class ThroughputParams:
         return cls(*(float(data[n]) for n in names))
 
 
-def compute_time(params: ThroughputParams, local_bsz: ArrayLike) -> FloatArray:
+@dataclass(frozen=True)
+class ThroughputArrays:
+    """The 7 parameters of many jobs, one array each (same shapes), for the functions
+    below to evaluate every job at once by broadcasting (see :meth:`stack`)."""
+
+    alpha_c: FloatArray
+    beta_c: FloatArray
+    alpha_n: FloatArray
+    beta_n: FloatArray
+    alpha_r: FloatArray
+    beta_r: FloatArray
+    gamma: FloatArray
+
+    @classmethod
+    def stack(cls, params: Sequence[ThroughputParams], trailing_dims: int = 0
+              ) -> ThroughputArrays:
+        """One entry per job along the first axis, then ``trailing_dims`` axes of 1."""
+        values = np.array([astuple(p) for p in params], dtype=np.float64).reshape(
+            (len(params), 7) + (1,) * trailing_dims)
+        return cls(*(values[:, i] for i in range(7)))
+
+
+Params = ThroughputParams | ThroughputArrays
+"""One job's parameters, or many jobs' stacked."""
+
+
+def compute_time(params: Params, local_bsz: ArrayLike) -> FloatArray:
     """Seconds of one micro-step's forward/backward pass at atomic batch ``local_bsz``."""
     return params.alpha_c + params.beta_c * np.asarray(local_bsz, dtype=np.float64)
 
 
 def sync_time(
-    params: ThroughputParams, num_nodes: ArrayLike, num_replicas: ArrayLike
+    params: Params, num_nodes: ArrayLike, num_replicas: ArrayLike
 ) -> FloatArray:
     """Seconds of gradient synchronization per optimizer step (0 for a single replica)."""
     nodes = np.asarray(num_nodes, dtype=np.float64)
@@ -99,7 +126,7 @@ def sync_time(
 
 
 def optimizer_step_time(
-    params: ThroughputParams, num_nodes: ArrayLike, num_replicas: ArrayLike, local_bsz: ArrayLike
+    params: Params, num_nodes: ArrayLike, num_replicas: ArrayLike, local_bsz: ArrayLike
 ) -> FloatArray:
     """Seconds of one optimizer step: ``(T_c^gamma + T_s^gamma)^(1/gamma)``."""
     t_c = compute_time(params, local_bsz)
@@ -113,7 +140,7 @@ def optimizer_step_time(
 
 
 def iteration_time(
-    params: ThroughputParams,
+    params: Params,
     num_nodes: ArrayLike,
     num_replicas: ArrayLike,
     local_bsz: ArrayLike,
@@ -126,7 +153,7 @@ def iteration_time(
 
 
 def throughput(
-    params: ThroughputParams,
+    params: Params,
     num_nodes: ArrayLike,
     num_replicas: ArrayLike,
     local_bsz: ArrayLike,

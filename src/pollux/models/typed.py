@@ -19,7 +19,7 @@ ratio has no model: callers treat it as unknown (Sia offers such a job 1 GPU onl
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 
 import numpy as np
@@ -28,10 +28,10 @@ from numpy.typing import ArrayLike
 from pollux.errors import ConfigError
 from pollux.models.efficiency import GradientStats
 from pollux.models.goodput import GoodputFunction, check_batch_bounds
-from pollux.models.speedup import SpeedupFunction
+from pollux.models.speedup import SpeedupFunction, speedup_matrix
 from pollux.models.throughput import FloatArray, ThroughputParams
 
-__all__ = ["TypeProfile", "TypedGoodput", "project_params"]
+__all__ = ["TypeProfile", "TypedGoodput", "goodput_matrix", "project_params"]
 
 TIME_PARAMS = ("alpha_c", "beta_c", "alpha_n", "beta_n", "alpha_r", "beta_r")
 """The parameters measured in seconds (``gamma`` is a shape, not a time)."""
@@ -162,6 +162,22 @@ class TypedGoodput:
                                                   self.local_bsz_bounds(gpu_type),
                                                   self.accumulation)
         return float(good), int(bsz), int(steps)
+
+
+def goodput_matrix(models: Sequence[TypedGoodput], gpu_type: str, num_nodes: ArrayLike,
+                   num_replicas: ArrayLike) -> FloatArray:
+    """``models[j].goodput(gpu_type, num_nodes[q], num_replicas[q])`` for every model as one
+    (models x placements) matrix: the same numbers, many jobs per numpy pass (each model
+    must have a model for ``gpu_type``)."""
+    fns = []
+    for model in models:
+        fn = model._speedups.get(gpu_type)
+        if fn is None:
+            raise ConfigError("gpu_type", gpu_type,
+                              f"no model for this type; modelled: {sorted(model._speedups)}")
+        fns.append(fn)
+    base = np.array([fn.base_goodput for fn in fns]).reshape(-1, 1)
+    return speedup_matrix(fns, num_nodes, num_replicas) * base
 
 
 def profile_from_dict(data: object, field: str) -> TypeProfile:

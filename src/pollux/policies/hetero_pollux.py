@@ -45,8 +45,8 @@ class HeteroPolluxPolicy(SiaPolicy):
 
     def __init__(self, p: float = -0.5, lambda_n: float = 1.1,
                  remaining_exponent: float = 0.0, max_weight_ratio: float = 4.0,
-                 seed: int | None = None) -> None:
-        super().__init__(p=p, lambda_n=lambda_n, seed=seed)
+                 seed: int | None = None, solver: str = "fast") -> None:
+        super().__init__(p=p, lambda_n=lambda_n, seed=seed, solver=solver)
         self.remaining_exponent = float(remaining_exponent)
         self.max_weight_ratio = float(max_weight_ratio)
 

@@ -28,11 +28,11 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 import numpy as np
-from scipy.optimize import Bounds, LinearConstraint, milp
-from scipy.sparse import coo_matrix
 
 from pollux.cluster_spec import gpu_types_of
 from pollux.errors import ConfigError
+from pollux.models.typed import goodput_matrix
+from pollux.policies.assignment import solve_exact, solve_fast
 from pollux.policies.base import (
     Allocation,
     Allocations,
@@ -51,6 +51,9 @@ RESTART_PENALTY_S = MappingProxyType({
 })
 """Sia's restart penalties by application (measured on its cluster); others 30 s."""
 DEFAULT_RESTART_PENALTY_S = 30.0
+SOLVERS = ("milp", "fast")
+"""Solvers of the program (:mod:`pollux.policies.assignment`): ``milp`` exact (HiGHS),
+``fast`` Lagrangian prices with repair and greedy moves."""
 
 
 @dataclass(frozen=True)
@@ -90,7 +93,7 @@ class SiaPolicy(Policy):
     def __init__(self, p: float = -0.5, lambda_n: float = 1.1,
                  restart_penalty_s: Mapping[str, float] | None = None,
                  mip_rel_gap: float = 1e-4, time_limit_s: float = 10.0,
-                 seed: int | None = None) -> None:
+                 seed: int | None = None, solver: str = "milp") -> None:
         if not (np.isfinite(p) and p < 0):
             raise ConfigError("p", p, "Sia's objective needs a fairness power p < 0")
         if not lambda_n > 0:
@@ -99,6 +102,9 @@ class SiaPolicy(Policy):
         self.lambda_n = float(lambda_n)
         self.restart_penalty_s = dict(RESTART_PENALTY_S if restart_penalty_s is None
                                       else restart_penalty_s)
+        if solver not in SOLVERS:
+            raise ConfigError("solver", solver, f"choose from: {', '.join(SOLVERS)}")
+        self.solver = solver
         self.mip_rel_gap = mip_rel_gap
         self.time_limit_s = time_limit_s
 
@@ -109,29 +115,39 @@ class SiaPolicy(Policy):
 
     def goodput_row(self, job: JobInfo, configs: Sequence[Config]) -> np.ndarray:
         """Normalized goodput of ``job`` at each configuration (invalid: 1e-4)."""
-        row = np.full(len(configs), INVALID_GOODPUT)
+        return self.goodput_matrix([job], configs)[0]
+
+    def goodput_matrix(self, jobs: Sequence[JobInfo], configs: Sequence[Config]) -> np.ndarray:
+        """:meth:`goodput_row` of every job, computed one GPU type at a time over all the
+        jobs with a model there (:func:`pollux.models.typed.goodput_matrix`)."""
+        matrix = np.full((len(jobs), len(configs)), INVALID_GOODPUT)
         # Sia shares the largest growth cap over types
-        cap = max(job.max_replicas_by_type.values(), default=job.max_replicas)
-        model = job.typed_goodput
-        by_type: dict[str, list[int]] = {}
-        for index, config in enumerate(configs):
-            by_type.setdefault(config.gpu_type, []).append(index)
-        no_model: list[str] = []
-        for gpu_type, indices in by_type.items():
-            valid = [i for i in indices if configs[i].num_gpus <= max(cap, 1)]
-            if model is None or not model.has_model(gpu_type):
-                no_model.append(gpu_type)
-                continue
-            if valid:
-                nodes = np.array([configs[i].num_nodes for i in valid])
-                gpus = np.array([configs[i].num_gpus for i in valid])
-                row[valid] = model.goodput(gpu_type, nodes, gpus)
-        useful = row > INVALID_GOODPUT
-        if useful.any():
-            row[useful] /= row[useful].min()
-        for gpu_type in no_model:  # one GPU of a type without a model counts as 1
-            row[by_type[gpu_type][0]] = 1.0
-        return np.maximum(row, INVALID_GOODPUT)
+        caps = np.array([max(max(job.max_replicas_by_type.values(), default=job.max_replicas),
+                             1) for job in jobs])
+        num_gpus = np.array([c.num_gpus for c in configs])
+        no_model = np.zeros((len(jobs), len(configs)), dtype=bool)  # 1 GPU of such a type
+        for gpu_type in dict.fromkeys(c.gpu_type for c in configs):
+            indices = np.array([i for i, c in enumerate(configs) if c.gpu_type == gpu_type])
+            modelled: dict[int, list[int]] = {}  # valid prefix length -> jobs
+            for j, job in enumerate(jobs):
+                model = job.typed_goodput
+                if model is None or not model.has_model(gpu_type):
+                    no_model[j, indices[0]] = True
+                    continue
+                valid = int(np.count_nonzero(num_gpus[indices] <= caps[j]))
+                if valid:
+                    modelled.setdefault(valid, []).append(j)
+            for valid, rows in modelled.items():
+                cols = indices[:valid]
+                nodes = np.array([configs[i].num_nodes for i in cols])
+                models = [jobs[j].typed_goodput for j in rows]
+                matrix[np.ix_(np.array(rows), cols)] = goodput_matrix(
+                    [m for m in models if m is not None], gpu_type, nodes, num_gpus[cols])
+        useful = matrix > INVALID_GOODPUT
+        lowest = np.where(useful, matrix, np.inf).min(axis=1, keepdims=True)
+        matrix = np.where(useful, matrix / lowest, matrix)
+        matrix[no_model] = 1.0
+        return np.maximum(matrix, INVALID_GOODPUT)
 
     def _job_weights(self, jobs: Sequence[JobInfo]) -> np.ndarray:
         """Weight of each job's term in the objective (Sia: all equal)."""
@@ -158,8 +174,9 @@ class SiaPolicy(Policy):
         num_jobs, num_configs = len(jobs), len(configs)
         cost = np.empty((num_jobs, num_configs))
         previous_config: list[int | None] = []
+        goodputs = self.goodput_matrix(jobs, configs)
         for i, job in enumerate(jobs):
-            row = self.goodput_row(job, configs)
+            row = goodputs[i]
             prev = tuple(previous_allocations.get(job.name, ()))
             prev_index = index.get((type_of[prev[0]], len(prev))) if prev else None
             previous_config.append(prev_index)
@@ -175,44 +192,22 @@ class SiaPolicy(Policy):
     def _solve(self, jobs: Sequence[JobInfo], configs: Sequence[Config], cost: np.ndarray,
                previous_config: Sequence[int | None],
                groups: Mapping[str, Sequence[NodeInfo]]) -> list[int | None]:
-        num_jobs, num_configs = cost.shape
-        num_vars = num_jobs * num_configs
-        objective = ((cost - self.lambda_n) * self._job_weights(jobs)[:, None]).ravel()
-        rows, cols, vals = [], [], []
-        for i in range(num_jobs):  # at most one configuration per job
-            rows += [i] * num_configs
-            cols += list(range(i * num_configs, (i + 1) * num_configs))
-            vals += [1.0] * num_configs
-        type_names = list(groups)
-        for t, gpu_type in enumerate(type_names):  # GPUs of each type within capacity
-            for c, config in enumerate(configs):
-                if config.gpu_type == gpu_type:
-                    rows += [num_jobs + t] * num_jobs
-                    cols += [i * num_configs + c for i in range(num_jobs)]
-                    vals += [float(config.num_gpus)] * num_jobs
-        matrix = coo_matrix((vals, (rows, cols)), shape=(num_jobs + len(type_names), num_vars))
-        upper = np.concatenate([np.ones(num_jobs),
-                                [sum(n.num_gpus for n in groups[t]) for t in type_names]])
-        lower_x = np.zeros(num_vars)
-        for i, job in enumerate(jobs):  # restoring jobs keep their configuration
-            prev = previous_config[i]
-            if prev is not None and job.restart_left_s > 0:
-                lower_x[i * num_configs + prev] = 1.0
-        result = milp(objective, integrality=np.ones(num_vars),
-                      bounds=Bounds(lower_x, np.ones(num_vars)),
-                      constraints=LinearConstraint(matrix.tocsr(), -np.inf, upper),
-                      options={"mip_rel_gap": self.mip_rel_gap,
-                               "time_limit": self.time_limit_s})
-        if result.x is None:  # infeasible (forced restoring jobs exceed capacity): drop them
-            lower_x[:] = 0.0
-            result = milp(objective, integrality=np.ones(num_vars),
-                          bounds=Bounds(lower_x, np.ones(num_vars)),
-                          constraints=LinearConstraint(matrix.tocsr(), -np.inf, upper),
-                          options={"mip_rel_gap": self.mip_rel_gap,
-                                   "time_limit": self.time_limit_s})
-        x = np.zeros(num_vars) if result.x is None else np.round(result.x)
-        x = x.reshape(num_jobs, num_configs)
-        return [int(np.argmax(x[i])) if x[i].max() > 0.5 else None for i in range(num_jobs)]
+        """Minimize ``sum weight x (cost - lambda_n)`` over the chosen entries (at most one
+        per job, per-type capacity, restoring jobs kept) with ``self.solver``."""
+        values = (cost - self.lambda_n) * self._job_weights(jobs)[:, None]
+        type_index = {gpu_type: t for t, gpu_type in enumerate(groups)}
+        kind = np.array([type_index[c.gpu_type] for c in configs])
+        size = np.array([c.num_gpus for c in configs], dtype=np.float64)
+        capacity = np.array([sum(n.num_gpus for n in group) for group in groups.values()],
+                            dtype=np.float64)
+        forced = np.array([-1 if prev is None or job.restart_left_s <= 0 else prev
+                           for job, prev in zip(jobs, previous_config)])
+        if self.solver == "milp":
+            chosen = solve_exact(values, kind, size, capacity, forced,
+                                 mip_rel_gap=self.mip_rel_gap, time_limit_s=self.time_limit_s)
+        else:
+            chosen = solve_fast(values, kind, size, capacity, forced)
+        return [int(c) if c >= 0 else None for c in chosen]
 
     def _place(self, jobs: Sequence[JobInfo], configs: Sequence[Config],
                chosen: Sequence[int | None], groups: Mapping[str, Sequence[NodeInfo]],
