@@ -54,13 +54,16 @@ def wait_until(predicate: Callable[[], Any], timeout_s: float, what: str,
 
 
 class ServerProcess:
-    """``pollux server`` in its own session, on 2 virtual nodes x 2 CPU slots."""
+    """``pollux server`` in its own session, on 2 virtual nodes x 2 CPU slots (or on the
+    typed virtual nodes of ``virtual_nodes``, e.g. ``a:2x1,b:1x1``)."""
 
-    def __init__(self, data_dir: Path, policy: str = EQUAL_SHARE, interval_s: float = 1.0
-                 ) -> None:
+    def __init__(self, data_dir: Path, policy: str = EQUAL_SHARE, interval_s: float = 1.0,
+                 virtual_nodes: str | None = None) -> None:
         self.data_dir = data_dir
+        nodes = (["--nodes", "2", "--slots-per-node", "2"] if virtual_nodes is None
+                 else ["--virtual-nodes", virtual_nodes])
         self.args = [sys.executable, "-m", "pollux.cli.main", "server", "--data-dir",
-                     str(data_dir), "--port", "0", "--nodes", "2", "--slots-per-node", "2",
+                     str(data_dir), "--port", "0", *nodes,
                      "--device", "cpu", "--interval", str(interval_s), "--policy", policy,
                      "--stop-grace", "30"]
         self.process: subprocess.Popen[bytes] | None = None

@@ -19,6 +19,7 @@ import pytest
 from pollux.errors import ConfigError, UnknownPluginError
 from pollux.jobenv import JobEnvironment
 from pollux.models import GradientStats, JobHints, ThroughputParams
+from pollux.models.typed import TypeProfile
 from pollux.torch.batch_size import (
     BatchConfig,
     BatchLimits,
@@ -28,6 +29,7 @@ from pollux.torch.batch_size import (
 from pollux.torch.control import Agreement, _decode, _encode
 from pollux.torch.distributed import LaunchSource, read_launch_environment
 from pollux.torch.hints_reporter import HintsReporter, send_hints
+from pollux.torch.job import AgentConfig
 from pollux.torch.scaling_rules import (
     AdaScale,
     LinearScale,
@@ -279,6 +281,77 @@ def test_profile_separates_compute_and_sync_and_fits_in_the_background() -> None
     again = restored.observations()
     assert again is not None
     np.testing.assert_allclose(again.step_time, observations.step_time)
+
+
+def test_each_gpu_type_keeps_its_own_profile_across_restarts() -> None:
+    """A job that ran on type a, then on b, then on a again: b's profile starts empty
+    (a's step times are never pooled into it), a's comes back when it returns, and the
+    hints carry both under their names."""
+    import torch
+
+    from pollux.torch.profiler import MicroStepTiming, ProfilesByType, StepProfiler
+
+    def launch(gpu_type: str, state: dict[str, Any] | None) -> ProfilesByType:
+        profiles = ProfilesByType(gpu_type, StepProfiler(torch.device("cpu")))
+        if state is not None:
+            profiles.load_state_dict(state)
+        return profiles
+
+    def run(profiles: ProfilesByType, replicas: int, step_s: float) -> None:
+        for bsz in (16, 32, 64):
+            for _ in range(2):
+                profiles.live.record(MicroStepTiming((1, replicas, bsz), True, 0.0,
+                                                     step_s * bsz, compute_end=step_s * bsz))
+        profiles.live.collect()
+        profiles.live.maybe_refit(force=True)
+        profiles.live.wait_for_fit(30)
+
+    on_a = launch("a", None)
+    run(on_a, 2, 0.001)
+    fitted_a = on_a.live.params
+    assert fitted_a is not None
+    on_b = launch("b", on_a.state_dict())
+    assert on_b.live.observations() is None and on_b.live.max_profiled_replicas == 0
+    assert on_b.type_profiles() == {"a": TypeProfile(fitted_a, 2), "b": TypeProfile(None, 0)}
+    run(on_b, 1, 0.004)  # four times slower per sample
+    back_on_a = launch("a", on_b.state_dict())
+    observations = back_on_a.live.observations()
+    assert observations is not None and set(observations.num_replicas) == {2}
+    profiles = back_on_a.type_profiles()
+    assert profiles["a"] == TypeProfile(fitted_a, 2) and profiles["b"].max_profiled_replicas == 1
+    b_params = profiles["b"].throughput_params
+    assert b_params is not None and b_params.beta_c > 2 * fitted_a.beta_c
+    # a checkpoint from before GPU types is this launch's type's profile
+    old = StepProfiler(torch.device("cpu"))
+    old.load_state_dict(on_a.live.state_dict())
+    legacy = launch("rtx", old.state_dict())
+    assert legacy.type_profiles() == {"rtx": TypeProfile(fitted_a, 2)}
+
+
+def test_the_device_type_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+
+    from pollux.torch.profiler import device_gpu_type
+
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA Fake 80GB")
+    cuda = torch.device("cuda", 0)
+    assert device_gpu_type(cuda) == "NVIDIA Fake 80GB"
+    assert device_gpu_type(torch.device("cpu")) == "cpu"
+    assert device_gpu_type(torch.device("cpu"), configured="my-box") == "my-box"
+    # the scheduler's name for the node's type wins: the policy looks the profile up by it
+    assert device_gpu_type(cuda, launched="a100", configured="my-box") == "a100"
+    with pytest.raises(ConfigError):
+        device_gpu_type(torch.device("cpu"), configured=" ")
+    with pytest.raises(ConfigError) as info:
+        AgentConfig(gpu_type="x" * 101)
+    assert info.value.field == "gpu_type"
+    for environ in ({"POLLUX_GPU_TYPE": "rtx"},
+                    {"POLLUX_GPU_TYPE": "rtx", "RANK": "0", "WORLD_SIZE": "1",
+                     "MASTER_PORT": "1"},
+                    JobEnvironment(job_id="j", rank=0, num_replicas=1, master_port=1,
+                                   gpu_type="rtx").to_env()):
+        assert read_launch_environment(environ).gpu_type == "rtx"
+    assert read_launch_environment({}).gpu_type is None
 
 
 def test_metrics_writer_is_optional(tmp_path: Path) -> None:

@@ -54,10 +54,11 @@ def test_interrupted_and_resized_run_consumes_every_sample_exactly_once(
     ckpt = tmp_path / "ckpt"
     events = ckpt / "events.jsonl"
     hints = ckpt / "hints.json"
-    for launch, replicas in enumerate([2, 1, 3]):
+    # moved between GPU types as the scheduler would on a typed cluster: a, b, then a
+    for launch, (replicas, gpu_type) in enumerate([(2, "a"), (1, "b"), (3, "a")]):
         job = Replicas([*ARGS, "--step-delay-s", "0.01"], replicas, checkpoint_dir=ckpt,
                        log_dir=tmp_path / "logs", num_restarts=launch,
-                       hints_target=str(hints))
+                       hints_target=str(hints), environ={"POLLUX_GPU_TYPE": gpu_type})
         if launch < 2:
             wait_for_event(events, launch, "start")
             time.sleep(float(rng.uniform(0.1, 0.5)))
@@ -86,6 +87,11 @@ def test_interrupted_and_resized_run_consumes_every_sample_exactly_once(
     reported = JobHints.from_dict(json.loads(hints.read_text()))
     assert reported.max_profiled_replicas == 3
     assert reported.throughput_params is not None and reported.grad_stats is not None
+    # one profile per type, never pooled: b saw 1 replica only, a 2 then 3
+    assert reported.gpu_type == "a" and sorted(reported.type_profiles) == ["a", "b"]
+    assert reported.type_profiles["a"].max_profiled_replicas == 3
+    assert reported.type_profiles["a"].throughput_params == reported.throughput_params
+    assert reported.type_profiles["b"].max_profiled_replicas == 1
 
 
 def test_sigkill_resumes_from_the_last_periodic_checkpoint(tmp_path: Path) -> None:

@@ -123,6 +123,8 @@ class ControlLoop:
             accum_steps=config.accum_steps,
             epoch=loader.sampler.epoch,
             progress=model.progress,
+            gpu_type=job.gpu_type,
+            type_profiles=job.profiles.type_profiles(),
         )
         if job.hints is not None:
             job.hints.update(hints, urgent=urgent)

@@ -99,6 +99,7 @@ def read_launch_environment(environ: Mapping[str, str] | None = None) -> LaunchE
     checkpoint_dir = env.get(jobenv.CHECKPOINT_DIR) or None
     hints_target = env.get(jobenv.HINTS_TARGET) or None
     hints_token = env.get(jobenv.HINTS_TOKEN) or None
+    gpu_type = env.get(jobenv.GPU_TYPE) or None
     if "RANK" in env and "WORLD_SIZE" in env:
         world = _integer(env, "WORLD_SIZE")
         local_world = _integer(env, "LOCAL_WORLD_SIZE", world)
@@ -116,10 +117,12 @@ def read_launch_environment(environ: Mapping[str, str] | None = None) -> LaunchE
             hints_target=hints_target,
             hints_token=hints_token,
             num_restarts=_integer(env, "TORCHELASTIC_RESTART_COUNT", 0),
+            gpu_type=gpu_type,
         )
     return LaunchEnvironment(source=LaunchSource.SINGLE, job_id="local", rank=0,
                              num_replicas=1, checkpoint_dir=checkpoint_dir,
-                             hints_target=hints_target, hints_token=hints_token)
+                             hints_target=hints_target, hints_token=hints_token,
+                             gpu_type=gpu_type)
 
 
 def default_backend() -> str:

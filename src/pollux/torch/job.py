@@ -21,12 +21,13 @@ import torch.distributed as dist
 
 from pollux.errors import ConfigError
 from pollux.jobenv import RESCALE_EXIT_CODE
+from pollux.models.hints import check_gpu_type
 from pollux.torch.accumulator import AccumulatorStates
 from pollux.torch.checkpoint import CheckpointManager
 from pollux.torch.distributed import LaunchEnvironment
 from pollux.torch.hints_reporter import HintsReporter
 from pollux.torch.metrics import MetricsWriter
-from pollux.torch.profiler import StepProfiler
+from pollux.torch.profiler import ProfilesByType, StepProfiler, device_gpu_type
 
 if TYPE_CHECKING:
     from pollux.torch.data_loader import AdaptiveDataLoader
@@ -84,6 +85,11 @@ class AgentConfig:
     """Timeout of collectives (a dead peer fails the job after at most this long)."""
     tensorboard_dir: str | None = None
     """Write TensorBoard scalars here (rank 0, when tensorboard is installed)."""
+    gpu_type: str | None = None
+    """The name of this device's type, under which the job's step-time profile is kept and
+    reported (a job keeps one profile per type it runs on). Under the scheduler on a typed
+    cluster the node's type (``POLLUX_GPU_TYPE``) wins; None: the CUDA device's name
+    (``torch.cuda.get_device_name``), or ``"cpu"``."""
     log_level: str | None = "INFO"
     """Level of the agent's own messages (batch-size changes, checkpoints) printed on
     rank 0's stderr when the script has not configured logging; None: leave logging to
@@ -105,6 +111,8 @@ class AgentConfig:
                               "must be >= 1")
         if not self.min_goodput_gain >= 0:
             raise ConfigError("min_goodput_gain", self.min_goodput_gain, "must be >= 0")
+        if self.gpu_type is not None:
+            check_gpu_type("gpu_type", self.gpu_type)
         if self.log_level is not None and not isinstance(
                 logging.getLevelName(self.log_level.upper()), int):
             raise ConfigError("log_level", self.log_level,
@@ -214,6 +222,11 @@ class JobContext:
                                             group=control_group,
                                             keep=config.checkpoints_kept)
         self.profiler = StepProfiler(device, refit_interval_s=config.refit_interval_s)
+        """The step-time profile of this launch's GPU type."""
+        self.gpu_type = device_gpu_type(device, launch.gpu_type, config.gpu_type)
+        """The GPU type this replica runs on (see :func:`device_gpu_type`)."""
+        self.profiles = ProfilesByType(self.gpu_type, self.profiler)
+        """Every type's profile (this type's is :attr:`profiler`), checkpointed."""
         self.metrics = MetricsWriter(config.tensorboard_dir if self.rank == 0 else None)
         self.hints: HintsReporter | None = None
         if self.rank == 0 and launch.hints_target:
@@ -224,7 +237,7 @@ class JobContext:
         self.checkpoint.register("pollux/job", self._state)
         self.checkpoint.register("pollux/rng", RngStates(self.rank, self.num_replicas,
                                                          control_group, launch.num_restarts))
-        self.checkpoint.register("pollux/profile", self.profiler)
+        self.checkpoint.register("pollux/profile", self.profiles)
         self.accumulators = AccumulatorStates(self)
         """Every :class:`~pollux.torch.accumulator.Accumulator` of the job, checkpointed."""
         self.checkpoint.register("pollux/accumulators", self.accumulators)

@@ -9,7 +9,8 @@ gradient hook) a second reading of ``T_c`` when there is no accumulation.
 On CUDA the marks are CUDA events read lazily (``query()`` before ``elapsed_time``), so
 profiling adds no host synchronization; on CPU they are ``perf_counter`` readings.
 The throughput model is refitted in a daemon thread, never inside a training step, each
-refit warm-started from the previous one.
+refit warm-started from the previous one. A job keeps one profile per GPU type it has run
+on (:class:`ProfilesByType`), named by :func:`device_gpu_type`.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ import numpy as np
 import torch
 
 from pollux.models import ThroughputObservations, ThroughputParams, fit_throughput_params
+from pollux.models.hints import check_gpu_type
+from pollux.models.typed import TypeProfile
 
 logger = logging.getLogger(__name__)
 
@@ -204,3 +207,66 @@ class StepProfiler:
         with self._lock:
             self._params = None if params is None else ThroughputParams.from_dict(params)
         self._observed_since_fit = 0
+
+
+CPU_GPU_TYPE = "cpu"
+"""The type an agent on a CPU names itself when nobody gave it a name."""
+
+
+def device_gpu_type(device: torch.device, launched: str | None = None,
+                    configured: str | None = None) -> str:
+    """The name the job's profile on ``device`` is kept under: the scheduler's name for
+    the node's type (``POLLUX_GPU_TYPE``, ``launched``) so that the policy finds it, else
+    the script's (``AgentConfig.gpu_type``), else the CUDA device's name
+    (``torch.cuda.get_device_name``), else ``"cpu"``."""
+    if launched:
+        name = launched
+    elif configured:
+        name = configured
+    elif device.type == "cuda":
+        name = torch.cuda.get_device_name(device)
+    else:
+        name = CPU_GPU_TYPE
+    return check_gpu_type("gpu_type", name)
+
+
+class ProfilesByType:
+    """The job's step-time profile on every GPU type it has run on: the live
+    :class:`StepProfiler` of this launch's type, and what earlier launches measured on
+    other types, kept as they were. Profiles of different types are never pooled: each
+    type's model is fitted to what ran on that type only (a job moved from a fast type to
+    a slow one would otherwise fit one model to both).
+
+    Checkpointed under ``pollux/profile``; a checkpoint from before GPU types (one
+    profile) is taken as this type's."""
+
+    def __init__(self, gpu_type: str, live: StepProfiler) -> None:
+        self.gpu_type = gpu_type
+        self.live = live
+        self._others: dict[str, dict[str, Any]] = {}
+        """Type -> the saved state of its profiler (other types than this launch's)."""
+
+    def type_profiles(self) -> dict[str, TypeProfile]:
+        """Type -> its fitted model and the most replicas profiled there."""
+        profiles = {}
+        for gpu_type, state in sorted(self._others.items()):
+            params = state.get("params")
+            profiles[gpu_type] = TypeProfile(
+                None if params is None else ThroughputParams.from_dict(params),
+                int(state.get("max_profiled_replicas", 0)))
+        profiles[self.gpu_type] = TypeProfile(self.live.params, self.live.max_profiled_replicas)
+        return profiles
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"gpu_type": self.gpu_type,
+                "by_type": {**self._others, self.gpu_type: self.live.state_dict()}}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if "by_type" not in state:  # saved before GPU types: one profile, taken as ours
+            self.live.load_state_dict(state)
+            return
+        by_type = dict(state["by_type"])
+        mine = by_type.pop(self.gpu_type, None)
+        self._others = {str(gpu_type): dict(saved) for gpu_type, saved in by_type.items()}
+        if mine is not None:
+            self.live.load_state_dict(mine)
