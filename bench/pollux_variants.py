@@ -3,8 +3,8 @@
     python bench/pollux_variants.py --variants paper,alpha1 --workloads 2,6
     python bench/pollux_variants.py --load 1.5        # denser: the generator at 1.5x jobs
 
-Each variant is the ``pollux`` policy (marginal-gain optimizer) or ``pollux-ga`` with
-keyword options; runs go to ``--processes`` worker processes. Prints, per variant, the
+Each variant is the ``pollux`` policy (marginal-gain optimizer), ``pollux-ga`` or the
+one-type Sia-style MILP (:mod:`pollux.policies.pollux.milp`) with keyword options; runs go to ``--processes`` worker processes. Prints, per variant, the
 average JCT per workload, the mean, p99 JCT, max finish-time fairness, restarts per job,
 the median policy round, and the workload's lower bound. ``--json`` keeps the records.
 """
@@ -21,7 +21,9 @@ from typing import Any
 
 import numpy as np
 
+from pollux.policies.base import Policy
 from pollux.policies.pollux import PolluxGAPolicy, PolluxPolicy
+from pollux.policies.pollux.milp import OneTypeMilpPolicy
 from pollux.sim.generator import generate_workload
 from pollux.sim.lower_bound import with_lower_bounds
 from pollux.sim.metrics import RunRecord, summarize_run
@@ -46,6 +48,22 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "alpha0.5-adm": ("pollux", {"remaining_weight": 0.5, "remaining_admission": True}),
     "alpha0.5-cap1": ("pollux", {"remaining_weight": 0.5, "remaining_max_ratio": 1.0}),
     "alpha2": ("pollux", {"remaining_weight": 2.0}),
+    "paper-rr": ("pollux", {"remaining_restart": True}),
+    "alpha0.5-rr": ("pollux", {"remaining_weight": 0.5, "remaining_restart": True}),
+    "alpha1-rr": ("pollux", {"remaining_weight": 1.0, "remaining_restart": True}),
+    "alpha0.5-g10": ("pollux", {"remaining_weight": 0.5, "min_restart_gain": 0.1}),
+    "alpha0.5-rr-g10": ("pollux", {"remaining_weight": 0.5, "remaining_restart": True,
+                                   "min_restart_gain": 0.1}),
+    "alpha0.5-rr-g20": ("pollux", {"remaining_weight": 0.5, "remaining_restart": True,
+                                   "min_restart_gain": 0.2}),
+    "alpha1-rr-g10": ("pollux", {"remaining_weight": 1.0, "remaining_restart": True,
+                                 "min_restart_gain": 0.1}),
+    "alpha0.5-rr-g10-cap4": ("pollux", {"remaining_weight": 0.5, "remaining_restart": True,
+                                        "min_restart_gain": 0.1, "remaining_max_ratio": 4.0}),
+    "milp": ("milp", {}),
+    "milp-w0.5": ("milp", {"remaining_exponent": 0.5}),
+    "milp-w1": ("milp", {"remaining_exponent": 1.0}),
+    "milp-p1-w0.5": ("milp", {"p": -1.0, "remaining_exponent": 0.5}),
     "ga": ("pollux-ga", {}),
     "ga-alpha1": ("pollux-ga", {"remaining_weight": 1.0}),
     "ga-submission": ("pollux-ga", {"least_service_first": False, "small_first": True}),
@@ -56,8 +74,9 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
 def run_one(variant: str, options: dict[str, Any], optimizer: str, workload: Workload,
             traces: str | None, config: ClusterConfig, seed: int) -> RunRecord:
     apps = load_applications(traces)
-    cls = PolluxPolicy if optimizer == "pollux" else PolluxGAPolicy
-    policy = cls(seed=seed, **options)
+    classes: dict[str, type[Policy]] = {"pollux": PolluxPolicy, "pollux-ga": PolluxGAPolicy,
+                                        "milp": OneTypeMilpPolicy}
+    policy = classes[optimizer](seed=seed, **options)
     result = run_simulation(workload, apps, policy, config)
     record = summarize_run(result, apps)
     return RunRecord(**{**record.__dict__, "policy": variant})
@@ -100,6 +119,8 @@ def main() -> int:
         for future in as_completed(futures):
             rec = future.result()
             records.append(rec)
+            if args.json:  # kept as they come: a long run stopped early loses nothing
+                Path(args.json).write_text(json.dumps([r.to_dict() for r in records]) + "\n")
             print(f"  {rec.policy} on {rec.workload}: avg JCT {rec.avg_jct_s:.1f} s, p99 "
                   f"{rec.p99_jct_s:.0f} s, max_ftf {rec.max_ftf:.2f}, restarts/job "
                   f"{rec.restarts_per_job:.2f}, round median {1e3 * rec.round_s.median:.1f} ms,"

@@ -179,3 +179,30 @@ def test_remaining_guard_rounding_and_admission() -> None:
         ObjectiveConfig(remaining_max_ratio=0.0)
     with pytest.raises(ConfigError, match="remaining_step"):
         ObjectiveConfig(remaining_step=-2.0)
+
+
+def test_remaining_restart_factor_spares_jobs_close_to_done() -> None:
+    # two identical jobs on one node each, old enough that Pollux's own factor is ~1; the
+    # one with 60 s of training left would lose half its remaining time to a 30 s restart
+    jobs = [job("ending", seed=1, age_s=1e6, remaining_s=60.0),
+            job("long", seed=1, age_s=1e6, remaining_s=1e9), job("unknown", seed=1, age_s=1e6)]
+    previous = {"ending": ("node-00",), "long": ("node-01",), "unknown": ("node-02",)}
+    paper = _objective(jobs, nodes(4, 4), previous)
+    aware = _objective(jobs, nodes(4, 4), previous, remaining_restart=True)
+    index = {p.name: i for i, p in enumerate(aware.problem.jobs)}
+
+    def ratio(obj: PolluxObjective, name: str) -> float:
+        j = index[name]
+        return float(obj.speedup(j, 1, 2, True) / obj.speedup(j, 1, 2, False))
+
+    assert ratio(paper, "ending") == pytest.approx(ratio(paper, "long"), rel=1e-9)
+    raw = float(aware.raw_speedup(index["ending"], 1, 2))
+    left_s = 60.0 / raw
+    assert ratio(aware, "ending") == pytest.approx(left_s / (left_s + 30.0))
+    assert ratio(aware, "long") == pytest.approx(ratio(paper, "long"))
+    assert ratio(aware, "unknown") == pytest.approx(ratio(paper, "unknown"))
+    # hysteresis: every change is worth at most 1 - min_restart_gain of its speedup
+    damped = _objective(jobs, nodes(4, 4), previous, min_restart_gain=0.2)
+    assert ratio(damped, "long") == pytest.approx(0.8)
+    with pytest.raises(ConfigError, match="min_restart_gain"):
+        ObjectiveConfig(min_restart_gain=1.0)

@@ -87,6 +87,15 @@ class ObjectiveConfig:
     """Scale ``speedup + eps`` rather than the speedup alone, so that the cost of leaving
     a job without GPUs (``eps^p``) scales too: when the cluster is saturated, the jobs
     with the most work left may wait while shorter ones run (admission control)."""
+    remaining_restart: bool = False
+    """Scale a changed allocation's speedup by at most ``T / (T + delay)``, ``T`` the job's
+    remaining time at that allocation (``remaining_s`` over its raw speedup): a restart
+    pays only if what the job gains before it finishes exceeds the delay (a job close to
+    done is not restarted to finish a little sooner). Jobs without ``remaining_s``: 1."""
+    min_restart_gain: float = 0.0
+    """A changed allocation's speedup is scaled by at most ``1 - min_restart_gain``: no
+    restart for less than this relative gain (hysteresis for long-running jobs, whose
+    age-based restart factor tends to 1)."""
     remaining_step: float = 0.0
     """If > 1, the ratio ``T_j / T_median`` is rounded to a power of this number, so that
     a job's weight moves in steps (fewer reallocations) rather than every round."""
@@ -105,6 +114,9 @@ class ObjectiveConfig:
         if not self.remaining_max_ratio > 0:
             raise ConfigError("remaining_max_ratio", self.remaining_max_ratio,
                               "use a ratio > 0 (1: no job weighs less than the median one)")
+        if not 0 <= self.min_restart_gain < 1:
+            raise ConfigError("min_restart_gain", self.min_restart_gain,
+                              "use a fraction in [0, 1), e.g. 0.1")
         if not (np.isfinite(self.remaining_step) and self.remaining_step >= 0):
             raise ConfigError("remaining_step", self.remaining_step,
                               "use 0 (no rounding) or a factor > 1, e.g. 2")
@@ -174,7 +186,11 @@ class PolluxObjective:
             factor = np.ones(num_jobs)
         elif not config.penalize_first_start:
             factor = np.where(problem.base_state.any(axis=1), factor, 1.0)
-        self.restart_factor = factor
+        self.restart_factor = np.minimum(factor, 1.0 - config.min_restart_gain)
+        self.remaining = np.array([np.nan if job.remaining_s is None else float(job.remaining_s)
+                                   for job in problem.jobs], dtype=np.float64)
+        """(J,) seconds of training left at one replica; NaN where unknown."""
+        self.delays = delays
 
     # -- speedups ------------------------------------------------------------------------
 
@@ -285,8 +301,13 @@ class PolluxObjective:
     def speedup(self, j: int, num_nodes: ArrayLike, num_replicas: ArrayLike,
                 changed: ArrayLike = False) -> FloatArray:
         """Job ``j``'s fair-share speedup, restart factor applied where ``changed``."""
-        s = self.raw_speedup(j, num_nodes, num_replicas) / self.fair_speedup[j]
-        s = np.where(changed, s * self.restart_factor[j], s)
+        raw = self.raw_speedup(j, num_nodes, num_replicas)
+        factor = self.restart_factor[j]
+        if self.config.remaining_restart and np.isfinite(self.remaining[j]):
+            left_s = self.remaining[j] / np.maximum(raw, 1e-12)  # no GPUs: factor ~1
+            factor = np.minimum(factor, left_s / (left_s + self.delays[j]))
+        s = raw / self.fair_speedup[j]
+        s = np.where(changed, s * factor, s)
         if self.config.remaining_admission:  # scales speedup + eps; stays > -eps
             eps = self.config.epsilon
             return np.asarray((s + eps) * self.job_scale[j] - eps)

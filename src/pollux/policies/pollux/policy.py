@@ -46,6 +46,8 @@ class _PolluxPolicyBase(Policy):
         remaining_step: float = 0.0,
         remaining_max_ratio: float = 100.0,
         remaining_admission: bool = False,
+        remaining_restart: bool = False,
+        min_restart_gain: float = 0.0,
     ) -> None:
         try:
             rounding = FairShareRounding(fair_share)
@@ -59,7 +61,9 @@ class _PolluxPolicyBase(Policy):
             remaining_weight=float(remaining_weight),
             remaining_step=float(remaining_step),
             remaining_max_ratio=float(remaining_max_ratio),
-            remaining_admission=bool(remaining_admission))
+            remaining_admission=bool(remaining_admission),
+            remaining_restart=bool(remaining_restart),
+            min_restart_gain=float(min_restart_gain))
         self.interference_avoidance = bool(interference_avoidance)
         self.rng = np.random.default_rng(seed)
         self._typed: Policy | None = None
