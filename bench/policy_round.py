@@ -15,12 +15,14 @@ batch limits and exploration bounds, built with ``pollux.models``.
 
     python bench/policy_round.py              # the full table
     python bench/policy_round.py --quick      # fewer rounds
+    python bench/policy_round.py --ga --cpu   # pollux-ga alone, CPU time (loaded machines)
 """
 
 from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import Callable
 from dataclasses import replace
 
 import numpy as np
@@ -84,8 +86,9 @@ def cluster(num_nodes: int, gpus_per_node: int) -> list[NodeInfo]:
 
 
 def time_rounds(policy_name: str, num_jobs: int, nodes: list[NodeInfo], rounds: int,
-                seed: int, typed: bool = False) -> np.ndarray:
-    """Wall seconds of each round."""
+                seed: int, typed: bool = False, clock: Callable[[], float] = time.perf_counter
+                ) -> np.ndarray:
+    """Seconds of each round (wall, or what ``clock`` counts)."""
     rng = np.random.default_rng(seed)
     policy = make_policy(policy_name) if policy_name == "sia" else make_policy(policy_name,
                                                                                seed=seed)
@@ -95,9 +98,9 @@ def time_rounds(policy_name: str, num_jobs: int, nodes: list[NodeInfo], rounds: 
     times = []
     for r in range(rounds):
         now = r * INTERVAL_S
-        tic = time.perf_counter()
+        tic = clock()
         decision = policy.optimize(jobs, nodes, previous)
-        times.append(time.perf_counter() - tic)
+        times.append(clock() - tic)
         previous = {k: v for k, v in decision.allocations.items() if v}
         evolved = []
         for job in jobs:
@@ -121,8 +124,21 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--typed", action="store_true",
                         help="typed clusters: pollux and sia (see above)")
+    parser.add_argument("--ga", action="store_true",
+                        help="pollux-ga alone (10, 50 and 200 jobs on 16 x 4 GPUs)")
+    parser.add_argument("--cpu", action="store_true",
+                        help="CPU time of the process instead of wall time")
     args = parser.parse_args()
     rounds_default, rounds_ga, rounds_big = (8, 3, 3) if args.quick else (40, 10, 10)
+    if args.ga:
+        clock = time.process_time if args.cpu else time.perf_counter
+        for num_jobs in (10, 50, 200):
+            t = time_rounds("pollux-ga", num_jobs, cluster(16, 4), rounds_ga, args.seed,
+                            clock=clock) * 1e3
+            print(f"pollux-ga, 16 nodes x 4 GPUs, {num_jobs} jobs: median {np.median(t):.1f} ms,"
+                  f" p99 {np.percentile(t, 99):.1f} ms ({'CPU' if args.cpu else 'wall'})",
+                  flush=True)
+        return
     if args.typed:
         for spec, num_jobs, rounds in ((TYPED_SMALL, 100, rounds_default),
                                        (TYPED_BIG, 1000, rounds_big)):

@@ -14,7 +14,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from pollux.policies.pollux.problem import AllocationProblem, IntArray
+from pollux.policies.pollux.problem import (
+    AllocationProblem,
+    FloatArray,
+    IntArray,
+    count_along,
+)
 
 _TOLERANCE = 1e-9
 
@@ -71,17 +76,31 @@ def repair(
     order (``small_first``: smallest allocations first, so that a job the mutation just
     started is not cut back in favour of a big one); finally clear jobs left below their
     minimum.
+
+    The genetic algorithm repairs a whole population each generation, so every step is
+    one numpy expression over all states at once (no per-state or per-job loop).
     """
-    s = np.clip(np.asarray(states, dtype=np.int64), 0, problem.max_per_node[None])
+    s = np.minimum(np.maximum(np.asarray(states, dtype=np.int64), 0), problem.max_per_node)
     pinned = problem.pinned
-    s[:, pinned] = problem.base_state[pinned]
+    any_pinned = bool(pinned.any())
+    if any_pinned:
+        s[:, pinned] = problem.base_state[pinned]
     if interference_avoidance:
-        distributed = np.count_nonzero(s, axis=2) > 1
-        occupied = (s > 0) & distributed[:, :, None]
-        conflict = occupied & (np.cumsum(occupied, axis=1) > 1)
-        s[conflict & ~pinned[None, :, None]] = 0
+        # A distributed job's entry conflicts where an earlier distributed job is there;
+        # only (state, node) pairs holding two distributed jobs are looked at.
+        occupied = s > 0
+        occupied &= (count_along(occupied, axis=2) > 1)[:, :, None]
+        state_idx, node_idx = np.nonzero(count_along(occupied, axis=1) > 1)
+        if len(state_idx):
+            columns = occupied[state_idx, :, node_idx]  # (M, J)
+            conflict = columns & (np.cumsum(columns, axis=1) > 1)
+            if any_pinned:
+                conflict &= ~pinned[None, :]
+            kept = s[state_idx, :, node_idx]
+            kept[conflict] = 0
+            s[state_idx, :, node_idx] = kept
     # At most max_replicas per job: keep a cumulative cap over a random node order.
-    over = s.sum(axis=2) > problem.max_replicas[None, :]
+    over = np.einsum("pjn->pj", s) > problem.max_replicas[None, :]
     if over.any():
         rows = s[over]
         order = np.argsort(rng.random(rows.shape), axis=1)
@@ -90,28 +109,48 @@ def repair(
         capped = np.minimum(np.cumsum(shuffled, axis=1), limit[:, None])
         np.put_along_axis(rows, order, np.diff(capped, axis=1, prepend=0), axis=1)
         s[over] = rows
-    # Node capacity, resource by resource: pinned jobs first, then (with ``small_first``)
-    # the jobs with the smallest allocations, else in priority order.
     if problem.resource_types:
-        num_jobs = problem.num_jobs
-        key = np.broadcast_to(np.arange(num_jobs, dtype=np.float64), s.shape[:2])
-        if small_first:  # dominant shares of whole replicas differ by far more than 1e-6
-            key = key + problem.dominant_share[None, :] * s.sum(axis=2) * 1e6 * num_jobs
-        key = key + np.where(pinned, -1e18, 0.0)[None, :]
-        order = np.argsort(key, axis=1, kind="stable")
-        ordered = np.take_along_axis(s, order[:, :, None], axis=1)
-        demand = problem.demand[order][:, :, None, :]
-        use = ordered[..., None] * demand
-        room = np.minimum(np.cumsum(use, axis=1), problem.capacity[None, None])
-        granted = np.diff(room, axis=1, prepend=0.0)
+        s = _fit_capacity(problem, s, small_first)
+    if int(problem.min_replicas.max(initial=0)) > 1:  # else only empty rows are below
+        below = (s.sum(axis=2) < problem.min_replicas[None]) & ~pinned[None]
+        s[below] = 0
+    if any_pinned:
+        s[:, pinned] = problem.base_state[pinned]
+    return s
+
+
+def _fit_capacity(problem: AllocationProblem, s: IntArray, small_first: bool) -> IntArray:
+    """Node capacity, resource by resource: pinned jobs first, then (with ``small_first``)
+    the jobs with the smallest allocations, else in priority order. Each job keeps the
+    replicas that fit in what the jobs before it *asked* for left of the node.
+
+    Only the (state, node) pairs asked beyond the node's capacity are looked at: on the
+    others every job keeps what it asked (modifies ``s`` in place)."""
+    used = np.matmul(s.transpose(0, 2, 1).astype(np.float64), problem.demand)  # (P, N, R)
+    state_idx, node_idx = np.nonzero((used > problem.capacity[None]).any(axis=2))
+    if len(state_idx) == 0:
+        return s
+    num_jobs = problem.num_jobs
+    key = np.broadcast_to(np.arange(num_jobs, dtype=np.float64), s.shape[:2])
+    if small_first:  # dominant shares of whole replicas differ by far more than 1e-6
+        key = key + problem.dominant_share[None, :] * s.sum(axis=2) * 1e6 * num_jobs
+    key = key[state_idx] + np.where(problem.pinned, -1e18, 0.0)[None, :]
+    order = np.argsort(key, axis=1, kind="stable")  # (M, J)
+    at = (state_idx[:, None], order, node_idx[:, None])
+    columns = s[at]  # (M, J): each pair's replicas in the order capacity is given
+    need = problem.demand[order]  # (M, J, R)
+    fits: FloatArray | None = None
+    for r in range(len(problem.resource_types)):
+        need_r = need[:, :, r]
+        room = np.minimum(np.cumsum(columns * need_r, axis=1),
+                          problem.capacity[node_idx, r][:, None])
+        granted = room.copy()
+        granted[:, 1:] -= room[:, :-1]
         with np.errstate(divide="ignore", invalid="ignore"):
-            ratio = np.where(demand > 0, granted / demand, np.inf)
-        fits = np.floor(ratio * (1 + _TOLERANCE) + _TOLERANCE).min(axis=3)
-        fits = np.where(np.isfinite(fits), fits, ordered)  # jobs that request nothing
-        ordered = np.minimum(ordered, np.maximum(fits, 0).astype(np.int64))
-        np.put_along_axis(s, order[:, :, None], ordered, axis=1)
-    totals = s.sum(axis=2)
-    below = (totals < problem.min_replicas[None]) & ~pinned[None]
-    s[below] = 0
-    s[:, pinned] = problem.base_state[pinned]
+            ratio = np.where(need_r > 0, granted / need_r, np.inf)
+        fits_r = np.floor(ratio * (1 + _TOLERANCE) + _TOLERANCE)
+        fits = fits_r if fits is None else np.minimum(fits, fits_r)
+    assert fits is not None
+    fits = np.where(np.isfinite(fits), fits, columns)  # jobs that request nothing
+    s[at] = np.minimum(columns, np.maximum(fits, 0).astype(np.int64))
     return s

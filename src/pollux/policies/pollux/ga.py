@@ -18,6 +18,11 @@ cluster evolves. Each generation:
 
 The answer is the best individual of the last generation. Randomness comes from the
 generator the optimizer is given.
+
+Every step works on the whole population at once (one numpy expression per step, no loop
+over individuals), and fitness goes through :class:`PopulationFitness`, which memoizes
+each job's speedup for the round. A seed gives the same decisions as the plain forms of
+these steps (``tests/policies/test_pollux_ga_fast.py`` holds them as references).
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from pollux.policies.pollux.problem import (
     AllocationProblem,
     FloatArray,
     IntArray,
+    count_along,
     fitting_replicas,
 )
 
@@ -80,12 +86,13 @@ class GeneticOptimizer:
 
     # -- population carried across rounds -------------------------------------------------
 
-    def _initial_population(self, problem: AllocationProblem) -> IntArray:
+    def _initial_population(self, problem: AllocationProblem,
+                            node_capacity: IntArray) -> IntArray:
         base = problem.base_state[None]
         if self._population is None or len(self._population) == 0:
             size = self.config.population_size
             population = np.repeat(base, size, axis=0)
-            population[1:] = self._mutate(problem, population[1:])
+            population[1:] = self._mutate(problem, population[1:], node_capacity)
         else:
             population = self._adapt(problem, self._population)
             population = np.concatenate([base, population[: self.config.population_size - 1]])
@@ -118,30 +125,42 @@ class GeneticOptimizer:
         before = np.arange(num_jobs)[None, :, None] < points
         return np.concatenate([np.where(before, first, second), np.where(before, second, first)])
 
-    def _mutate(self, problem: AllocationProblem, states: IntArray) -> IntArray:
+    def _mutate(self, problem: AllocationProblem, states: IntArray,
+                node_capacity: IntArray | None = None) -> IntArray:
+        """Mutated copies of ``states`` (P, J, N); ``node_capacity`` is
+        :meth:`_node_capacity`, computed once a round by :meth:`solve`."""
         cfg = self.config
         rng = self.rng
-        states = states.copy()
         shape = states.shape
         reset = rng.random(shape[:2]) < cfg.reset_probability
-        states = np.where(reset[:, :, None], problem.base_state[None], states)
+        # Integer blends instead of np.where and masked stores (several times faster).
+        states = states + reset[:, :, None] * (problem.base_state[None] - states)
         clear_rows = rng.random(shape[:2]) < cfg.clear_row_probability
         clear = clear_rows[:, :, None] & (rng.random(shape) < cfg.clear_entry_probability)
-        states[clear] = 0
+        states *= ~clear
         # Raise entries where one more replica still fits on the node. As in the reference,
         # each node's chance is spread over the jobs that fit there (and, separately, over
         # the jobs already on it), and a raised entry goes up to the node's capacity for
         # the job; the job's own bound is left to the repair.
         used = np.matmul(states.transpose(0, 2, 1).astype(np.float64), problem.demand)
-        free = problem.capacity[None] - used
-        room = np.all(problem.demand[None, :, None, :] <= free[:, None, :, :] + 1e-9, axis=3)
+        free = problem.capacity[None] - used + 1e-9  # (P, N, R)
+        room = np.ones(shape, dtype=bool)
+        for r in range(problem.demand.shape[1]):
+            room &= problem.demand[None, :, r, None] <= free[:, None, :, r]
         owned = room & (states > 0)
-        p_room = room / np.maximum(room.sum(axis=1, keepdims=True), 1)
-        p_owned = owned / np.maximum(owned.sum(axis=1, keepdims=True), 1)
-        raise_mask = rng.random(shape) < p_room + p_owned - p_room * p_owned
-        upper = np.maximum(self._node_capacity(problem)[None], states)
-        proposal = states + np.floor(rng.random(shape) * (upper - states + 1)).astype(np.int64)
-        states[raise_mask] = proposal[raise_mask]
+        # Chance p_room + p_owned - p_room * p_owned per entry, p_room = 1 / (jobs that
+        # fit on the node) where the job fits, else 0 (and p_owned likewise): the same
+        # floating-point values, compared case by case.
+        p_room = 1.0 / np.maximum(count_along(room, axis=1), 1)[:, None, :]
+        p_owned = 1.0 / np.maximum(count_along(owned, axis=1), 1)[:, None, :]
+        draw = rng.random(shape)
+        raise_mask = ((owned & (draw < p_room + p_owned - p_room * p_owned))
+                      | (room & ~owned & (draw < p_room)))
+        if node_capacity is None:
+            node_capacity = self._node_capacity(problem)
+        upper = np.maximum(node_capacity[None], states)
+        step = np.floor(rng.random(shape) * (upper - states + 1)).astype(np.int64)
+        states += raise_mask * step
         return states
 
     @staticmethod
@@ -156,22 +175,27 @@ class GeneticOptimizer:
               objective: PolluxObjective) -> tuple[IntArray, dict[str, Any]]:
         """Best state found this round, and statistics for ``PolicyDecision.info``."""
         size = self.config.population_size
-        population = self._initial_population(problem)
-        fitness = objective.evaluate(population)
+        node_capacity = self._node_capacity(problem)
+        evaluate = PopulationFitness(problem, objective)
+        population = self._initial_population(problem, node_capacity)
+        fitness = evaluate(population)
         # Distinct states have distinct fingerprints (wrapping int64 dot product) but for
         # vanishingly rare collisions, which only drop a duplicate-looking child.
         weights = self.rng.integers(1, 2**62, size=population[0].size, dtype=np.int64)
+        prints = population.reshape(len(population), -1) @ weights
         for _ in range(self.config.num_generations):
             parents = self._select(fitness, 2 * ((size + 1) // 2))
             children = self._crossover(population[parents[0::2]], population[parents[1::2]])
-            children = self._mutate(problem, children)
+            children = self._mutate(problem, children, node_capacity)
             children = repair(problem, children, self.rng, self.interference_avoidance,
                               self.config.small_first)
             merged = np.concatenate([population, children])
-            merged_fitness = np.concatenate([fitness, objective.evaluate(children)])
-            _, first = np.unique(merged.reshape(len(merged), -1) @ weights, return_index=True)
+            merged_fitness = np.concatenate([fitness, evaluate(children)])
+            merged_prints = np.concatenate([prints, children.reshape(len(children), -1)
+                                            @ weights])
+            _, first = np.unique(merged_prints, return_index=True)
             keep = first[np.argsort(-merged_fitness[first], kind="stable")][:size]
-            population, fitness = merged[keep], merged_fitness[keep]
+            population, fitness, prints = merged[keep], merged_fitness[keep], merged_prints[keep]
         best = int(np.argmax(fitness))
         self._population = population
         self._job_names = [job.name for job in problem.jobs]
@@ -180,3 +204,58 @@ class GeneticOptimizer:
                  "population": len(population),
                  "population_fitness_median": float(np.median(fitness))}
         return population[best].copy(), stats
+
+
+class PopulationFitness:
+    """Fitness of whole populations for one round, as :meth:`PolluxObjective.score` gives
+    it, with each job's penalized speedup memoized by (replicas, nodes, changed).
+
+    A job's speedup in a state depends only on its replica count, its node count and
+    whether its row differs from the current allocation, and a population holds few such
+    triples per job, most of them already seen in earlier generations. A generation then
+    costs one sorted lookup over all (state, job) pairs instead of one objective call per
+    job. A job with any unseen triple is sent to the objective with its whole column, as
+    :meth:`PolluxObjective.state_speedups` would send it, so the objective sees the same
+    queries in the same order and the values are the same to the bit.
+    """
+
+    def __init__(self, problem: AllocationProblem, objective: PolluxObjective) -> None:
+        self.problem = problem
+        self.objective = objective
+        self._keys = np.empty(0, dtype=np.int64)
+        """Sorted keys ``((replicas * (N + 1) + nodes) * 2 + changed) * J + job``."""
+        self._values = np.empty(0, dtype=np.float64)
+        self._job_index = np.arange(problem.num_jobs, dtype=np.int64)
+
+    def speedups(self, states: IntArray) -> FloatArray:
+        """(P, J) penalized fair-share speedups of states shaped (P, J, N)."""
+        problem = self.problem
+        nodes = count_along(states != 0, axis=2)
+        replicas = np.einsum("pjn->pj", states)
+        changed = count_along(states != problem.base_state[None], axis=2) > 0
+        keys = (((replicas * (problem.num_nodes + 1) + nodes) * 2 + changed)
+                * problem.num_jobs + self._job_index)
+        index = self._lookup(keys)
+        if index is None:
+            known = np.isin(keys, self._keys)
+            new_keys, new_values = [self._keys], [self._values]
+            for j in np.flatnonzero(~known.all(axis=0)):
+                new_keys.append(keys[:, j])
+                new_values.append(self.objective.speedup(
+                    int(j), nodes[:, j], replicas[:, j], changed[:, j]))
+            all_keys = np.concatenate(new_keys)
+            self._keys, first = np.unique(all_keys, return_index=True)
+            self._values = np.concatenate(new_values)[first]
+            index = np.searchsorted(self._keys, keys)
+        return self._values[index]
+
+    def _lookup(self, keys: IntArray) -> IntArray | None:
+        """Positions of ``keys`` in the memo, or None when some are not there."""
+        if len(self._keys) == 0:
+            return None
+        index = np.minimum(np.searchsorted(self._keys, keys), len(self._keys) - 1)
+        return index if np.array_equal(self._keys[index], keys) else None
+
+    def __call__(self, states: IntArray) -> FloatArray:
+        """(P,) fitness of states shaped (P, J, N)."""
+        return self.objective.fitness(states, self.speedups(states))

@@ -344,10 +344,14 @@ class PolluxObjective:
         if self.problem.num_jobs == 0:
             return np.zeros(states.shape[0]), np.zeros((states.shape[0], 0))
         speedups = self.state_speedups(states)
+        return self.fitness(states, speedups), speedups
+
+    def fitness(self, states: IntArray, speedups: FloatArray) -> FloatArray:
+        """(P,) fitness of states (P, J, N) whose penalized speedups are ``speedups``."""
         value = self.fitness_of_speedups(speedups)
         if self.config.preemptible_penalty and self.problem.node_preemptible.any():
             total = states.sum(axis=(1, 2))
             spot = states[:, :, self.problem.node_preemptible].sum(axis=(1, 2))
             value = value * (1.0 - self.config.preemptible_penalty
                              * spot / np.maximum(total, 1))
-        return np.asarray(value), speedups
+        return np.asarray(value)
