@@ -5,10 +5,17 @@ progress units (optimizer steps at the initial batch size) at ``gain / step seco
 second, epochs end at fixed progress marks, the batch configuration is re-decided after
 every stretch of training (so at every epoch boundary) and on every reallocation, and a
 changed placement costs a restart delay during which the job holds its GPUs idle.
+
+:class:`TrainingJob` is that core, shared by both simulators; :class:`SimJob` is the
+homogeneous cluster's job and :class:`pollux.sim.hetero.job.HeteroJob` the typed one.
+They differ only in which application answers (one, or the current GPU type's), what
+the job measures about itself, how it picks its batch size and the factor on its
+progress rate (interference, or a per-application calibration).
 """
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, replace
 from enum import Enum
 
@@ -69,28 +76,11 @@ class JobSpec:
     """Tuned total batch size (baselines)."""
 
 
-class SimJob:
-    """Mutable state of one job during a simulation."""
+class TrainingJob(ABC):
+    """Mutable state of one job during a simulation, and how it trains (module docstring)."""
 
-    def __init__(self, spec: JobSpec, app: Application, mode: BatchMode,
-                 fits: FitCache | None = None,
-                 batch_objective: BatchObjective = BatchObjective.GOODPUT,
-                 known_params: ThroughputParams | None = None) -> None:
+    def __init__(self, spec: JobSpec) -> None:
         self.spec = spec
-        self.app = app
-        self.mode = mode
-        pinned_bsz = app.spec.pinned_batch_size
-        self.target_batch_size: int | None = None
-        if pinned_bsz is not None:
-            self.target_batch_size = pinned_bsz
-        elif mode is BatchMode.FIXED:
-            self.target_batch_size = int(spec.batch_size)
-        self.profile = (JobProfile(app.spec, fits, batch_objective, known_params)
-                        if mode is BatchMode.ADAPTIVE else None)
-        self.knowledge = (JobKnowledge.MEASURED if known_params is None
-                          else JobKnowledge.ORACLE)
-        """ORACLE: the job knows its true step-time model and picks batch sizes by its
-        true goodput once it has run (see :class:`JobKnowledge`)."""
         self.allocation: tuple[str, ...] = ()
         self.placement: Placement = ()
         self.atomic_bsz = 0
@@ -98,7 +88,7 @@ class SimJob:
         self.progress = 0.0
         self.epoch = 0
         self.attained_service_s = 0.0
-        """GPU-seconds held (restart delays included)."""
+        """GPU-seconds held while training or restoring (within rounds)."""
         self.num_restarts: int | None = None
         """None until first started; each later placement change adds one."""
         self.restart_left_s = 0.0
@@ -127,6 +117,98 @@ class SimJob:
             return JobState.WAITING
         return JobState.RESTARTING if self.restart_left_s > 0 else JobState.RUNNING
 
+    # -- the variations ------------------------------------------------------------------
+    @abstractmethod
+    def current_app(self) -> Application:
+        """The application that answers for the job's current placement."""
+
+    @abstractmethod
+    def update_batch(self) -> None:
+        """Re-decide atomic batch and accumulation steps for the current placement."""
+
+    @abstractmethod
+    def _observe(self, num_nodes: int, num_replicas: int, atomic_bsz: int, step_s: float,
+                 sync_s: float, grad_sqr: float, grad_var: float) -> None:
+        """What the job measures of a stretch of training (its own model's data)."""
+
+    # -- effects -------------------------------------------------------------------------
+    def _move(self, allocation: tuple[str, ...], placement: Placement,
+              restart_delay_s: float) -> None:
+        """Move to a new allocation (empty: release all GPUs); a start or a move costs
+        ``restart_delay_s`` and counts a restart (not the first start)."""
+        self.allocation = allocation
+        if not placement:
+            self.placement = ()
+            self.atomic_bsz = 0
+            return
+        self.placement = placement
+        self.update_batch()
+        self.restart_left_s = float(restart_delay_s)
+        self.num_restarts = 0 if self.num_restarts is None else self.num_restarts + 1
+
+    def _train(self, now_s: float, seconds: float, rate_factor: float) -> None:
+        """Train for ``seconds`` from simulated time ``now_s``, the progress rate times
+        ``rate_factor``: restart delay first, then stretches to each epoch end (whole
+        seconds, as the reference), the batch re-decided after each."""
+        if not self.placement or self.completion_time_s is not None:
+            return
+        replicas = self.num_replicas
+        delay = min(self.restart_left_s, seconds)
+        elapsed = delay
+        self.restart_left_s -= delay
+        seconds -= delay
+        app = self.current_app()
+        spec = app.spec
+        while seconds > 0 and self.completion_time_s is None:
+            batch = replicas * self.atomic_bsz * (self.accum_steps + 1)
+            step, sync = app.step_sync_time(self.placement, self.atomic_bsz)
+            sqr, var = app.grad_stats(batch, self.epoch)
+            self._observe(len(self.placement), replicas, self.atomic_bsz, step, sync, sqr, var)
+            gain = float(scaled_gain(sqr, var, batch / spec.init_batch_size))
+            goodput = gain / (step + (step - sync) * self.accum_steps) * rate_factor
+            next_progress = app.epoch_progress(self.epoch + 1)
+            if self.progress + goodput * seconds < next_progress:
+                self.progress += goodput * seconds
+                elapsed += seconds
+                seconds = 0
+            else:  # an epoch ends within this stretch (whole seconds, as the reference)
+                self.epoch += 1
+                delta = min(float(round((next_progress - self.progress) / goodput)), seconds)
+                if self.epoch >= spec.max_epochs:
+                    self.completion_time_s = now_s + elapsed + delta
+                self.progress = next_progress
+                elapsed += delta
+                seconds -= delta
+            self.update_batch()
+        self.attained_service_s += elapsed * replicas
+
+
+class SimJob(TrainingJob):
+    """A job on a homogeneous cluster: one application, fixed, adaptive or oracle batches."""
+
+    def __init__(self, spec: JobSpec, app: Application, mode: BatchMode,
+                 fits: FitCache | None = None,
+                 batch_objective: BatchObjective = BatchObjective.GOODPUT,
+                 known_params: ThroughputParams | None = None) -> None:
+        super().__init__(spec)
+        self.app = app
+        self.mode = mode
+        pinned_bsz = app.spec.pinned_batch_size
+        self.target_batch_size: int | None = None
+        if pinned_bsz is not None:
+            self.target_batch_size = pinned_bsz
+        elif mode is BatchMode.FIXED:
+            self.target_batch_size = int(spec.batch_size)
+        self.profile = (JobProfile(app.spec, fits, batch_objective, known_params)
+                        if mode is BatchMode.ADAPTIVE else None)
+        self.knowledge = (JobKnowledge.MEASURED if known_params is None
+                          else JobKnowledge.ORACLE)
+        """ORACLE: the job knows its true step-time model and picks batch sizes by its
+        true goodput once it has run (see :class:`JobKnowledge`)."""
+
+    def current_app(self) -> Application:
+        return self.app
+
     def remaining_progress(self) -> float:
         """Progress left to train (optimizer steps at the initial batch size): the job
         knows its target epochs. The scheduler turns it into the job's remaining time at
@@ -147,18 +229,9 @@ class SimJob:
     def reallocate(self, allocation: tuple[str, ...], placement: Placement,
                    restart_delay_s: float) -> None:
         """Move to a new allocation (empty: release all GPUs)."""
-        self.allocation = allocation
-        if not placement:
-            self.placement = ()
-            self.atomic_bsz = 0
-            return
-        self.placement = placement
-        self.update_batch()
-        self.restart_left_s = float(restart_delay_s)
-        self.num_restarts = 0 if self.num_restarts is None else self.num_restarts + 1
+        self._move(allocation, placement, restart_delay_s)
 
     def update_batch(self) -> None:
-        """Re-decide atomic batch and accumulation steps for the current placement."""
         spec = self.app.spec
         replicas = self.num_replicas
         if self.target_batch_size is not None:
@@ -207,38 +280,13 @@ class SimJob:
         gain = float(scaled_gain(sqr, var, scale))
         return gain / (step + (step - sync) * accum_steps) * (1.0 - interference)
 
+    def _observe(self, num_nodes: int, num_replicas: int, atomic_bsz: int, step_s: float,
+                 sync_s: float, grad_sqr: float, grad_var: float) -> None:
+        if self.profile is not None:
+            self.profile.observe(num_nodes, num_replicas, atomic_bsz, step_s, sync_s,
+                                 grad_sqr, grad_var)
+
     def advance(self, now_s: float, seconds: float, interference: float = 0.0) -> None:
-        """Train for ``seconds`` starting at simulated time ``now_s``."""
-        if not self.placement or self.completion_time_s is not None:
-            return
-        replicas = self.num_replicas
-        delay = min(self.restart_left_s, seconds)
-        elapsed = delay
-        self.restart_left_s -= delay
-        seconds -= delay
-        app = self.app
-        spec = app.spec
-        while seconds > 0 and self.completion_time_s is None:
-            batch = replicas * self.atomic_bsz * (self.accum_steps + 1)
-            step, sync = app.step_sync_time(self.placement, self.atomic_bsz)
-            sqr, var = app.grad_stats(batch, self.epoch)
-            if self.profile is not None:
-                self.profile.observe(len(self.placement), replicas, self.atomic_bsz,
-                                     step, sync, sqr, var)
-            gain = float(scaled_gain(sqr, var, batch / spec.init_batch_size))
-            goodput = gain / (step + (step - sync) * self.accum_steps) * (1.0 - interference)
-            next_progress = app.epoch_progress(self.epoch + 1)
-            if self.progress + goodput * seconds < next_progress:
-                self.progress += goodput * seconds
-                elapsed += seconds
-                seconds = 0
-            else:  # an epoch ends within this stretch (whole seconds, as the reference)
-                self.epoch += 1
-                delta = min(float(round((next_progress - self.progress) / goodput)), seconds)
-                if self.epoch >= spec.max_epochs:
-                    self.completion_time_s = now_s + elapsed + delta
-                self.progress = next_progress
-                elapsed += delta
-                seconds -= delta
-            self.update_batch()
-        self.attained_service_s += elapsed * replicas
+        """Train for ``seconds`` starting at simulated time ``now_s``, slowed by
+        ``interference`` (a fraction)."""
+        self._train(now_s, seconds, 1.0 - interference)

@@ -1,12 +1,10 @@
-"""The simulator: a thin driver around one scheduling policy.
+"""The simulator of a homogeneous cluster: a thin driver around one scheduling policy.
 
-Every ``interval_s`` of simulated time it advances every job, then runs a scheduling
-round the way the service does: each active job's report (its scheduling state and the
-hints it reports) becomes the policy's :class:`~pollux.policies.base.JobInfo` through
-:mod:`pollux.policies.snapshot`, the policy is asked, and its decision is checked
-(:func:`~pollux.policies.decision.check_decision`; an infeasible allocation becomes a job
-event) and applied: a job whose placement changed restarts (``restart_delay_s`` holding
-its GPUs without progress).
+The round loop (:mod:`pollux.sim.loop`) advances every job each ``interval_s`` and runs a
+scheduling round the way the service does. Here a job's report carries its scheduling
+state and the hints it reports; a job whose nodes changed (not just their order)
+restarts (``restart_delay_s`` holding its GPUs without progress), and distributed jobs
+sharing a node slow down by ``interference``.
 
 Jobs are *fixed* (the tuned batch size, for baselines) or *adaptive* (Pollux jobs that
 fit their own model and report hints, as the agent does). The mode comes from the policy's
@@ -36,13 +34,9 @@ gain, measured against the default ``MEASURED``.
 
 from __future__ import annotations
 
-import logging
-import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import MappingProxyType
-
-from threadpoolctl import threadpool_limits
 
 from pollux.errors import ConfigError
 from pollux.models import ThroughputParams
@@ -51,13 +45,13 @@ from pollux.policies.autoscaling import (
     Autoscaler,
     BatchObjective,
 )
-from pollux.policies.base import GPU, JobInfo, NodeInfo, Policy, TunedConfig
-from pollux.policies.decision import check_decision
-from pollux.policies.snapshot import JobReport, Snapshot, SpeedupCache, job_infos
+from pollux.policies.base import GPU, Allocation, JobInfo, NodeInfo, Policy, TunedConfig
+from pollux.policies.snapshot import JobReport
 from pollux.sim.adaptive import FitCache
 from pollux.sim.applications import Application
 from pollux.sim.cluster import ClusterSize, ElasticCluster
 from pollux.sim.job import BatchMode, JobKnowledge, SimJob
+from pollux.sim.loop import MAX_IDLE_ROUNDS, ONE_GPU, RoundLog, RoundLoop
 from pollux.sim.oracle import (
     RemainingTimeOracle,
     StepTimeTable,
@@ -67,12 +61,8 @@ from pollux.sim.oracle import (
 from pollux.sim.placement import placement_of
 from pollux.sim.workload import Workload
 
-logger = logging.getLogger(__name__)
-
-ONE_GPU = MappingProxyType({GPU: 1.0})
-"""Resources per replica of every simulated job."""
-MAX_IDLE_ROUNDS = 100
-"""Rounds in which nothing runs and nothing is left to arrive before the run is abandoned."""
+__all__ = ["MAX_IDLE_ROUNDS", "ClusterConfig", "RoundLog", "SimulationResult", "Simulator",
+           "run_simulation"]
 
 
 @dataclass(frozen=True)
@@ -139,19 +129,6 @@ class ClusterConfig:
 
 
 @dataclass(frozen=True)
-class RoundLog:
-    """What happened in one scheduling round."""
-
-    time_s: float
-    num_active: int
-    """Jobs submitted and not completed."""
-    gpus: Mapping[str, int] = field(default_factory=dict)
-    """Job -> GPUs allocated after the round (jobs with none omitted)."""
-    policy_s: float = 0.0
-    """Wall seconds the policy spent on this round."""
-
-
-@dataclass(frozen=True)
 class SimulationResult:
     """Raw outcome of a run; :mod:`pollux.sim.metrics` turns it into figures."""
 
@@ -170,7 +147,7 @@ class SimulationResult:
     """What the adaptive jobs' batch sizes maximized."""
 
 
-class Simulator:
+class Simulator(RoundLoop[SimJob]):
     """Runs one workload under one policy."""
 
     def __init__(self, workload: Workload, applications: Mapping[str, Application],
@@ -179,10 +156,12 @@ class Simulator:
                  autoscaler: Autoscaler | None = None,
                  batch_objective: BatchObjective | None = None,
                  job_knowledge: JobKnowledge | str = JobKnowledge.MEASURED) -> None:
+        self.config = config or ClusterConfig()
+        super().__init__(self.config.interval_s, self.config.max_time_s)
         self.workload = workload
         self.policy = policy
-        self.config = config or ClusterConfig()
         self.autoscaler = autoscaler
+        self.throughput_speedups = autoscaler is not None
         if adaptive_jobs is None:
             adaptive_jobs = bool(getattr(type(policy), "adaptive_jobs", True))
         self.adaptive_jobs = adaptive_jobs
@@ -221,8 +200,6 @@ class Simulator:
                                           self.config.provision_delay_s)
             self.nodes = self.cluster.nodes()
         self._step_tables: dict[tuple[str, int], StepTimeTable] = {}
-        self._speedups = SpeedupCache()
-        self._infeasible: dict[str, str] = {}
 
     # -- snapshot ------------------------------------------------------------------------
     def _report(self, job: SimJob) -> JobReport:
@@ -282,105 +259,38 @@ class Simulator:
         return {job.name for job in distributed
                 if any(per_node[node] > 1 for node in set(job.allocation))}
 
-    # -- the loop ------------------------------------------------------------------------
+    def _advance(self, active: Sequence[SimJob], now_s: float) -> None:
+        running = [job for job in active if job.placement]
+        interfered = self._interfered(running)
+        for job in running:
+            job.advance(now_s, self.interval_s,
+                        self.config.interference if job.name in interfered else 0.0)
+
+    def _apply(self, job: SimJob, allocation: Allocation) -> None:
+        """A job whose nodes changed (not just their order) restarts."""
+        if allocation != job.allocation and sorted(allocation) != sorted(job.allocation):
+            job.reallocate(allocation, placement_of(allocation), self.config.restart_delay_s)
+
+    def _before_policy(self, jobs: Sequence[SimJob], infos: Sequence[JobInfo], now_s: float
+                       ) -> None:
+        """With an autoscaler, its desired size applied to the cluster."""
+        if self.autoscaler is not None and self.cluster is not None:
+            self._resize(self.autoscaler, self.cluster, jobs, infos, now_s)
+
     def run(self) -> SimulationResult:
-        """Simulate until every job completes (or nothing can run any more).
-
-        BLAS is held to one thread meanwhile: the simulation is sequential, and a
-        multi-threaded BLAS inside the many small throughput fits only spins on busy cores.
-        """
-        with threadpool_limits(limits=1, user_api="blas"):
-            return self._run()
-
-    def _run(self) -> SimulationResult:
-        start = time.perf_counter()
+        """Simulate until every job completes (or nothing can run any more)."""
+        rounds, wall_s = self.run_rounds()
         cfg = self.config
-        arrivals = sorted(range(len(self.jobs)),
-                          key=lambda i: (self.jobs[i].spec.submission_time_s, i))
-        next_arrival = 0
-        active: list[int] = []
-        rounds: list[RoundLog] = []
-        now = 0.0
-        idle_rounds = 0
-        num_done = 0
-        while num_done < len(self.jobs) and now < cfg.max_time_s:
-            running = [self.jobs[i] for i in active if self.jobs[i].placement]
-            interfered = self._interfered(running)
-            for job in running:
-                job.advance(now, cfg.interval_s,
-                            cfg.interference if job.name in interfered else 0.0)
-            now += cfg.interval_s
-            done = [i for i in active if self.jobs[i].completion_time_s is not None]
-            if done:
-                num_done += len(done)
-                for i in done:
-                    self.jobs[i].allocation, self.jobs[i].placement = (), ()
-                active = [i for i in active if self.jobs[i].completion_time_s is None]
-            arrived = False
-            while (next_arrival < len(arrivals)
-                   and self.jobs[arrivals[next_arrival]].spec.submission_time_s <= now):
-                active.append(arrivals[next_arrival])
-                next_arrival += 1
-                arrived = True
-            if arrived:
-                active.sort()
-            rounds.append(self._round([self.jobs[i] for i in active], now))
-            if not active:
-                continue
-            if not rounds[-1].gpus and next_arrival == len(arrivals):
-                idle_rounds += 1
-                if idle_rounds >= MAX_IDLE_ROUNDS:
-                    logger.warning("%s on %s: %d jobs can never run; stopping at t=%.0f s",
-                                   self.policy.name, self.workload.name, len(active), now)
-                    break
-            else:
-                idle_rounds = 0
         sizes: tuple[ClusterSize, ...] = (
             (ClusterSize(0.0, cfg.num_nodes, cfg.num_nodes, cfg.num_nodes),)
             if self.cluster is None else tuple(self.cluster.history))
         return SimulationResult(
             policy=self.policy.name, workload=self.workload.name, config=cfg,
-            jobs=self.jobs, rounds=tuple(rounds), adaptive_jobs=self.adaptive_jobs,
-            wall_s=time.perf_counter() - start,
+            jobs=self.jobs, rounds=rounds, adaptive_jobs=self.adaptive_jobs, wall_s=wall_s,
             autoscaler="none" if self.autoscaler is None else self.autoscaler.name,
             cluster_sizes=sizes, batch_objective=self.batch_objective)
 
-    # -- a round -------------------------------------------------------------------------
-    def _round(self, jobs: list[SimJob], now: float) -> RoundLog:
-        """One scheduling round, in the service's order: the jobs' records; with an
-        autoscaler, its desired size applied to the cluster; the policy asked on the nodes
-        there are then; its decision checked and applied (infeasible allocations become
-        job events)."""
-        infos = job_infos([self._report(job) for job in jobs], now, self._speedups,
-                          throughput_speedups=self.autoscaler is not None)
-        if self.autoscaler is not None and self.cluster is not None:
-            self._resize(self.autoscaler, self.cluster, jobs, infos, now)
-        if not jobs:
-            return RoundLog(now, 0)
-        snapshot = Snapshot(now, infos, self.nodes,
-                            {job.name: job.allocation for job in jobs if job.allocation})
-        tic = time.perf_counter()
-        decision = self.policy.optimize(list(snapshot.jobs), list(snapshot.nodes),
-                                        snapshot.previous_allocations)
-        policy_s = time.perf_counter() - tic
-        decision = check_decision(decision, snapshot)
-        gpus: dict[str, int] = {}
-        for job in jobs:
-            reason = decision.infeasible.get(job.name)
-            if reason is None:
-                self._infeasible.pop(job.name, None)
-            elif self._infeasible.get(job.name) != reason:  # once per reason, as the service
-                self._infeasible[job.name] = reason
-                job.events.append((now, f"policy {self.policy.name}: allocation infeasible: "
-                                        f"{reason}"))
-            new = tuple(decision.allocations.get(job.name, ()))
-            if new != job.allocation and sorted(new) != sorted(job.allocation):
-                job.reallocate(new, placement_of(new), self.config.restart_delay_s)
-            if new:
-                gpus[job.name] = len(new)
-        return RoundLog(now, len(jobs), gpus, policy_s)
-
-    def _resize(self, autoscaler: Autoscaler, cluster: ElasticCluster, jobs: list[SimJob],
+    def _resize(self, autoscaler: Autoscaler, cluster: ElasticCluster, jobs: Sequence[SimJob],
                 infos: Sequence[JobInfo], now: float) -> None:
         """Ask the autoscaler for the cluster's size and resize; jobs on released nodes
         lose their allocation."""

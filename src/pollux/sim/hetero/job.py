@@ -1,8 +1,8 @@
-"""A simulated adaptive job on a cluster of several GPU types.
+"""A simulated job on a cluster of several GPU types.
 
-Like :class:`pollux.sim.job.SimJob` (progress in initial-batch steps at ``gain / step
-seconds`` per second, epochs at fixed progress marks, whole-second epoch ends, a restart
-delay on every placement change), with what the Sia reference adds: the job runs on one
+A :class:`pollux.sim.job.TrainingJob`, as the homogeneous one (progress in initial-batch
+steps at ``gain / step seconds`` per second, epochs at fixed progress marks, whole-second
+epoch ends, a restart delay on every placement change), with what the Sia reference adds: the job runs on one
 GPU type at a time, keeps one throughput profile per type (fitted from what it ran
 there), chooses its batch from the current type's own model (before one exists:
 ``max(initial batch, min local batch x replicas)``), and its true progress rate is
@@ -16,22 +16,21 @@ from dataclasses import replace
 
 from pollux.errors import PolluxError
 from pollux.models import GoodputFunction, GradientStats
-from pollux.models.efficiency import scaled_gain
 from pollux.models.typed import TypedGoodput, TypeProfile
 from pollux.policies.snapshot import EXPLORATION_FACTOR, MAX_EXPLORATION_REPLICAS
 from pollux.sim.adaptive import FitCache, JobProfile
 from pollux.sim.hetero.apps import TypedApplication, TypedTraceApplication
-from pollux.sim.job import JobSpec
+from pollux.sim.job import JobSpec, TrainingJob
 from pollux.sim.placement import Placement
 
 
-class HeteroJob:
+class HeteroJob(TrainingJob):
     """Mutable state of one job during a heterogeneous simulation."""
 
     def __init__(self, spec: JobSpec, app: TypedApplication, fits: FitCache,
                  type_speeds: dict[str, float] | None = None, pooled: bool = False,
                  pooled_type: str | None = None, fixed_batch: bool = False) -> None:
-        self.spec = spec
+        super().__init__(spec)
         self.app = app
         self.fixed_batch_size = int(spec.batch_size) if fixed_batch else None
         """Fixed-batch jobs (baselines): the tuned total batch size, whatever the
@@ -48,32 +47,12 @@ class HeteroJob:
         self.grad_stats: GradientStats | None = None
         self.gpu_type: str | None = None
         """Type of the current (or last) allocation."""
-        self.allocation: tuple[str, ...] = ()
-        self.placement: Placement = ()
-        self.atomic_bsz = 0
-        self.accum_steps = 0
-        self.progress = 0.0
-        self.epoch = 0
-        self.attained_service_s = 0.0
-        """GPU-seconds held while training or restoring (within rounds)."""
         self.held_gpu_s = 0.0
         """GPU-seconds of whole rounds held (the reference's GPU-hours)."""
-        self.num_restarts: int | None = None
-        self.restart_left_s = 0.0
-        self.completion_time_s: float | None = None
-        self.events: list[tuple[float, str]] = []
-        """(simulated time, message) of what the scheduler reported about the job."""
         self._model: tuple[tuple[object, ...], TypedGoodput | None] | None = None
 
-    @property
-    def name(self) -> str:
-        return self.spec.name
-
-    @property
-    def num_replicas(self) -> int:
-        return sum(self.placement)
-
-    def _app(self) -> TypedTraceApplication:
+    def current_app(self) -> TypedTraceApplication:
+        """The current GPU type's application."""
         if self.gpu_type is None:
             raise PolluxError(f"job {self.name!r} has never been placed on a GPU type")
         return self.app.by_type[self.gpu_type]
@@ -122,21 +101,17 @@ class HeteroJob:
     # -- effects -------------------------------------------------------------------------
     def reallocate(self, allocation: tuple[str, ...], placement: Placement,
                    gpu_type: str | None) -> None:
-        """Move to a new allocation on ``gpu_type`` (empty: release every GPU)."""
-        self.allocation = allocation
-        if not placement:
-            self.placement = ()
-            self.atomic_bsz = 0
-            return
-        self.gpu_type = gpu_type
-        self.placement = placement
-        self.update_batch()
-        self.restart_left_s = self.app.restart_delay_s
-        self.num_restarts = 0 if self.num_restarts is None else self.num_restarts + 1
+        """Move to a new allocation on ``gpu_type`` (empty: release every GPU); a start or a
+        move costs the application's restart delay."""
+        if placement:
+            self.gpu_type = gpu_type
+        self._move(allocation, placement, self.app.restart_delay_s)
 
     def update_batch(self) -> None:
-        """Re-decide the atomic batch and accumulation for the current placement."""
-        app = self._app()
+        """The pinned or fixed batch, else the goodput-optimal one by the current type's
+        model within the placement's largest atomic batch (before any model: the smallest
+        batch that gives every replica work)."""
+        app = self.current_app()
         max_local = app.max_local_bsz_at(self.placement)
         spec = replace(app.spec, max_local_bsz=max_local)
         replicas = self.num_replicas
@@ -163,41 +138,17 @@ class HeteroJob:
         """Count one scheduling round of the GPUs now held (GPU-hours per job)."""
         self.held_gpu_s += interval_s * self.num_replicas
 
+    def _observe(self, num_nodes: int, num_replicas: int, atomic_bsz: int, step_s: float,
+                 sync_s: float, grad_sqr: float, grad_var: float) -> None:
+        """The true gradient statistics (the scheduler sees them), and, for adaptive
+        jobs, the measurement in the current type's (or the pooled) profile."""
+        self.grad_stats = GradientStats(max(grad_sqr, 0.0), max(grad_var, 0.0))
+        if self.fixed_batch_size is None:
+            gpu_type = self.current_app().gpu_type
+            profile = self.profiles[gpu_type] if self.pooled is None else self.pooled
+            profile.observe(num_nodes, num_replicas, atomic_bsz, step_s, sync_s, grad_sqr,
+                            grad_var)
+
     def advance(self, now_s: float, seconds: float) -> None:
-        """Train for ``seconds`` from simulated time ``now_s``."""
-        if not self.placement or self.completion_time_s is not None:
-            return
-        replicas = self.num_replicas
-        delay = min(self.restart_left_s, seconds)
-        elapsed = delay
-        self.restart_left_s -= delay
-        seconds -= delay
-        app = self._app()
-        spec = app.spec
-        profile = self.profiles[app.gpu_type] if self.pooled is None else self.pooled
-        calibration = self.app.calibration
-        while seconds > 0 and self.completion_time_s is None:
-            batch = replicas * self.atomic_bsz * (self.accum_steps + 1)
-            step, sync = app.step_sync_time(self.placement, self.atomic_bsz)
-            sqr, var = app.grad_stats(batch, self.epoch)
-            self.grad_stats = GradientStats(max(sqr, 0.0), max(var, 0.0))
-            if self.fixed_batch_size is None:
-                profile.observe(len(self.placement), replicas, self.atomic_bsz, step, sync,
-                                sqr, var)
-            gain = float(scaled_gain(sqr, var, batch / spec.init_batch_size))
-            goodput = gain / (step + (step - sync) * self.accum_steps) * calibration
-            next_progress = app.epoch_progress(self.epoch + 1)
-            if self.progress + goodput * seconds < next_progress:
-                self.progress += goodput * seconds
-                elapsed += seconds
-                seconds = 0
-            else:  # an epoch ends within this stretch (whole seconds, as the reference)
-                self.epoch += 1
-                delta = min(float(round((next_progress - self.progress) / goodput)), seconds)
-                if self.epoch >= spec.max_epochs:
-                    self.completion_time_s = now_s + elapsed + delta
-                self.progress = next_progress
-                elapsed += delta
-                seconds -= delta
-            self.update_batch()
-        self.attained_service_s += elapsed * replicas
+        """Train for ``seconds`` from simulated time ``now_s`` at the calibrated rate."""
+        self._train(now_s, seconds, self.app.calibration)

@@ -1,11 +1,10 @@
 """The heterogeneous simulator: a thin driver around one policy on a typed cluster.
 
-Every ``interval_s`` it advances every job, builds the policy's snapshot through
-:mod:`pollux.policies.snapshot` (each job's record carries its goodput per GPU type and
-its growth cap per type; nodes carry their type), asks the policy, checks the decision
-(:func:`~pollux.policies.decision.check_decision`: capacity, active jobs, one GPU type
-per job; what cannot be applied becomes a job event and the job gets nothing) and
-applies it: a changed placement (replicas per node) or type restarts the job (its
+The round loop (:mod:`pollux.sim.loop`) advances every job each ``interval_s`` and runs a
+scheduling round the way the service does. Here each job's record carries its goodput per
+GPU type and its growth cap per type, and nodes carry their type; the decision check
+(:func:`~pollux.policies.decision.check_decision`) also refuses an allocation that spans
+types. A changed placement (replicas per node) or type restarts the job (its
 application's restart delay); the same shape on other nodes of the same type does not, as
 in the reference. A job that holds GPUs after a round is charged the whole round (the
 reference's GPU-hours per job).
@@ -20,32 +19,23 @@ jobs, as Sia's artifact runs Pollux: one throughput model pooled over every type
 
 from __future__ import annotations
 
-import logging
-import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from types import MappingProxyType
 
 import numpy as np
-from threadpoolctl import threadpool_limits
 
 from pollux.cluster_spec import ClusterSpec, allocation_gpu_type
 from pollux.errors import ConfigError
-from pollux.policies.base import GPU, Policy, TunedConfig
-from pollux.policies.decision import check_decision
-from pollux.policies.snapshot import JobReport, Snapshot, SpeedupCache, job_infos
+from pollux.policies.base import Allocation, Policy, TunedConfig
+from pollux.policies.snapshot import JobReport
 from pollux.sim.adaptive import FitCache
 from pollux.sim.hetero.apps import TypedApplication
 from pollux.sim.hetero.job import HeteroJob
+from pollux.sim.loop import ONE_GPU, RoundLog, RoundLoop
 from pollux.sim.metrics import JobRecord, NodeCounts, RoundStats, RunRecord
 from pollux.sim.oracle import RemainingTimeOracle, StepTimeTable, remaining_iterations
 from pollux.sim.placement import placement_of
-from pollux.sim.simulator import MAX_IDLE_ROUNDS, RoundLog
 from pollux.sim.workload import Workload
-
-logger = logging.getLogger(__name__)
-
-ONE_GPU = MappingProxyType({GPU: 1.0})
 
 
 @dataclass(frozen=True)
@@ -78,11 +68,12 @@ class HeteroResult:
     """Job -> GPU type -> rounds held on it."""
 
 
-class HeteroSimulator:
+class HeteroSimulator(RoundLoop[HeteroJob]):
     """Runs one workload under one policy on a typed cluster."""
 
     def __init__(self, workload: Workload, applications: Mapping[str, TypedApplication],
                  policy: Policy, config: HeteroConfig) -> None:
+        super().__init__(config.interval_s, config.max_time_s)
         missing = sorted({j.application for j in workload.jobs} - set(applications))
         if missing:
             raise ConfigError("application", missing[0],
@@ -106,7 +97,6 @@ class HeteroSimulator:
         self._gpus_per_node = {g.gpu_type: g.gpus_per_node for g in config.cluster.groups}
         self._step_tables: dict[tuple[str, str, int], StepTimeTable] = {}
         self._held: dict[str, dict[str, int]] = {job.name: {} for job in self.jobs}
-        self._speedups = SpeedupCache()
 
     def _fixed_report(self, job: HeteroJob, batch_size: int) -> JobReport:
         """A fixed-batch job as the baselines see it, per GPU type: the cap of replicas
@@ -180,88 +170,34 @@ class HeteroSimulator:
             extras={"application": job.app.name},
         )
 
+    def _advance(self, active: Sequence[HeteroJob], now_s: float) -> None:
+        for job in active:
+            job.advance(now_s, self.interval_s)
+
+    def _apply(self, job: HeteroJob, allocation: Allocation) -> None:
+        """A changed type or shape restarts the job; the same shape on other nodes of the
+        same type does not (the reference). Held GPUs are charged the whole round."""
+        gpu_type = allocation_gpu_type(allocation, self._by_name)
+        placement = placement_of(allocation)
+        if not allocation:
+            if job.allocation:
+                job.reallocate((), (), None)
+            return
+        if gpu_type != job.gpu_type or placement != job.placement:
+            job.reallocate(allocation, placement, gpu_type)
+        else:
+            job.allocation = allocation
+        job.hold_round(self.interval_s)
+        assert gpu_type is not None
+        held = self._held[job.name]
+        held[gpu_type] = held.get(gpu_type, 0) + 1
+
     def run(self) -> HeteroResult:
-        """Simulate until every job completes (BLAS held to one thread meanwhile)."""
-        with threadpool_limits(limits=1, user_api="blas"):
-            return self._run()
-
-    def _run(self) -> HeteroResult:
-        start = time.perf_counter()
-        cfg = self.config
-        arrivals = sorted(range(len(self.jobs)),
-                          key=lambda i: (self.jobs[i].spec.submission_time_s, i))
-        next_arrival = 0
-        active: list[int] = []
-        rounds: list[RoundLog] = []
-        now = 0.0
-        idle_rounds = 0
-        num_done = 0
-        while num_done < len(self.jobs) and now < cfg.max_time_s:
-            for i in active:
-                self.jobs[i].advance(now, cfg.interval_s)
-            now += cfg.interval_s
-            done = [i for i in active if self.jobs[i].completion_time_s is not None]
-            if done:
-                num_done += len(done)
-                for i in done:
-                    self.jobs[i].allocation, self.jobs[i].placement = (), ()
-                active = [i for i in active if self.jobs[i].completion_time_s is None]
-            while (next_arrival < len(arrivals)
-                   and self.jobs[arrivals[next_arrival]].spec.submission_time_s <= now):
-                active.append(arrivals[next_arrival])
-                next_arrival += 1
-            active.sort()
-            if not active:
-                rounds.append(RoundLog(now, 0))
-                continue
-            rounds.append(self._schedule([self.jobs[i] for i in active], now))
-            if not rounds[-1].gpus and next_arrival == len(arrivals):
-                idle_rounds += 1
-                if idle_rounds >= MAX_IDLE_ROUNDS:
-                    logger.warning("%s on %s: %d jobs can never run; stopping at t=%.0f s",
-                                   self.policy.name, self.workload.name, len(active), now)
-                    break
-            else:
-                idle_rounds = 0
-        return HeteroResult(self.policy.name, self.workload.name, cfg, self.jobs,
-                            tuple(rounds), time.perf_counter() - start,
+        """Simulate until every job completes (or nothing can run any more)."""
+        rounds, wall_s = self.run_rounds()
+        return HeteroResult(self.policy.name, self.workload.name, self.config, self.jobs,
+                            rounds, wall_s,
                             {name: dict(held) for name, held in self._held.items()})
-
-    def _schedule(self, jobs: list[HeteroJob], now: float) -> RoundLog:
-        snapshot = Snapshot(now, job_infos([self._report(job) for job in jobs], now,
-                                           self._speedups), self.nodes,
-                            {job.name: job.allocation for job in jobs if job.allocation})
-        tic = time.perf_counter()
-        decision = self.policy.optimize(list(snapshot.jobs), list(snapshot.nodes),
-                                        snapshot.previous_allocations)
-        policy_s = time.perf_counter() - tic
-        decision = check_decision(decision, snapshot)
-        gpus: dict[str, int] = {}
-        for job in jobs:
-            reason = decision.infeasible.get(job.name)
-            if reason is not None and (not job.events or not job.events[-1][1].endswith(
-                    reason)):  # once per reason, as the other drivers
-                logger.warning("t=%.0f s: policy %s: allocation of %s infeasible: %s", now,
-                               self.policy.name, job.name, reason)
-                job.events.append((now, f"policy {self.policy.name}: allocation "
-                                        f"infeasible: {reason}"))
-            new = tuple(decision.allocations.get(job.name, ()))
-            gpu_type = allocation_gpu_type(new, self._by_name)
-            placement = placement_of(new)
-            if not new:
-                if job.allocation:
-                    job.reallocate((), (), None)
-            elif gpu_type != job.gpu_type or placement != job.placement:
-                job.reallocate(new, placement, gpu_type)
-            else:  # same type and shape on other nodes: the reference does not restart
-                job.allocation = new
-            if new:
-                gpus[job.name] = len(new)
-                job.hold_round(self.config.interval_s)
-                assert gpu_type is not None
-                held = self._held[job.name]
-                held[gpu_type] = held.get(gpu_type, 0) + 1
-        return RoundLog(now, len(jobs), gpus, policy_s)
 
 
 def summarize_hetero(result: HeteroResult) -> RunRecord:
