@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pollux.models import GradientStats, JobHints, ThroughputParams
+from pollux.models.typed import TypeProfile
 from pollux.service.explain import batch_change_reason, rescale_reason
 from pollux.service.states import JobState
 from tests.service.service_builders import make_spec
@@ -36,6 +37,26 @@ def test_a_grow_and_a_share_and_no_profile() -> None:
         "shared with 2 other jobs")
     assert "linear speedup" in rescale_reason(None, ["n1"], ["n1", "n1"], 0)
     assert rescale_reason(None, ["n1"], [], 1) == "preempted for other jobs"
+
+
+def test_a_move_between_gpu_types_names_both() -> None:
+    types = {"a-0": "a", "b-0": "b", "a-1": "a"}
+    one_type = hints(gpu_type="a", type_profiles={"a": TypeProfile(SYNC_BOUND, 1)})
+    assert rescale_reason(one_type, ["a-0"], ["b-0"], 0, types) == (
+        "moved from GPU type a to b (no profile on b yet)")
+    assert rescale_reason(None, ["a-0"], ["b-0"], 0, types) == (
+        "moved from GPU type a to b (no profile on b yet)")
+    slower = ThroughputParams(0.004, 4e-6, 0.1, 0.001, 0.059, 0.001, 1.0)
+    both = hints(gpu_type="a", type_profiles={"a": TypeProfile(SYNC_BOUND, 1),
+                                              "b": TypeProfile(slower, 1)})
+    text = rescale_reason(both, ["a-0"], ["b-0"], 0, types)
+    assert text.startswith("moved from GPU type a to b (predicted goodput ")
+    old, new = (float(v.replace(",", "")) for v in
+                text.split("goodput ")[1].split(" samples/s")[0].split(" -> "))
+    assert new < old  # b is slower per step
+    # within one type (or untyped) the reasons are those of a rescale
+    assert rescale_reason(both, ["a-0"], ["a-0", "a-1"], 0, types).startswith(
+        "predicted goodput ")
 
 
 def test_batch_change_reason_compares_goodputs() -> None:

@@ -162,3 +162,25 @@ def test_a_store_from_before_gpu_types_opens_and_gains_the_column(tmp_path):
         assert store.update_job(job.id, 1.0, gpu_type="x").gpu_type == "x"
     finally:
         store.close()
+
+
+def test_a_move_between_types_says_so_with_both_predictions(make_service, fake_backend):
+    fake_backend._nodes = typed_nodes()
+    service = make_service()
+    job = service.submit(make_spec("j", max_replicas=4).to_dict())["id"]
+    policy = RecordingPolicy({job: ("a-0", "a-0")})
+    service.allocator.policy = policy
+    service.allocator.tick(1.0)
+    service.allocator.tick(1.5)
+    assert service.store.get_job(job).state is JobState.RUNNING
+    post_typed_hints(service, job)
+    policy.allocations[job] = ("b-0", "b-0")
+    service.allocator.request_round()
+    service.allocator.tick(2.0)
+    rescale = [e.message for e in service.store.events(job) if e.kind == "Rescaling"]
+    assert len(rescale) == 1
+    assert rescale[0].startswith("rescale 2 -> 2 replicas: moved from GPU type a to b "
+                                 "(predicted goodput ")
+    assert "samples/s on 2 replicas)" in rescale[0]
+    service.allocator.tick(2.5)
+    assert service.store.get_job(job).gpu_type == "b"

@@ -202,10 +202,12 @@ class Allocator:
         decision = check_decision(decision, snapshot)
         self.num_rounds += 1
         self.last_snapshot, self.last_decision = snapshot, decision
+        gpu_types = ({n.name: n.gpu_type for n in nodes}
+                     if len(gpu_types_of(nodes)) > 1 else None)
         for record in records:
             self._record_infeasible(record.id, decision.infeasible.get(record.id), now)
             self._apply(record, decision.allocations.get(record.id, ()), now,
-                        len(records) - 1)
+                        len(records) - 1, gpu_types)
 
     def _report_round(self, round_s: float) -> None:
         if self.on_round is None:
@@ -235,7 +237,7 @@ class Allocator:
                                  f"policy {self.policy.name}: allocation infeasible: {reason}")
 
     def _apply(self, record: JobRecord, new: Allocation, now: float,
-               num_other_jobs: int = 0) -> None:
+               num_other_jobs: int = 0, gpu_types: Mapping[str, str] | None = None) -> None:
         new = rank_order(new)
         if record.state is JobState.PENDING or record.state.is_stopping:
             if record.target_allocation != new:
@@ -249,7 +251,8 @@ class Allocator:
             logger.info("job %s is not preemptible; keeping its allocation", record.id)
             return
         verb = "preempted" if not new else f"rescale {len(record.allocation)} -> {len(new)}"
-        why = rescale_reason(hints_of(record.hints), record.allocation, new, num_other_jobs)
+        why = rescale_reason(hints_of(record.hints), record.allocation, new, num_other_jobs,
+                             gpu_types)
         self._request_stop(record.id, StopCause.RESCALE, now)
         self.store.transition(record.id, JobState.RESCALING, now,
                               f"{verb} replicas: {why}; asked replicas to checkpoint and stop",

@@ -52,10 +52,16 @@ def _best(hints: JobHints, num_nodes: int, num_replicas: int) -> tuple[float, in
 
 
 def rescale_reason(hints: JobHints | None, old: Sequence[str], new: Sequence[str],
-                   num_other_jobs: int) -> str:
-    """Why the policy moved a job from allocation ``old`` to ``new`` (node per replica)."""
+                   num_other_jobs: int, gpu_types: Mapping[str, str] | None = None) -> str:
+    """Why the policy moved a job from allocation ``old`` to ``new`` (node per replica);
+    ``gpu_types``: node -> GPU type on a typed cluster."""
     if not new:
         return "preempted for other jobs" if num_other_jobs else "preempted"
+    old_type = new_type = None
+    if gpu_types and old:
+        old_type, new_type = gpu_types.get(old[0]), gpu_types.get(new[0])
+    if old_type is not None and new_type is not None and old_type != new_type:
+        return type_change_reason(hints, old, new, old_type, new_type)
     if hints is None or hints.goodput_function() is None:
         return "no throughput profile yet: the policy assumes a linear speedup"
     try:
@@ -84,6 +90,26 @@ def rescale_reason(hints: JobHints | None, old: Sequence[str], new: Sequence[str
                 f"on {replicas_text(len(new))}")
     elif sorted(new) != sorted(old):
         text = f"moved to {', '.join(sorted(set(new)))} (placement)"
+    return text
+
+
+def type_change_reason(hints: JobHints | None, old: Sequence[str], new: Sequence[str],
+                       old_type: str, new_type: str) -> str:
+    """Why a job moved from GPU type ``old_type`` to ``new_type``, with the goodputs its
+    per-type models predict when it has a model of both."""
+    text = f"moved from GPU type {old_type} to {new_type}"
+    try:
+        model = None if hints is None else hints.typed_goodput()
+        if model is None or not model.has_model(new_type):
+            return text + f" (no profile on {new_type} yet)"
+        if model.has_model(old_type):
+            old_good = float(model.goodput(old_type, len(set(old)), len(old)))
+            new_good = float(model.goodput(new_type, len(set(new)), len(new)))
+            if math.isfinite(old_good) and math.isfinite(new_good):
+                text += (f" (predicted goodput {_rate(old_good)} -> {_rate(new_good)} "
+                         f"samples/s on {replicas_text(len(new))})")
+    except ConfigError:
+        pass  # hints that allow no prediction: the move alone
     return text
 
 
