@@ -3,7 +3,9 @@
 Applications come from a trace directory in the Pollux artifact format
 (:func:`load_trace_applications`) or from the built-in catalog
 (:func:`load_builtin_applications`); workloads from CSV files (:func:`read_workload`) or
-the generator (:func:`generate_workload`).
+the generator (:func:`generate_workload`). Both simulators, the homogeneous
+(:mod:`.simulator`) and the typed (:mod:`.hetero.simulator`), are hooks on one round loop
+(:mod:`.loop`) over jobs that share one training core (:class:`~.job.TrainingJob`).
 """
 
 from __future__ import annotations

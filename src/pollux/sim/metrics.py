@@ -14,12 +14,15 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import numpy as np
 
 from pollux.sim.applications import Application
 from pollux.sim.cluster import node_seconds
 from pollux.sim.fairness import IsolatedRuns, finish_time_fairness
+from pollux.sim.job import TrainingJob
+from pollux.sim.loop import RoundLog
 from pollux.sim.simulator import SimulationResult
 
 UNFAIR_TOLERANCE = 1e-6
@@ -127,6 +130,43 @@ def _percentile(values: Sequence[float] | np.ndarray, q: float) -> float:
     return float(np.percentile(arr, q)) if arr.size else float("nan")
 
 
+def job_record(job: TrainingJob, gpu_s: float, ftf: float | None = None) -> JobRecord:
+    """One job's outcome, with the GPU-seconds it is charged."""
+    done = job.completion_time_s
+    return JobRecord(
+        name=job.name,
+        application=job.spec.application,
+        submission_s=job.spec.submission_time_s,
+        completion_s=done,
+        jct_s=None if done is None else done - job.spec.submission_time_s,
+        restarts=job.num_restarts or 0,
+        gpu_hours=gpu_s / 3600.0,
+        ftf=ftf,
+    )
+
+
+def run_figures(records: Sequence[JobRecord], rounds: Sequence[RoundLog]) -> dict[str, Any]:
+    """The :class:`RunRecord` fields every simulator reports alike: JCTs, makespan (first
+    submission to last completion), restarts, and the policy's seconds per round."""
+    jcts = [r.jct_s for r in records if r.jct_s is not None]
+    completions = [r.completion_s for r in records if r.completion_s is not None]
+    first = min(r.submission_s for r in records) if records else 0.0
+    makespan = (max(completions) - first) if completions else float("nan")
+    policy_s = [r.policy_s for r in rounds if r.num_active]
+    return {
+        "avg_jct_s": float(np.mean(jcts)) if jcts else float("nan"),
+        "p50_jct_s": _percentile(jcts, 50),
+        "p99_jct_s": _percentile(jcts, 99),
+        "makespan_s": float(makespan),
+        "num_jobs": len(records),
+        "num_completed": len(jcts),
+        "restarts_per_job": (float(np.mean([r.restarts for r in records])) if records
+                             else 0.0),
+        "round_s": RoundStats(median=_percentile(policy_s, 50), p99=_percentile(policy_s, 99),
+                              max=float(max(policy_s)) if policy_s else float("nan")),
+    }
+
+
 def summarize_run(result: SimulationResult, applications: Mapping[str, Application],
                   isolated: IsolatedRuns | None = None) -> RunRecord:
     """Turn a raw simulation result into a :class:`RunRecord`."""
@@ -137,25 +177,12 @@ def summarize_run(result: SimulationResult, applications: Mapping[str, Applicati
     active = np.array([r.num_active for r in result.rounds], dtype=np.float64)
     rho = finish_time_fairness(result.jobs, times, active, cfg.num_gpus, isolated,
                                cfg.interval_s)
-    records = []
-    for job in result.jobs:
-        done = job.completion_time_s
-        records.append(JobRecord(
-            name=job.name,
-            application=job.spec.application,
-            submission_s=job.spec.submission_time_s,
-            completion_s=done,
-            jct_s=None if done is None else done - job.spec.submission_time_s,
-            restarts=job.num_restarts or 0,
-            gpu_hours=job.attained_service_s / 3600.0,
-            ftf=rho.get(job.name),
-        ))
-    jcts = [r.jct_s for r in records if r.jct_s is not None]
+    records = [job_record(job, job.attained_service_s, rho.get(job.name))
+               for job in result.jobs]
+    figures = run_figures(records, result.rounds)
     completions = [r.completion_s for r in records if r.completion_s is not None]
-    first = min(r.submission_s for r in records) if records else 0.0
-    makespan = (max(completions) - first) if completions else float("nan")
+    makespan = figures["makespan_s"]
     gpu_s = sum(job.attained_service_s for job in result.jobs)
-    policy_s = [r.policy_s for r in result.rounds if r.num_active]
     ftf = list(rho.values())
     num_jobs = len(records)
     all_done = bool(records) and len(completions) == len(records)
@@ -170,17 +197,9 @@ def summarize_run(result: SimulationResult, applications: Mapping[str, Applicati
     return RunRecord(
         policy=result.policy,
         workload=result.workload,
-        avg_jct_s=float(np.mean(jcts)) if jcts else float("nan"),
-        p50_jct_s=_percentile(jcts, 50),
-        p99_jct_s=_percentile(jcts, 99),
-        makespan_s=float(makespan),
-        num_jobs=num_jobs,
-        num_completed=len(jcts),
-        restarts_per_job=float(np.mean([r.restarts for r in records])) if records else 0.0,
+        **figures,
         gpu_utilization=utilization,
         wall_s=result.wall_s,
-        round_s=RoundStats(median=_percentile(policy_s, 50), p99=_percentile(policy_s, 99),
-                           max=float(max(policy_s)) if policy_s else float("nan")),
         max_ftf=float(max(ftf)) if ftf else float("nan"),
         p99_ftf=_percentile(ftf, 99),
         unfair_fraction=float(np.mean(np.asarray(ftf) > 1.0 + UNFAIR_TOLERANCE)) if ftf else float("nan"),

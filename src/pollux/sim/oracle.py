@@ -78,6 +78,33 @@ def remaining_iterations(app: Application, batch_size: int, epoch: int) -> float
     return app.iterations(batch_size, last) - app.iterations(batch_size, epoch)
 
 
+def fixed_batch_max_replicas(app: Application, batch_size: int) -> int:
+    """The most replicas a fixed total batch can feed: each gets at least the smallest
+    atomic batch, within the application's useful replicas (at least 1)."""
+    spec = app.spec
+    return max(1, min(batch_size // spec.min_local_bsz, spec.max_useful_replicas))
+
+
+class OracleTables:
+    """The Optimus oracle of fixed-batch jobs, with one :class:`StepTimeTable` per
+    (application, total batch size, GPUs per node) kept for the run."""
+
+    def __init__(self) -> None:
+        self._tables: dict[tuple[Application, int, int], StepTimeTable] = {}
+
+    def oracle(self, app: Application, batch_size: int, gpus_per_node: int, epoch: int,
+               rate_factor: float = 1.0) -> RemainingTimeOracle:
+        """Remaining seconds of a job at ``batch_size`` from the start of ``epoch``, its
+        progress rate times ``rate_factor`` (a calibration)."""
+        key = (app, batch_size, gpus_per_node)
+        table = self._tables.get(key)
+        if table is None:
+            table = StepTimeTable(app, batch_size, gpus_per_node)
+            self._tables[key] = table
+        return RemainingTimeOracle(table,
+                                   remaining_iterations(app, batch_size, epoch) / rate_factor)
+
+
 def true_throughput_params(app: Application, gpus_per_node: int,
                            max_replicas: int = 64) -> ThroughputParams:
     """The step-time model fitted to the application's true times on packed placements of

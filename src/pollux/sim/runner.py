@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import logging
 from bisect import bisect_right
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from pollux.errors import PolluxError
 from pollux.policies.autoscaling import (
@@ -31,6 +31,10 @@ from pollux.sim.simulator import ClusterConfig, SimulationResult, run_simulation
 from pollux.sim.workload import Workload
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+A = TypeVar("A")
+R = TypeVar("R")
 
 
 @dataclass(frozen=True)
@@ -165,6 +169,35 @@ def execute(task: RunTask, index: int = 0,
     return RunOutcome(index, record, timeline_of(result) if task.timeline else None)
 
 
+def run_each(tasks: Sequence[T], execute: Callable[[T, int, A | None], R],
+             load: Callable[[T], A], load_key: Callable[[T], Hashable], processes: int = 1,
+             on_done: Callable[[R], None] | None = None) -> list[R]:
+    """``execute(task, index, applications)`` for every task, results in task order: in
+    this process with each distinct ``load_key`` loaded once by ``load``, or in
+    ``processes`` worker processes (when > 1) that each load their own (``None``
+    passed). ``on_done`` sees each result as it comes."""
+    results: list[R | None] = [None] * len(tasks)
+    if processes <= 1 or len(tasks) <= 1:
+        cache: dict[Hashable, A] = {}
+        for i, task in enumerate(tasks):
+            key = load_key(task)
+            if key not in cache:
+                cache[key] = load(task)
+            result = execute(task, i, cache[key])
+            results[i] = result
+            if on_done is not None:
+                on_done(result)
+    else:
+        with ProcessPoolExecutor(max_workers=min(processes, len(tasks))) as pool:
+            futures = {pool.submit(execute, task, i, None): i for i, task in enumerate(tasks)}
+            for future in as_completed(futures):
+                result = future.result()
+                results[futures[future]] = result
+                if on_done is not None:
+                    on_done(result)
+    return [r for r in results if r is not None]
+
+
 def run_tasks(tasks: Sequence[RunTask], processes: int = 1,
               on_done: Callable[[RunOutcome], None] | None = None) -> list[RunOutcome]:
     """Run every task (in ``processes`` worker processes when > 1), results in task order."""
@@ -172,22 +205,5 @@ def run_tasks(tasks: Sequence[RunTask], processes: int = 1,
         if task.policy not in POLICY_CLASSES:
             make_policy(task.policy, seed=task.seed)  # raises with the valid choices
         check_autoscaler_name(task.autoscaler)
-    outcomes: list[RunOutcome | None] = [None] * len(tasks)
-    if processes <= 1 or len(tasks) <= 1:
-        cache: dict[str | None, dict[str, Application]] = {}
-        for i, task in enumerate(tasks):
-            if task.traces_dir not in cache:
-                cache[task.traces_dir] = load_applications(task.traces_dir)
-            outcome = execute(task, i, cache[task.traces_dir])
-            outcomes[i] = outcome
-            if on_done is not None:
-                on_done(outcome)
-    else:
-        with ProcessPoolExecutor(max_workers=min(processes, len(tasks))) as pool:
-            futures = [pool.submit(execute, task, i) for i, task in enumerate(tasks)]
-            for future in as_completed(futures):
-                outcome = future.result()
-                outcomes[outcome.task_index] = outcome
-                if on_done is not None:
-                    on_done(outcome)
-    return [o for o in outcomes if o is not None]
+    return run_each(tasks, execute, lambda task: load_applications(task.traces_dir),
+                    lambda task: task.traces_dir, processes, on_done)

@@ -52,12 +52,7 @@ from pollux.sim.applications import Application
 from pollux.sim.cluster import ClusterSize, ElasticCluster
 from pollux.sim.job import BatchMode, JobKnowledge, SimJob
 from pollux.sim.loop import MAX_IDLE_ROUNDS, ONE_GPU, RoundLog, RoundLoop
-from pollux.sim.oracle import (
-    RemainingTimeOracle,
-    StepTimeTable,
-    remaining_iterations,
-    true_throughput_params,
-)
+from pollux.sim.oracle import OracleTables, fixed_batch_max_replicas, true_throughput_params
 from pollux.sim.placement import placement_of
 from pollux.sim.workload import Workload
 
@@ -199,7 +194,7 @@ class Simulator(RoundLoop[SimJob]):
                                           self.config.gpus_per_node,
                                           self.config.provision_delay_s)
             self.nodes = self.cluster.nodes()
-        self._step_tables: dict[tuple[str, int], StepTimeTable] = {}
+        self._oracles = OracleTables()
 
     # -- snapshot ------------------------------------------------------------------------
     def _report(self, job: SimJob) -> JobReport:
@@ -221,14 +216,9 @@ class Simulator(RoundLoop[SimJob]):
             max_replicas = spec.max_useful_replicas
         else:
             batch = job.target_batch_size or tuned_batch
-            max_replicas = max(1, min(batch // spec.min_local_bsz, spec.max_useful_replicas))
-            key = (spec.name, batch)
-            table = self._step_tables.get(key)
-            if table is None:
-                table = StepTimeTable(job.app, batch, self.config.gpus_per_node)
-                self._step_tables[key] = table
-            remaining_fn = RemainingTimeOracle(table, remaining_iterations(job.app, batch,
-                                                                           job.epoch))
+            max_replicas = fixed_batch_max_replicas(job.app, batch)
+            remaining_fn = self._oracles.oracle(job.app, batch, self.config.gpus_per_node,
+                                                job.epoch)
         return JobReport(
             name=job.name,
             resources=ONE_GPU,

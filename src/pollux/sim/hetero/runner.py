@@ -7,7 +7,6 @@ applications and the policy itself; only the run records come back.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,7 +16,7 @@ from pollux.policies.registry import POLICY_CLASSES, make_policy
 from pollux.sim.hetero.apps import TypedApplication, load_typed_applications
 from pollux.sim.hetero.simulator import HeteroConfig, HeteroSimulator, summarize_hetero
 from pollux.sim.metrics import RunRecord
-from pollux.sim.runner import build_policy
+from pollux.sim.runner import build_policy, run_each
 from pollux.sim.workload import Workload
 
 
@@ -40,7 +39,7 @@ def load_for(cluster: str, traces_dir: str | Path) -> dict[str, TypedApplication
     return load_typed_applications(traces_dir, parse_cluster_spec(cluster).gpu_types)
 
 
-def execute_hetero(task: HeteroTask,
+def execute_hetero(task: HeteroTask, index: int = 0,
                    applications: Mapping[str, TypedApplication] | None = None) -> RunRecord:
     """Run one task in this process."""
     try:
@@ -61,22 +60,6 @@ def run_hetero_tasks(tasks: Sequence[HeteroTask], processes: int = 1,
         if task.policy not in POLICY_CLASSES:
             make_policy(task.policy)  # raises with the valid choices
         parse_cluster_spec(task.cluster)
-    records: list[RunRecord | None] = [None] * len(tasks)
-    if processes <= 1 or len(tasks) <= 1:
-        cache: dict[tuple[str, str], dict[str, TypedApplication]] = {}
-        for i, task in enumerate(tasks):
-            key = (task.cluster, task.traces_dir)
-            if key not in cache:
-                cache[key] = load_for(*key)
-            record = execute_hetero(task, cache[key])
-            records[i] = record
-            if on_done is not None:
-                on_done(record)
-    else:
-        with ProcessPoolExecutor(max_workers=min(processes, len(tasks))) as pool:
-            futures = {pool.submit(execute_hetero, task): i for i, task in enumerate(tasks)}
-            for future in as_completed(futures):
-                records[futures[future]] = future.result()
-                if on_done is not None:
-                    on_done(future.result())
-    return [r for r in records if r is not None]
+    return run_each(tasks, execute_hetero,
+                    lambda task: load_for(task.cluster, task.traces_dir),
+                    lambda task: (task.cluster, task.traces_dir), processes, on_done)

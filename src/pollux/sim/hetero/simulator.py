@@ -22,8 +22,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from pollux.cluster_spec import ClusterSpec, allocation_gpu_type
 from pollux.errors import ConfigError
 from pollux.policies.base import Allocation, Policy, TunedConfig
@@ -32,8 +30,8 @@ from pollux.sim.adaptive import FitCache
 from pollux.sim.hetero.apps import TypedApplication
 from pollux.sim.hetero.job import HeteroJob
 from pollux.sim.loop import ONE_GPU, RoundLog, RoundLoop
-from pollux.sim.metrics import JobRecord, NodeCounts, RoundStats, RunRecord
-from pollux.sim.oracle import RemainingTimeOracle, StepTimeTable, remaining_iterations
+from pollux.sim.metrics import NodeCounts, RunRecord, job_record, run_figures
+from pollux.sim.oracle import OracleTables, RemainingTimeOracle, fixed_batch_max_replicas
 from pollux.sim.placement import placement_of
 from pollux.sim.workload import Workload
 
@@ -95,7 +93,7 @@ class HeteroSimulator(RoundLoop[HeteroJob]):
                       fixed_batch=not self.adaptive_jobs)
             for spec in workload.jobs)
         self._gpus_per_node = {g.gpu_type: g.gpus_per_node for g in config.cluster.groups}
-        self._step_tables: dict[tuple[str, str, int], StepTimeTable] = {}
+        self._oracles = OracleTables()
         self._held: dict[str, dict[str, int]] = {job.name: {} for job in self.jobs}
 
     def _fixed_report(self, job: HeteroJob, batch_size: int) -> JobReport:
@@ -105,16 +103,10 @@ class HeteroSimulator(RoundLoop[HeteroJob]):
         caps: dict[str, int] = {}
         oracles: dict[str, RemainingTimeOracle] = {}
         for gpu_type, app in job.app.by_type.items():
-            spec = app.spec
-            caps[gpu_type] = max(1, min(batch_size // spec.min_local_bsz,
-                                        spec.max_useful_replicas))
-            key = (app.name, gpu_type, batch_size)
-            table = self._step_tables.get(key)
-            if table is None:
-                table = StepTimeTable(app, batch_size, self._gpus_per_node[gpu_type])
-                self._step_tables[key] = table
-            oracles[gpu_type] = RemainingTimeOracle(
-                table, remaining_iterations(app, batch_size, job.epoch) / job.app.calibration)
+            caps[gpu_type] = fixed_batch_max_replicas(app, batch_size)
+            oracles[gpu_type] = self._oracles.oracle(app, batch_size,
+                                                     self._gpus_per_node[gpu_type], job.epoch,
+                                                     job.app.calibration)
         spec = job.app.reference().spec
         tuned_replicas = job.spec.num_replicas
         if spec.pinned_replicas is not None:
@@ -203,37 +195,17 @@ class HeteroSimulator(RoundLoop[HeteroJob]):
 def summarize_hetero(result: HeteroResult) -> RunRecord:
     """The run's figures in the homogeneous record's shape (fairness figures NaN: they
     need isolated runs on a homogeneous cluster). GPU-hours count whole rounds held."""
-    records = []
-    for job in result.jobs:
-        done = job.completion_time_s
-        records.append(JobRecord(
-            name=job.name, application=job.spec.application,
-            submission_s=job.spec.submission_time_s, completion_s=done,
-            jct_s=None if done is None else done - job.spec.submission_time_s,
-            restarts=job.num_restarts or 0, gpu_hours=job.held_gpu_s / 3600.0, ftf=None))
-    jcts = np.array([r.jct_s for r in records if r.jct_s is not None], dtype=np.float64)
-    completions = [r.completion_s for r in records if r.completion_s is not None]
-    first = min((r.submission_s for r in records), default=0.0)
-    makespan = (max(completions) - first) if completions else float("nan")
+    records = [job_record(job, job.held_gpu_s) for job in result.jobs]
+    figures = run_figures(records, result.rounds)
+    makespan = figures["makespan_s"]
     held_s = sum(job.held_gpu_s for job in result.jobs)
     num_gpus = result.config.cluster.num_gpus
-    policy_s = np.array([r.policy_s for r in result.rounds if r.num_active])
     nan = float("nan")
-
-    def pct(values: np.ndarray, q: float) -> float:
-        return float(np.percentile(values, q)) if values.size else nan
-
     return RunRecord(
-        policy=result.policy, workload=result.workload,
-        avg_jct_s=float(jcts.mean()) if jcts.size else nan,
-        p50_jct_s=pct(jcts, 50), p99_jct_s=pct(jcts, 99), makespan_s=float(makespan),
-        num_jobs=len(records), num_completed=int(jcts.size),
-        restarts_per_job=float(np.mean([r.restarts for r in records])) if records else 0.0,
+        policy=result.policy, workload=result.workload, **figures,
         gpu_utilization=(held_s / (num_gpus * makespan)
-                         if completions and makespan > 0 else 0.0),
+                         if figures["num_completed"] and makespan > 0 else 0.0),
         wall_s=result.wall_s,
-        round_s=RoundStats(median=pct(policy_s, 50), p99=pct(policy_s, 99),
-                           max=float(policy_s.max()) if policy_s.size else nan),
         max_ftf=nan, p99_ftf=nan, unfair_fraction=nan,
         gpu_hours_per_job=held_s / 3600.0 / len(records) if records else 0.0,
         jobs=tuple(records),
