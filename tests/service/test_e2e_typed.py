@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from pollux.cli.main import main
+from tests.service.browser import headless_chromium, skip_reason
 from tests.service.e2e_helpers import (
     EXAMPLE,
     FINAL_STATES,
@@ -22,6 +23,7 @@ from tests.service.e2e_helpers import (
     launch_log,
     wait_until,
 )
+from tests.service.test_dashboard_browser import cell, page_url
 
 pytestmark = [
     pytest.mark.timeout(240),
@@ -85,3 +87,11 @@ def test_a_real_job_on_typed_virtual_nodes_stays_within_one_type(server, capsys)
     assert main(["top", *where, "--json", "--iterations", "1"]) == 0
     view = json.loads(capsys.readouterr().out.splitlines()[0])
     assert [n["gpu_type"] for n in view["nodes"]] == ["a", "a", "b"]
+    if skip_reason() is None:  # the dashboard names the job's type too
+        with headless_chromium() as driver:
+            driver.get(page_url(client, "/", refresh_s="0.5"))
+            wait_until(lambda: cell(driver, job, "nodes") == f"0 · {last_type}", 30,
+                       "the dashboard's jobs table")
+            driver.find_element("css selector", f"#jobs-table tr[data-job='{job}']").click()
+            wait_until(lambda: f"GPU type {last_type}" in driver.find_element(
+                "id", "job-reason").text, 30, "the job's detail line")

@@ -123,7 +123,9 @@
         ["id", el("span", {}, el("span", {class: "swatch", style: `background:${colorOf(job.id)}`}),
                   job.id)],
         ["state", el("span", {class: `state ${job.state}`}, job.state)],
-        ["replicas", job.replicas], ["nodes", job.nodes], ["batch_size", number(job.batch_size)],
+        ["replicas", job.replicas],
+        ["nodes", job.gpu_type ? `${job.nodes} · ${job.gpu_type}` : job.nodes],
+        ["batch_size", number(job.batch_size)],
         ["goodput", goodput], ["speedup", speedup], ["restarts", job.restarts],
         ["age", age(job.age_s)]];
       const row = el("tr", {dataset: {job: job.id, state: job.state}},
@@ -156,6 +158,7 @@
     document.getElementById("job-reason").textContent =
       `${detail.spec.min_replicas}–${detail.spec.max_replicas} replicas · ` +
       `${detail.launches} launches · ${detail.rescales} rescales · ${detail.failures} failures` +
+      (detail.gpu_type ? ` · GPU type ${detail.gpu_type}` : "") +
       (detail.reason ? ` · ${detail.reason}` : "");
     const samples = history.samples;
     const times = samples.time || [];
