@@ -160,3 +160,35 @@ def test_a_fixed_batch_job_trains_its_tuned_batch_on_every_type(
         assert 320 <= job.atomic_bsz * steps < 320 + steps  # the tuned batch, rounded up
         assert job.atomic_bsz <= apps["deepspeech2"].by_type[gpu_type].max_local_bsz_at(
             placement)
+
+
+class PinnedPolicy(Policy):
+    """Keeps every job on one dgx-ext GPU and records what it is told of it."""
+
+    name: ClassVar[str] = "pinned"
+    adaptive_jobs: ClassVar[bool] = True
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[float, JobInfo]] = []
+
+    def optimize(self, jobs: Sequence[JobInfo], nodes: Sequence[NodeInfo],
+                 previous_allocations: Allocations) -> PolicyDecision:
+        self.seen += [(job.age_s, job) for job in jobs]
+        return PolicyDecision({job.name: ("dgx-ext-0",) for job in jobs[:1]})
+
+
+@needs_sia
+def test_remaining_seconds_match_the_time_the_job_takes(
+        apps: dict[str, TypedApplication]) -> None:
+    policy = PinnedPolicy()
+    one = Workload("one", (JobSpec("cifar10-0", 0.0, "cifar10", 1, 128),))
+    result = HeteroSimulator(one, apps, policy, HeteroConfig(SPEC)).run()
+    done = result.jobs[0].completion_time_s
+    assert done is not None
+    age_s, info = next((age, j) for age, j in policy.seen if j.remaining_s)
+    model = info.typed_goodput
+    assert model is not None and info.remaining_s is not None
+    on_dgx_s = info.remaining_s * model.reference_goodput / float(
+        model.goodput("dgx-ext", 1, 1))
+    # within 2x (a model fitted after one round); steps vs samples would be 128x off
+    assert 0.5 < (done - age_s) / on_dgx_s < 2.0

@@ -91,12 +91,14 @@ class HeteroJob(TrainingJob):
 
     def remaining_s(self, model: TypedGoodput | None) -> float | None:
         """Seconds of training left on one GPU of the slowest modelled type, by the job's
-        own model and current gradient statistics; None without a model."""
+        own model and current gradient statistics; None without a model. Progress counts
+        steps at the initial batch and goodput samples per second, so the progress left
+        is scaled by the initial batch size (as :mod:`pollux.policies.snapshot` does)."""
         if model is None or model.reference_goodput <= 0:
             return None
         spec = self.app.reference()
         left = spec.epoch_progress(spec.spec.max_epochs) - self.progress
-        return max(left, 0.0) / model.reference_goodput
+        return max(left, 0.0) * model.init_batch_size / model.reference_goodput
 
     # -- effects -------------------------------------------------------------------------
     def reallocate(self, allocation: tuple[str, ...], placement: Placement,
