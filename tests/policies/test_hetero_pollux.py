@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
+
 from pollux.cluster_spec import allocation_gpu_type, parse_cluster_spec
+from pollux.errors import ConfigError
 from pollux.policies.hetero_pollux import HeteroPolluxPolicy
 from pollux.policies.pollux import PolluxPolicy
 from tests.policies.test_sia import BY_NAME, NODES, job
@@ -42,3 +45,24 @@ def test_shorter_remaining_work_weighs_more() -> None:
     assert weights[3] == 1.0
     assert 0.25 <= weights.min() and weights.max() <= 4.0
     assert list(HeteroPolluxPolicy()._job_weights(jobs)) == [1.0] * 4  # off by default
+
+
+def _moved(policy: HeteroPolluxPolicy, remaining_s: float) -> bool:
+    """Does a young job alone on 1 aws GPU move to a faster configuration?"""
+    lone = replace(job("a", age_s=30.0), remaining_s=remaining_s, restart_delay_s=250.0)
+    before = {"a": ("aws-0",)}
+    return policy.optimize([lone], NODES, before).allocations["a"] != ("aws-0",)
+
+
+def test_a_job_near_its_end_is_not_moved_for_a_restart_it_cannot_repay() -> None:
+    # Sia's factor is 1 for a job younger than its restart delay: it moves either way
+    assert _moved(HeteroPolluxPolicy(move_discount="age"), 60.0)
+    assert _moved(HeteroPolluxPolicy(move_discount="age"), 1e5)
+    for discount in ("remaining", "both"):
+        assert not _moved(HeteroPolluxPolicy(move_discount=discount), 60.0)
+        assert _moved(HeteroPolluxPolicy(move_discount=discount), 1e5)
+
+
+def test_an_unknown_move_discount_is_refused_by_name() -> None:
+    with pytest.raises(ConfigError, match="move_discount"):
+        HeteroPolluxPolicy(move_discount="never")

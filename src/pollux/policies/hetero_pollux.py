@@ -33,8 +33,11 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from pollux.errors import ConfigError
 from pollux.policies.base import Allocation, JobInfo, NodeInfo
-from pollux.policies.sia import MAX_COST, Config, SiaPolicy
+from pollux.policies.sia import INVALID_GOODPUT, MAX_COST, Config, SiaPolicy, restart_factor
+
+MOVE_DISCOUNTS = ("age", "remaining", "both")
 
 
 class HeteroPolluxPolicy(SiaPolicy):
@@ -45,16 +48,26 @@ class HeteroPolluxPolicy(SiaPolicy):
 
     def __init__(self, p: float = -0.5, lambda_n: float = 1.1,
                  remaining_exponent: float = 0.0, max_weight_ratio: float = 4.0,
+                 move_discount: str = "age", weight_by: str = "remaining",
                  seed: int | None = None, solver: str = "fast") -> None:
         super().__init__(p=p, lambda_n=lambda_n, seed=seed, solver=solver)
+        if move_discount not in MOVE_DISCOUNTS:
+            raise ConfigError("move_discount", move_discount, f"use one of {MOVE_DISCOUNTS}")
+        if weight_by not in ("remaining", "attained"):
+            raise ConfigError("weight_by", weight_by, "use remaining or attained")
         self.remaining_exponent = float(remaining_exponent)
         self.max_weight_ratio = float(max_weight_ratio)
+        self.move_discount = move_discount
+        self.weight_by = weight_by
 
     def _job_weights(self, jobs: Sequence[JobInfo]) -> np.ndarray:
         """Shorter remaining work weighs more: ``(median / remaining_s) ** exponent``,
         clipped to ``[1 / max_weight_ratio, max_weight_ratio]``; 1 where unknown."""
-        remaining = np.array([np.nan if job.remaining_s is None else job.remaining_s
-                              for job in jobs])
+        if self.weight_by == "attained":
+            remaining = np.array([max(job.attained_service_s, 60.0) for job in jobs])
+        else:
+            remaining = np.array([np.nan if job.remaining_s is None else job.remaining_s
+                                  for job in jobs])
         known = np.isfinite(remaining) & (remaining > 0)
         weights = np.ones(len(jobs))
         if self.remaining_exponent and known.any():
@@ -65,6 +78,28 @@ class HeteroPolluxPolicy(SiaPolicy):
 
     def _penalty_s(self, job: JobInfo) -> float:
         return float(job.restart_delay_s)
+
+    def _discount_moves(self, job: JobInfo, configs: Sequence[Config], row: np.ndarray,
+                        prev_index: int) -> np.ndarray:
+        """Moving costs the job its restart delay ``S``: with ``W`` work left (progress
+        units) a move to a configuration of goodput ``g`` finishes after ``W / g + S``,
+        an effective goodput of ``g / (1 + S g / W)``; ``age`` is Sia's factor alone."""
+        out = row.copy()
+        factor = np.ones(len(row))
+        if self.move_discount in ("age", "both"):
+            factor *= restart_factor(job, self._penalty_s(job))
+        model = job.typed_goodput
+        prev = configs[prev_index]
+        if (self.move_discount in ("remaining", "both") and model is not None
+                and job.remaining_s and model.has_model(prev.gpu_type)
+                and row[prev_index] > INVALID_GOODPUT):
+            work = job.remaining_s * model.reference_goodput
+            scale = float(model.goodput(prev.gpu_type, prev.num_nodes, prev.num_gpus)
+                          ) / row[prev_index]
+            factor /= 1.0 + self._penalty_s(job) * row * scale / max(work, 1e-9)
+        out *= factor
+        out[prev_index] = row[prev_index]
+        return out
 
     def _cost(self, row: np.ndarray) -> np.ndarray:
         with np.errstate(divide="ignore"):  # a restart factor of 0: cost capped

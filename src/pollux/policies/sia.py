@@ -149,6 +149,14 @@ class SiaPolicy(Policy):
         matrix[no_model] = 1.0
         return np.maximum(matrix, INVALID_GOODPUT)
 
+    def _discount_moves(self, job: JobInfo, configs: Sequence[Config], row: np.ndarray,
+                        prev_index: int) -> np.ndarray:
+        """``row`` with every configuration but last round's (``prev_index``) multiplied
+        by the restart factor."""
+        out = row * restart_factor(job, self._penalty_s(job))
+        out[prev_index] = row[prev_index]
+        return out
+
     def _job_weights(self, jobs: Sequence[JobInfo]) -> np.ndarray:
         """Weight of each job's term in the objective (Sia: all equal)."""
         return np.ones(len(jobs))
@@ -181,9 +189,7 @@ class SiaPolicy(Policy):
             prev_index = index.get((type_of[prev[0]], len(prev))) if prev else None
             previous_config.append(prev_index)
             if prev_index is not None:
-                keep = row[prev_index]
-                row = row * restart_factor(job, self._penalty_s(job))
-                row[prev_index] = keep
+                row = self._discount_moves(job, configs, row, prev_index)
             cost[i] = self._cost(row)
         chosen = self._solve(jobs, configs, cost, previous_config, groups)
         allocations = self._place(jobs, configs, chosen, groups, previous_allocations)

@@ -1,0 +1,180 @@
+"""Variants of the typed ``pollux`` policy against ``sia`` on the Philly workloads.
+
+Runs named variants (policy settings, and an *oracle* that hands the policy every job's
+per-type model fitted to the whole trace instead of the bootstrap projection) over the
+chosen workloads of ``../shared/sia-artifact/workloads/philly`` on
+``aws:6x4,dgx-ext:2x8,rtx:3x8`` and prints, per variant, pooled average / p99 JCT,
+GPU-hours and restarts per job, per workload average JCT, and a per-application
+breakdown (JCT, first-allocation wait, restarts, GPU-hours, share of rounds on each type).
+
+    python bench/hetero_policy.py --variants sia,pollux,oracle --workloads 1,7 [--json OUT]
+
+The study and its figures: ``bench/hetero_policy.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pollux.cluster_spec import parse_cluster_spec
+from pollux.models import fit_throughput_params
+from pollux.models.typed import TypedGoodput, TypeProfile
+from pollux.policies.base import Policy
+from pollux.policies.hetero_pollux import HeteroPolluxPolicy
+from pollux.policies.sia import SiaPolicy
+from pollux.sim.hetero.job import HeteroJob
+from pollux.sim.hetero.runner import load_for
+from pollux.sim.hetero.simulator import HeteroConfig, HeteroResult, HeteroSimulator
+from pollux.sim.workload import read_workload
+
+ARTIFACT = Path("..", "shared", "sia-artifact")
+CLUSTER = "aws:6x4,dgx-ext:2x8,rtx:3x8"
+
+VARIANTS: dict[str, Callable[[], Policy]] = {
+    "sia": SiaPolicy,
+    "pollux": HeteroPolluxPolicy,
+    "rem": lambda: HeteroPolluxPolicy(move_discount="remaining"),
+    "both": lambda: HeteroPolluxPolicy(move_discount="both"),
+    "smith": lambda: HeteroPolluxPolicy(remaining_exponent=0.5),
+    "both-smith": lambda: HeteroPolluxPolicy(move_discount="both", remaining_exponent=0.5),
+    "rem-smith": lambda: HeteroPolluxPolicy(move_discount="remaining",
+                                            remaining_exponent=0.5),
+    "las": lambda: HeteroPolluxPolicy(weight_by="attained", remaining_exponent=0.5),
+}
+"""Variant name -> policy factory; ``oracle-<variant>`` runs it with oracle models."""
+
+
+def _oracle_models(traces_dir: str) -> dict[tuple[str, str], Any]:
+    """(application, type) -> throughput params fitted to every placement measured."""
+    from pollux.sim.traces import read_trace_dir
+    fits = {}
+    for app_dir in sorted(Path(traces_dir).iterdir()):
+        if not app_dir.is_dir():
+            continue
+        for gpu_type in parse_cluster_spec(CLUSTER).gpu_types:
+            try:
+                trace = read_trace_dir(app_dir, gpu_type)
+            except Exception:  # noqa: BLE001 - an application without this type
+                continue
+            rows = []
+            for placement, data in trace.placements.items():
+                nodes, replicas = sum(1 for c in placement if c), sum(placement)
+                for bsz, step, sync in zip(data.local_bsz, data.step_time, data.sync_time):
+                    rows.append((float(nodes), float(replicas), float(bsz),
+                                 max(float(step - sync), 1e-9), float(step)))
+            fits[trace.name, gpu_type] = fit_throughput_params(rows)
+    return fits
+
+
+def _install_oracle(traces_dir: str) -> None:
+    """Jobs describe themselves to the policy with the whole-trace fit on every type."""
+    fits = _oracle_models(traces_dir)
+
+    def typed_goodput(self: HeteroJob) -> TypedGoodput | None:
+        if self.grad_stats is None:
+            return None
+        key = ("oracle", self.grad_stats,
+               tuple(p.max_profiled_replicas for p in self.profiles.values()))
+        if self._model is not None and self._model[0] == key:
+            return self._model[1]
+        ref = self.app.reference().spec
+        profiles = {t: TypeProfile(fits[self.app.name, t],
+                                   self.profiles[t].max_profiled_replicas)
+                    for t in self.app.by_type}
+        bounds = {t: (float(a.spec.min_local_bsz), float(a.spec.max_local_bsz))
+                  for t, a in self.app.by_type.items()}
+        model = TypedGoodput(profiles, self.grad_stats, ref.init_batch_size,
+                             ref.max_batch_size, bounds, True, None)
+        self._model = (key, model)
+        return model
+
+    HeteroJob.typed_goodput = typed_goodput  # type: ignore[method-assign]
+
+
+def run_one(variant: str, workload_path: str, traces_dir: str) -> dict[str, Any]:
+    """One simulation; per-job details for the breakdown."""
+    base = variant.removeprefix("oracle-")
+    if base != variant:
+        _install_oracle(traces_dir)
+    apps = load_for(CLUSTER, traces_dir)
+    config = HeteroConfig(parse_cluster_spec(CLUSTER), interval_s=60.0)
+    workload = read_workload(workload_path)
+    result: HeteroResult = HeteroSimulator(workload, apps, VARIANTS[base](), config).run()
+    first: dict[str, float] = {}
+    for log in result.rounds:
+        for name in log.gpus:
+            first.setdefault(name, log.time_s)
+    jobs = []
+    for job in result.jobs:
+        done = job.completion_time_s
+        jobs.append({
+            "name": job.name, "app": job.spec.application,
+            "jct_s": None if done is None else done - job.spec.submission_time_s,
+            "wait_s": first.get(job.name, np.nan) - job.spec.submission_time_s,
+            "restarts": job.num_restarts or 0, "gpu_h": job.held_gpu_s / 3600.0,
+            "types": result.gpu_types.get(job.name, {}),
+        })
+    return {"variant": variant, "workload": workload.name, "jobs": jobs,
+            "wall_s": result.wall_s}
+
+
+def report(runs: list[dict[str, Any]]) -> None:
+    by_variant: dict[str, list[dict[str, Any]]] = {}
+    for run in runs:
+        by_variant.setdefault(run["variant"], []).append(run)
+    workloads = sorted({run["workload"] for run in runs})
+    print(f"{'variant':<28} {'avgJCT':>7} {'p99 h':>6} {'GPUh/j':>6} {'rst/j':>5}  "
+          + " ".join(f"{w[-2:]:>6}" for w in workloads))
+    for variant, vruns in by_variant.items():
+        jobs = [j for r in vruns for j in r["jobs"]]
+        jct = np.array([j["jct_s"] for j in jobs if j["jct_s"] is not None])
+        per = {r["workload"]: np.mean([j["jct_s"] for j in r["jobs"]]) for r in vruns}
+        print(f"{variant:<28} {jct.mean():7.0f} {np.percentile(jct, 99) / 3600:6.2f} "
+              f"{np.mean([j['gpu_h'] for j in jobs]):6.2f} "
+              f"{np.mean([j['restarts'] for j in jobs]):5.2f}  "
+              + " ".join(f"{per.get(w, np.nan):6.0f}" for w in workloads))
+    print("\nper application: n, avg JCT s, avg wait s, restarts/job, GPU-h/job, "
+          "type shares of rounds (aws/dgx-ext/rtx)")
+    apps = sorted({j["app"] for r in runs for j in r["jobs"]})
+    for variant, vruns in by_variant.items():
+        print(variant)
+        for app in apps:
+            jobs = [j for r in vruns for j in r["jobs"] if j["app"] == app]
+            if not jobs:
+                continue
+            shares = {t: sum(j["types"].get(t, 0) for j in jobs) for t in ("aws", "dgx-ext",
+                                                                            "rtx")}
+            total = max(sum(shares.values()), 1)
+            print(f"  {app:<12} {len(jobs):4d} {np.mean([j['jct_s'] for j in jobs]):8.0f} "
+                  f"{np.nanmean([j['wait_s'] for j in jobs]):7.0f} "
+                  f"{np.mean([j['restarts'] for j in jobs]):5.2f} "
+                  f"{np.mean([j['gpu_h'] for j in jobs]):6.2f}  "
+                  + "/".join(f"{shares[t] / total:.2f}" for t in shares))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--variants", default="sia,pollux")
+    parser.add_argument("--workloads", default="1,2,3,4,5,6,7,8")
+    parser.add_argument("--traces", default=str(ARTIFACT / "traces"))
+    parser.add_argument("--processes", type=int, default=2)
+    parser.add_argument("--json", help="write every run's per-job details here")
+    args = parser.parse_args()
+    tasks = [(v, str(ARTIFACT / "workloads" / "philly" / f"workload-{w}.csv"), args.traces)
+             for v in args.variants.split(",") for w in args.workloads.split(",")]
+    with ProcessPoolExecutor(max_workers=args.processes) as pool:
+        runs = list(pool.map(run_one, *zip(*tasks)))
+    if args.json:
+        Path(args.json).write_text(json.dumps(runs))
+    report(runs)
+
+
+if __name__ == "__main__":
+    main()
