@@ -3,9 +3,11 @@
 Prints median and p99 wall time of ``optimize`` for ``pollux`` (default optimizer) and
 ``pollux-ga`` side by side with 10, 50 and 200 active jobs on 64 GPUs (16 nodes x 4), and
 for ``pollux`` alone with 1,000 active jobs on 2,048 GPUs (256 nodes x 8). ``--typed``
-times ``pollux`` and ``sia`` on typed clusters instead: 64 GPUs of 3 types
-(aws:6x4,dgx-ext:2x8,rtx:3x8) with 100 jobs, and 2,048 GPUs of 3 types with 1,000 jobs;
-typed jobs carry a model per type (fitted on one, projected to the others).
+times ``pollux`` and ``sia`` on typed clusters instead, side by side with the ratio of
+their medians: 64 GPUs of 3 types (aws:6x4,dgx-ext:2x8,rtx:3x8) with 50 and 100 jobs, and
+2,048 GPUs of 3 types with 1,000 jobs; typed jobs carry a model per type (fitted on one,
+projected to the others). It also re-solves pollux's programs of up to 5 rounds per size
+with the exact MILP and prints the relative objective gap of its fast solver.
 
 The rounds evolve like a busy cluster: each round feeds the previous decision back, ages
 every job by the interval, replaces a tenth of the jobs by new arrivals, and gives a fifth
@@ -22,7 +24,7 @@ from __future__ import annotations
 
 import argparse
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
 import numpy as np
@@ -31,7 +33,9 @@ from pollux.cluster_spec import parse_cluster_spec
 from pollux.models import GoodputFunction, GradientStats, SpeedupFunction, ThroughputParams
 from pollux.models.typed import TypedGoodput, TypeProfile
 from pollux.policies import JobInfo, NodeInfo, make_policy
-from pollux.policies.base import Allocation
+from pollux.policies.base import Allocation, Policy
+from pollux.policies.hetero_pollux import HeteroPolluxPolicy
+from pollux.policies.sia import Config
 
 INTERVAL_S = 60.0
 
@@ -86,12 +90,14 @@ def cluster(num_nodes: int, gpus_per_node: int) -> list[NodeInfo]:
 
 
 def time_rounds(policy_name: str, num_jobs: int, nodes: list[NodeInfo], rounds: int,
-                seed: int, typed: bool = False, clock: Callable[[], float] = time.perf_counter
-                ) -> np.ndarray:
-    """Seconds of each round (wall, or what ``clock`` counts)."""
+                seed: int, typed: bool = False, policy: Policy | None = None,
+                clock: Callable[[], float] = time.perf_counter) -> np.ndarray:
+    """Seconds of each round on ``clock`` (wall by default) of ``policy`` if given, else
+    of ``policy_name``."""
     rng = np.random.default_rng(seed)
-    policy = make_policy(policy_name) if policy_name == "sia" else make_policy(policy_name,
-                                                                               seed=seed)
+    if policy is None:
+        policy = (make_policy(policy_name) if policy_name == "sia"
+                  else make_policy(policy_name, seed=seed))
     jobs = [new_job(i, 0.0, rng, typed) for i in range(num_jobs)]
     next_index = num_jobs
     previous: dict[str, Allocation] = {}
@@ -118,6 +124,54 @@ def time_rounds(policy_name: str, num_jobs: int, nodes: list[NodeInfo], rounds: 
     return np.array(times)
 
 
+class GapRecorder(HeteroPolluxPolicy):
+    """Typed pollux that also solves each round's program exactly (MILP) and records the
+    relative objective gap of its fast solution; it follows the fast solution."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gaps: list[float] = []
+
+    def _solve(self, jobs: Sequence[JobInfo], configs: Sequence[Config], cost: np.ndarray,
+               previous_config: Sequence[int | None],
+               groups: Mapping[str, Sequence[NodeInfo]]) -> list[int | None]:
+        weights = self._job_weights(jobs)
+        found = {}
+        for solver in ("milp", "fast"):
+            self.solver = solver
+            chosen = super()._solve(jobs, configs, cost, previous_config, groups)
+            found[solver] = chosen, sum(weights[i] * (cost[i, c] - self.lambda_n)
+                                        for i, c in enumerate(chosen) if c is not None)
+        exact, fast = found["milp"][1], found["fast"][1]
+        self.gaps.append((fast - exact) / abs(exact) if exact else 0.0)
+        return found["fast"][0]
+
+
+def typed_table(seed: int, rounds: int, rounds_big: int,
+                clock: Callable[[], float] = time.perf_counter) -> None:
+    """Round times of pollux and sia per typed size side by side, sia's over pollux's,
+    and the objective gap of pollux's fast solver to the exact MILP on its own rounds."""
+    print("typed clusters: round time (ms) median / p99; gap = pollux's objective vs the "
+          "exact MILP on the same programs (mean / max)")
+    print(f"{'cluster':>32} {'GPUs':>5} {'jobs':>5} | {'pollux':>17} | {'sia':>17} | "
+          f"{'sia/pollux':>10} | {'gap':>15}")
+    for spec, num_jobs, num_rounds in ((TYPED_SMALL, 50, rounds), (TYPED_SMALL, 100, rounds),
+                                       (TYPED_BIG, 1000, rounds_big)):
+        nodes = list(parse_cluster_spec(spec).node_infos())
+        cells, medians = [], []
+        for name in ("pollux", "sia"):
+            t = time_rounds(name, num_jobs, nodes, num_rounds, seed, typed=True,
+                            clock=clock) * 1e3
+            medians.append(float(np.median(t)))
+            cells.append(f"{np.median(t):7.1f} / {np.percentile(t, 99):7.1f}")
+        recorder = GapRecorder()
+        time_rounds("pollux", num_jobs, nodes, min(num_rounds, 5), seed, typed=True,
+                    policy=recorder)
+        gap = f"{100 * np.mean(recorder.gaps):.3f}% / {100 * np.max(recorder.gaps):.3f}%"
+        print(f"{spec:>32} {sum(n.num_gpus for n in nodes):>5} {num_jobs:>5} | {cells[0]:>17} | "
+              f"{cells[1]:>17} | {medians[1] / medians[0]:>10.1f} | {gap:>15}", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer rounds")
@@ -140,14 +194,8 @@ def main() -> None:
                   flush=True)
         return
     if args.typed:
-        for spec, num_jobs, rounds in ((TYPED_SMALL, 100, rounds_default),
-                                       (TYPED_BIG, 1000, rounds_big)):
-            nodes = list(parse_cluster_spec(spec).node_infos())
-            for name in ("pollux", "sia"):
-                t = time_rounds(name, num_jobs, nodes, rounds, args.seed, typed=True) * 1e3
-                print(f"{spec} ({sum(n.num_gpus for n in nodes)} GPUs), {num_jobs} jobs, "
-                      f"{name}: median {np.median(t):.1f} ms, p99 {np.percentile(t, 99):.1f} ms",
-                      flush=True)
+        typed_table(args.seed, rounds_default, rounds_big,
+                    time.process_time if args.cpu else time.perf_counter)
         return
 
     small = cluster(16, 4)

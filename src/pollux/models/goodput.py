@@ -164,10 +164,14 @@ def _best_batches(fns: Sequence[GoodputFunction], m_max: FloatArray, bounds: Flo
             var = np.array([fn.grad_stats.var for fn in fns]).reshape(-1, 1, 1)
             good = throughput(params, n, k, bsz, steps) * stacked_efficiency(sqr, var, m0, batch)
     good = np.where(feasible & np.isfinite(good), good, -np.inf)
-    best = np.argmax(good, axis=2)[..., None]
-    best_good = np.take_along_axis(good, best, axis=2)[..., 0]
+    flat = good.reshape(-1, good.shape[2])
+    rows = np.arange(flat.shape[0])
+    best = np.argmax(flat, axis=1)
+    best_good = flat[rows, best].reshape(good.shape[:2])
     ok = np.isfinite(best_good)
     goodput = np.where(ok, best_good, 0.0)
-    local_bsz = np.where(ok, np.take_along_axis(bsz, best, axis=2)[..., 0], 0).astype(np.int64)
-    accum = np.where(ok, np.take_along_axis(steps, best, axis=2)[..., 0], 0).astype(np.int64)
+    local_bsz = np.where(ok, bsz.reshape(flat.shape)[rows, best].reshape(ok.shape), 0
+                         ).astype(np.int64)
+    accum = np.where(ok, steps.reshape(flat.shape)[rows, best].reshape(ok.shape), 0
+                     ).astype(np.int64)
     return goodput, local_bsz, accum

@@ -98,7 +98,8 @@ class ThroughputArrays:
     def stack(cls, params: Sequence[ThroughputParams], trailing_dims: int = 0
               ) -> ThroughputArrays:
         """One entry per job along the first axis, then ``trailing_dims`` axes of 1."""
-        values = np.array([astuple(p) for p in params], dtype=np.float64).reshape(
+        values = np.array([(p.alpha_c, p.beta_c, p.alpha_n, p.beta_n, p.alpha_r, p.beta_r,
+                            p.gamma) for p in params], dtype=np.float64).reshape(
             (len(params), 7) + (1,) * trailing_dims)
         return cls(*(values[:, i] for i in range(7)))
 

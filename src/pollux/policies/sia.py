@@ -16,9 +16,12 @@ elsewhere) and solves one integer program:
   binary ``X`` with at most one configuration per job, the GPUs of each type within its
   capacity, and jobs still restoring a checkpoint kept at their configuration.
 
-Solved with :func:`scipy.optimize.milp` (HiGHS). Placement, per type: bigger jobs first,
-whole free nodes first, then free GPUs from any node (so a small job may span nodes); a
-job whose configuration did not change keeps its nodes when they are free.
+Solved with :func:`scipy.optimize.milp` (HiGHS; ``solver="milp"``, entries that can never
+be optimal pruned). ``solver="fast"`` (the project's typed ``pollux``) solves the same
+program by its linear relaxation or per-type prices (:mod:`pollux.policies.assignment`).
+Placement, per type: bigger jobs first, whole free nodes first, then free GPUs from any
+node (so a small job may span nodes); a job whose configuration did not change keeps its
+nodes when they are free.
 """
 
 from __future__ import annotations
