@@ -205,3 +205,21 @@ def test_ga_orders_jobs_by_attained_service() -> None:
             job("new", seed=None, submission_time_s=10.0, attained_service_s=0.0)]
     assert [j.name for j in build_problem(jobs, nodes(1), {}).jobs] == ["old", "new"]
     assert [j.name for j in build_problem(jobs, nodes(1), {}, True).jobs] == ["new", "old"]
+
+
+def test_a_shrinking_distributed_job_keeps_whole_nodes_only() -> None:
+    # a job on four full nodes must give way to three newcomers: by default it gives up
+    # single replicas (a restart of all its GPUs each time later arrivals need one);
+    # shrink_whole_nodes takes a whole node at once, the rest staying free
+    big = job("big", seed=None, age_s=1e5, max_replicas=16)
+    previous = {"big": tuple(f"node-{i:02d}" for i in range(4) for _ in range(4))}
+    newcomers = [job(f"new-{i}", seed=None, age_s=1e5, max_replicas=1) for i in range(3)]
+    cluster = nodes(4, 4)
+    for whole, expected in ((False, 13), (True, 12)):
+        decision = PolluxPolicy(shrink_whole_nodes=whole).optimize([big, *newcomers],
+                                                                   cluster, previous)
+        counts = {name: len(alloc) for name, alloc in decision.allocations.items()}
+        assert counts == {"big": expected, "new-0": 1, "new-1": 1, "new-2": 1}
+        assert not violations([big, *newcomers], cluster, previous, decision.allocations)
+        per_node = np.unique(decision.allocations["big"], return_counts=True)[1]
+        assert whole is False or set(per_node) == {4}

@@ -184,13 +184,38 @@ def allocate_counts(
     return chosen
 
 
+def shrink_to_whole_nodes(placement: Placement, jobs: list[int]) -> list[int]:
+    """Jobs among ``jobs`` that hold fewer replicas than before on several nodes lose
+    their replicas on nodes they fill only in part (at least one node is kept); returns
+    every such shrunk job (to be left out of fill and exchange)."""
+    problem = placement.problem
+    rounded = []
+    for j in jobs:
+        row = placement.state[j]
+        before = int(problem.base_state[j].sum())
+        if not 0 < row.sum() < before or np.count_nonzero(row) < 2:
+            continue
+        rounded.append(j)
+        size = int(problem.node_size[j])
+        partial = np.flatnonzero((row > 0) & (row < size))
+        if partial.size == np.count_nonzero(row):
+            continue
+        for n in partial:
+            placement.remove(j, int(n), int(row[n]))
+    return rounded
+
+
 class MarginalGainOptimizer:
     """Deterministic; keeps no state between rounds."""
 
     def __init__(self, interference_avoidance: bool = True, fill_free: bool = True,
-                 max_exchanges: int | None = None) -> None:
+                 max_exchanges: int | None = None, shrink_whole_nodes: bool = False) -> None:
         self.interference_avoidance = interference_avoidance
         self.fill_free = fill_free
+        self.shrink_whole_nodes = shrink_whole_nodes
+        """A distributed job that shrinks keeps only its whole nodes (the rest stays free
+        for later arrivals instead of being taken from it one replica per round, each a
+        restart of all its GPUs); fill and exchange leave such a job alone."""
         self.max_exchanges = max_exchanges
         """Exchange moves per round (None: twice the number of jobs)."""
         self.full_scan_size = 8192
@@ -241,12 +266,16 @@ class MarginalGainOptimizer:
                     break
             if placement.state[j].sum() < c.counts[chosen[j]]:
                 shrunk.append(j)
-        num_filled = fill(placement, objective, free_jobs) if self.fill_free else 0
+        adjustable = free_jobs
+        if self.shrink_whole_nodes:
+            rounded = set(shrink_to_whole_nodes(placement, free_jobs))
+            adjustable = [j for j in free_jobs if j not in rounded]
+        num_filled = fill(placement, objective, adjustable) if self.fill_free else 0
         budget = 2 * len(free_jobs) if self.max_exchanges is None else self.max_exchanges
-        num_exchanged = exchange(placement, objective, free_jobs, budget,
+        num_exchanged = exchange(placement, objective, adjustable, budget,
                                  self._exchange_nodes(placement, shrunk))
         if num_exchanged and self.fill_free:
-            num_filled += fill(placement, objective, free_jobs)
+            num_filled += fill(placement, objective, adjustable)
 
         current = repair(problem, problem.base_state[None], np.random.default_rng(0),
                          self.interference_avoidance)[0]

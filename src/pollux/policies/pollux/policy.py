@@ -125,9 +125,11 @@ class PolluxPolicy(_PolluxPolicyBase):
     name = "pollux"
     optimizer_name = "marginal"
 
-    def __init__(self, *, fill_free: bool = True, **options: Any) -> None:
+    def __init__(self, *, fill_free: bool = True, shrink_whole_nodes: bool = False,
+                 **options: Any) -> None:
         super().__init__(**options)
-        self.optimizer = MarginalGainOptimizer(self.interference_avoidance, bool(fill_free))
+        self.optimizer = MarginalGainOptimizer(self.interference_avoidance, bool(fill_free),
+                                               shrink_whole_nodes=bool(shrink_whole_nodes))
 
     def _solve(self, problem: AllocationProblem,
                objective: PolluxObjective) -> tuple[IntArray, dict[str, Any]]:
