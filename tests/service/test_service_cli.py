@@ -4,6 +4,7 @@ stand-in job (tests/backends/fake_job.py), and the submit flags/YAML merge."""
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -81,7 +82,7 @@ def test_job_commands_against_a_live_server(server, capsys, tmp_path):
 
 
 def test_demo_runs_end_to_end_with_a_stand_in_script(monkeypatch, capsys):
-    monkeypatch.setenv("PYTHONPATH", str(REPO))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(REPO / "src"), str(REPO)]))
     code = main(["demo", "--script", FAKE_JOB, "--jobs", "2", "--stagger", "0.05",
                  "--policy", EQUAL_SHARE, "--interval", "1", "--timeout", "60"])
     out = capsys.readouterr().out
@@ -90,6 +91,21 @@ def test_demo_runs_end_to_end_with_a_stand_in_script(monkeypatch, capsys):
     # piped (capsys is not a terminal): one line per job event as it happens
     assert " digits-a-1 Starting: launch 1: " in out and " digits-b-2 Succeeded: " in out
     assert "ended by SIGTERM" not in out
+
+
+def test_demo_on_typed_virtual_nodes_launches_within_one_type(monkeypatch, capsys):
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(REPO / "src"), str(REPO)]))
+    code = main(["demo", "--script", FAKE_JOB, "--jobs", "2", "--stagger", "0.05",
+                 "--virtual-nodes", "a:1x2,b:1x1", "--policy", "pollux", "--interval", "1",
+                 "--timeout", "60"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "server on typed virtual nodes a:1x2,b:1x1" in out
+    launches = [line for line in out.splitlines() if " Starting: launch " in line]
+    assert launches and all(("on a-0 " in line and line.endswith("(GPU type a)"))
+                            or ("on b-0 " in line and line.endswith("(GPU type b)"))
+                            for line in launches), launches
+    assert out.count("Succeeded") >= 2
 
 
 def submit_args(*argv: str):

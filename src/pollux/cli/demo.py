@@ -62,13 +62,19 @@ def job_spec(job: DemoJob, script: Path) -> dict[str, Any]:
                         "--checkpoint-interval-s", "5", "--quiet"]}
 
 
+def server_command(args: argparse.Namespace, data_dir: Path) -> list[str]:
+    """The demo server's command line: ``--nodes x --slots-per-node`` virtual nodes, or
+    the typed ones of ``--virtual-nodes``."""
+    nodes = (["--virtual-nodes", args.virtual_nodes] if args.virtual_nodes else
+             ["--nodes", str(args.nodes), "--slots-per-node", str(args.slots_per_node)])
+    return [sys.executable, "-m", "pollux.cli.main", "server", "--data-dir", str(data_dir),
+            "--port", "0", *nodes, "--device", args.device, "--policy", args.policy,
+            "--interval", str(args.interval), "--stop-grace", "30"]
+
+
 def start_server(args: argparse.Namespace, data_dir: Path) -> tuple[subprocess.Popen[bytes],
                                                                     PolluxClient]:
-    command = [sys.executable, "-m", "pollux.cli.main", "server", "--data-dir", str(data_dir),
-               "--port", "0", "--nodes", str(args.nodes), "--slots-per-node",
-               str(args.slots_per_node), "--device", args.device, "--policy", args.policy,
-               "--interval",
-               str(args.interval), "--stop-grace", "30"]
+    command = server_command(args, data_dir)
     log = open(data_dir.parent / "server.log", "wb")  # noqa: SIM115 - handed to the child
     process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
                                stdin=subprocess.DEVNULL, start_new_session=True)
@@ -158,8 +164,9 @@ def run(args: argparse.Namespace) -> int:
                                          "pip install -e '.[torch]'")
     workdir = Path(tempfile.mkdtemp(prefix="pollux-demo-"))
     data_dir = workdir / "data"
-    say(f"pollux demo: server on {args.nodes} virtual nodes x {args.slots_per_node} "
-        f"slots, policy {args.policy}, data in {workdir}")
+    where = (f"typed virtual nodes {args.virtual_nodes}" if args.virtual_nodes else
+             f"{args.nodes} virtual nodes x {args.slots_per_node} slots")
+    say(f"pollux demo: server on {where}, policy {args.policy}, data in {workdir}")
     process, client = start_server(args, data_dir)
     start = time.monotonic()
     jobs = DEMO_JOBS[: args.jobs]
@@ -222,6 +229,9 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--nodes", type=int, default=2, help="virtual nodes (default: 2)")
     parser.add_argument("--slots-per-node", type=int, default=2,
                         help="slots per virtual node (default: 2)")
+    parser.add_argument("--virtual-nodes", default=None, metavar="SPEC",
+                        help="typed virtual nodes instead, e.g. a:2x1,b:1x2 (GPU types; "
+                             "each job then runs within one type)")
     parser.add_argument("--device", default="cpu", choices=("cpu", "gpu", "auto"),
                         help="slots are CPU slots (default) or GPUs (nodes x slots GPUs)")
     parser.add_argument("--interval", type=float, default=3.0,
