@@ -24,7 +24,7 @@ import numpy as np
 from pollux.models import JobHints, ThroughputParams, scaled_gain
 from pollux.policies.autoscaling.objective import BatchObjective
 from pollux.sim.adaptive import FitCache, JobProfile
-from pollux.sim.applications import Application
+from pollux.sim.applications import Application, ApplicationSpec
 from pollux.sim.placement import Placement
 
 NUM_ORACLE_BATCH_CANDIDATES = 32
@@ -123,8 +123,16 @@ class TrainingJob(ABC):
         """The application that answers for the job's current placement."""
 
     @abstractmethod
-    def update_batch(self) -> None:
-        """Re-decide atomic batch and accumulation steps for the current placement."""
+    def _batch_spec(self) -> ApplicationSpec:
+        """The batch limits at the current placement."""
+
+    @abstractmethod
+    def _target_batch_size(self, spec: ApplicationSpec) -> int | None:
+        """The total batch the job must train (pinned or fixed); None: it chooses."""
+
+    @abstractmethod
+    def _best_batch(self, spec: ApplicationSpec) -> tuple[int, int] | None:
+        """The (atomic batch, accumulation steps) the job chooses; None without a model."""
 
     @abstractmethod
     def _observe(self, num_nodes: int, num_replicas: int, atomic_bsz: int, step_s: float,
@@ -132,6 +140,24 @@ class TrainingJob(ABC):
         """What the job measures of a stretch of training (its own model's data)."""
 
     # -- effects -------------------------------------------------------------------------
+    def update_batch(self) -> None:
+        """Re-decide atomic batch and accumulation steps for the current placement: the
+        target batch if any, else the job's choice, else (no model yet) the smallest batch
+        that gives every replica work."""
+        spec = self._batch_spec()
+        replicas = self.num_replicas
+        target = self._target_batch_size(spec)
+        if target is not None:
+            self.atomic_bsz, self.accum_steps = spec.fixed_batch_config(target, replicas)
+            return
+        best = self._best_batch(spec)
+        if best is None:
+            self.atomic_bsz, self.accum_steps = spec.fixed_batch_config(
+                max(spec.init_batch_size, spec.min_local_bsz * replicas), replicas)
+        else:
+            self.atomic_bsz = spec.cap_atomic_bsz(best[0], replicas, best[1])
+            self.accum_steps = best[1]
+
     def _move(self, allocation: tuple[str, ...], placement: Placement,
               restart_delay_s: float) -> None:
         """Move to a new allocation (empty: release all GPUs); a start or a move costs
@@ -231,27 +257,20 @@ class SimJob(TrainingJob):
         """Move to a new allocation (empty: release all GPUs)."""
         self._move(allocation, placement, restart_delay_s)
 
-    def update_batch(self) -> None:
-        spec = self.app.spec
-        replicas = self.num_replicas
-        if self.target_batch_size is not None:
-            self.atomic_bsz, self.accum_steps = spec.fixed_batch_config(
-                self.target_batch_size, replicas)
-            return
-        best = None
+    def _batch_spec(self) -> ApplicationSpec:
+        return self.app.spec
+
+    def _target_batch_size(self, spec: ApplicationSpec) -> int | None:
+        return self.target_batch_size
+
+    def _best_batch(self, spec: ApplicationSpec) -> tuple[int, int] | None:
         if self.mode is BatchMode.ADAPTIVE and self.profile is not None:
             if self.knowledge is JobKnowledge.ORACLE and self.profile.params is not None:
-                best = self._oracle_batch()
-            else:
-                best = self.profile.best_batch(len(self.placement), replicas)
-        elif self.mode is BatchMode.ORACLE:
-            best = self._oracle_batch()
-        if best is None:  # no model yet: the smallest batch that gives every replica work
-            self.atomic_bsz, self.accum_steps = spec.fixed_batch_config(
-                max(spec.init_batch_size, spec.min_local_bsz * replicas), replicas)
-        else:
-            self.atomic_bsz = spec.cap_atomic_bsz(best[0], replicas, best[1])
-            self.accum_steps = best[1]
+                return self._oracle_batch()
+            return self.profile.best_batch(len(self.placement), self.num_replicas)
+        if self.mode is BatchMode.ORACLE:
+            return self._oracle_batch()
+        return None
 
     def _oracle_batch(self) -> tuple[int, int]:
         """Best (atomic, accumulation) by true goodput at the current epoch."""

@@ -19,6 +19,7 @@ from pollux.models import GoodputFunction, GradientStats
 from pollux.models.typed import TypedGoodput, TypeProfile
 from pollux.policies.snapshot import EXPLORATION_FACTOR, MAX_EXPLORATION_REPLICAS
 from pollux.sim.adaptive import FitCache, JobProfile
+from pollux.sim.applications import ApplicationSpec
 from pollux.sim.hetero.apps import TypedApplication, TypedTraceApplication
 from pollux.sim.job import JobSpec, TrainingJob
 from pollux.sim.placement import Placement
@@ -109,32 +110,30 @@ class HeteroJob(TrainingJob):
             self.gpu_type = gpu_type
         self._move(allocation, placement, self.app.restart_delay_s)
 
-    def update_batch(self) -> None:
-        """The pinned or fixed batch, else the goodput-optimal one by the current type's
-        model within the placement's largest atomic batch (before any model: the smallest
-        batch that gives every replica work)."""
+    def _batch_spec(self) -> ApplicationSpec:
+        """The current type's limits, the largest atomic batch the placement's."""
         app = self.current_app()
-        max_local = app.max_local_bsz_at(self.placement)
-        spec = replace(app.spec, max_local_bsz=max_local)
-        replicas = self.num_replicas
+        return replace(app.spec, max_local_bsz=app.max_local_bsz_at(self.placement))
+
+    def _target_batch_size(self, spec: ApplicationSpec) -> int | None:
+        """The pinned batch, else the fixed one (baselines); None for adaptive jobs."""
         if spec.pinned_batch_size is not None:
-            self.atomic_bsz, self.accum_steps = spec.fixed_batch_config(
-                spec.pinned_batch_size, replicas)
-            return
-        if self.fixed_batch_size is not None:
-            self.atomic_bsz, self.accum_steps = spec.fixed_batch_config(
-                self.fixed_batch_size, replicas)
-            return
-        profile = self.profiles[app.gpu_type] if self.pooled is None else self.pooled
+            return spec.pinned_batch_size
+        return self.fixed_batch_size
+
+    def _best_batch(self, spec: ApplicationSpec) -> tuple[int, int] | None:
+        """Goodput-optimal by the current type's (or the pooled) model and the latest
+        true gradient statistics, within the placement's largest atomic batch."""
+        gpu_type = self.current_app().gpu_type
+        profile = self.profiles[gpu_type] if self.pooled is None else self.pooled
         if profile.params is None or self.grad_stats is None:
-            self.atomic_bsz, self.accum_steps = spec.fixed_batch_config(
-                max(spec.init_batch_size, spec.min_local_bsz * replicas), replicas)
-            return
+            return None
         goodput = GoodputFunction(profile.params, self.grad_stats, spec.init_batch_size)
-        _, bsz, steps = goodput.optimize(len(self.placement), replicas, spec.max_batch_size,
-                                         (spec.min_local_bsz, max_local), accumulation=True)
-        self.accum_steps = int(steps)
-        self.atomic_bsz = spec.cap_atomic_bsz(int(bsz), replicas, int(steps))
+        _, bsz, steps = goodput.optimize(len(self.placement), self.num_replicas,
+                                         spec.max_batch_size,
+                                         (spec.min_local_bsz, spec.max_local_bsz),
+                                         accumulation=True)
+        return int(bsz), int(steps)
 
     def hold_round(self, interval_s: float) -> None:
         """Count one scheduling round of the GPUs now held (GPU-hours per job)."""
