@@ -9,7 +9,10 @@ import sqlite3
 from collections.abc import Sequence
 from types import MappingProxyType
 
+import pytest
+
 from pollux.backends.fake import FakeBackend
+from pollux.errors import JobSpecError
 from pollux.models.hints import JobHints
 from pollux.models.throughput import ThroughputParams
 from pollux.models.typed import TypeProfile
@@ -184,3 +187,13 @@ def test_a_move_between_types_says_so_with_both_predictions(make_service, fake_b
     assert "samples/s on 2 replicas)" in rescale[0]
     service.allocator.tick(2.5)
     assert service.store.get_job(job).gpu_type == "b"
+
+
+def test_a_job_must_fit_within_one_type_to_be_accepted(make_service, fake_backend):
+    fake_backend._nodes = typed_nodes()  # a: 2 nodes x 2 slots, b: 1 node x 4
+    service = make_service()
+    service.submit(make_spec("four", min_replicas=4, max_replicas=4).to_dict())
+    with pytest.raises(JobSpecError, match="one GPU type of the cluster fits at most 4") \
+            as info:
+        service.submit(make_spec("five", min_replicas=5, max_replicas=8).to_dict())
+    assert info.value.field == "min_replicas"

@@ -126,15 +126,19 @@ def is_loopback(host: str) -> bool:
 
 
 def check_fits_cluster(spec: JobSpec, nodes: Sequence[NodeInfo]) -> None:
-    """Refuse a job whose min_replicas could never run on these nodes together."""
+    """Refuse a job whose min_replicas could never run on these nodes together (on a
+    typed cluster: on the nodes of one GPU type, as a job never spans types)."""
     needed = spec.resources.as_policy_resources()
-    fitting = 0
+    fitting: dict[str, int] = {}
     for node in nodes:
         per_node = [node.resources.get(name, 0.0) / amount for name, amount in needed.items()]
-        fitting += int(min(per_node, default=0.0) + 1e-9)
-    if spec.min_replicas > fitting:
+        fitting[node.gpu_type] = (fitting.get(node.gpu_type, 0)
+                                  + int(min(per_node, default=0.0) + 1e-9))
+    most = max(fitting.values(), default=0)
+    if spec.min_replicas > most:
+        where = "the cluster" if len(fitting) < 2 else "one GPU type of the cluster"
         raise JobSpecError("min_replicas", spec.min_replicas,
-                           f"the cluster fits at most {fitting} replicas of this size")
+                           f"{where} fits at most {most} replicas of this size")
 
 
 class SchedulerService:
