@@ -54,6 +54,9 @@ def test_two_torchrun_replicas_autoscale_and_still_consume_each_sample_once(
     assert result["num_replicas"] == 2 and result["epochs"] == 5
     hints = json.loads((tmp_path / "hints.json").read_text())
     assert hints["throughput_params"] is not None and hints["max_profiled_replicas"] == 2
+    # no type from a scheduler, no CUDA: the profile is the CPU's
+    assert hints["gpu_type"] == "cpu" and list(hints["type_profiles"]) == ["cpu"]
+    assert hints["type_profiles"]["cpu"]["max_profiled_replicas"] == 2
     records = [json.loads(ln) for ln in (tmp_path / "samples.jsonl").read_text().splitlines()]
     epochs: dict[int, Counter[int]] = {}
     for record in records:

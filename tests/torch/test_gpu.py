@@ -21,10 +21,12 @@ from tests.torch.launcher import EXAMPLE, REPO, WORKERS
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
 
-def run(argv: list[str], tmp_path: Path) -> dict[str, Any]:
+def run(argv: list[str], tmp_path: Path, extra_env: dict[str, str] | None = None
+        ) -> dict[str, Any]:
     env = {k: v for k, v in os.environ.items()
            if not k.startswith("POLLUX_") and k not in ("RANK", "WORLD_SIZE")}
     env["POLLUX_CHECKPOINT_DIR"] = ""  # no default ./pollux-checkpoints (--checkpoint-dir wins)
+    env.update(extra_env or {})
     out = subprocess.run([sys.executable, *argv], capture_output=True, text=True,
                          timeout=300, cwd=REPO, env=env)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
@@ -59,3 +61,14 @@ def test_no_extra_host_syncs_and_amp_statistics(tmp_path: Path) -> None:
     assert result["amp_steps"] > 0 and result["amp_noise_updates"] > 0
     assert result["amp_stats"] is not None and all(map(math.isfinite, result["amp_stats"]))
     assert result["amp_loss_last"] < result["amp_loss_first"]
+
+
+def test_the_agent_keys_its_profile_by_the_cuda_device_name(tmp_path: Path) -> None:
+    """Without a type from the scheduler, the hints name the GPU as CUDA does."""
+    hints_path = tmp_path / "hints.json"
+    run([str(EXAMPLE), "--epochs", "2", "--quiet", "--checkpoint-dir", str(tmp_path / "c")],
+        tmp_path, {"POLLUX_HINTS_TARGET": str(hints_path)})
+    hints = json.loads(hints_path.read_text())
+    name = torch.cuda.get_device_name(0)
+    assert hints["gpu_type"] == name and list(hints["type_profiles"]) == [name]
+    assert hints["type_profiles"][name]["throughput_params"] == hints["throughput_params"]
