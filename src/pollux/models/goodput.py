@@ -130,31 +130,45 @@ def _best_batches(fns: Sequence[GoodputFunction], m_max: FloatArray, bounds: Flo
     """Best (goodput, atomic batch, accumulation steps), each (jobs x placements), over
     total batches geometric from each job's initial batch to its ``m_max``."""
     num_jobs = len(fns)
-    m0 = np.array([fn.init_batch_size for fn in fns]).reshape(-1, 1, 1)
-    totals = np.empty((num_jobs, 1, NUM_BATCH_CANDIDATES + 2))
     grid: dict[tuple[float, float], FloatArray] = {}
-    for j, fn in enumerate(fns):  # the same candidates as one job alone (scalar geomspace)
-        key = (fn.init_batch_size, float(m_max[j]))
+    candidates: list[FloatArray] = []
+    for fn, high in zip(fns, m_max.tolist()):  # each job's candidates as alone (scalar geomspace)
+        key = (fn.init_batch_size, high)
         if key not in grid:
-            low, high = key
+            low = key[0]
             grid[key] = np.concatenate([np.geomspace(low, high, NUM_BATCH_CANDIDATES)
                                         if high > low else np.full(NUM_BATCH_CANDIDATES, low),
                                         [low, high]])
-        totals[j, 0] = grid[key]
+        candidates.append(grid[key])
+    totals = (candidates[0] if num_jobs == 1 else np.stack(candidates)).reshape(num_jobs, 1, -1)
+    m0: float | FloatArray = (fns[0].init_batch_size if num_jobs == 1 else
+                              np.array([fn.init_batch_size for fn in fns]).reshape(-1, 1, 1))
+    lo: float | FloatArray
+    hi: float | FloatArray
+    top: float | FloatArray
+    accumulate: bool | NDArray[np.bool_]
     k = replicas.reshape(1, -1, 1)
     n = nodes.reshape(1, -1, 1)
-    lo, hi = bounds[:, 0].reshape(-1, 1, 1), bounds[:, 1].reshape(-1, 1, 1)
-    accumulate = accumulation.reshape(-1, 1, 1)
-    steps = np.maximum(np.ceil(totals / (k * hi)) - 1.0, 0.0)
-    steps = np.where((k == 1) & (totals > m0), np.maximum(steps, 1.0), steps)
-    steps = np.where(accumulate, steps, 0.0)
+    if num_jobs == 1:  # plain numbers: one job costs what it did before batching
+        lo, hi = bounds[0].tolist()
+        top, accumulate = float(m_max[0]), bool(accumulation[0])
+    else:
+        lo, hi = bounds[:, 0].reshape(-1, 1, 1), bounds[:, 1].reshape(-1, 1, 1)
+        top, accumulate = m_max.reshape(-1, 1, 1), accumulation.reshape(-1, 1, 1)
+    if num_jobs == 1 and not accumulate:
+        steps = np.zeros_like(totals * k)
+    else:
+        steps = np.maximum(np.ceil(totals / (k * hi)) - 1.0, 0.0)
+        steps = np.where((k == 1) & (totals > m0), np.maximum(steps, 1.0), steps)
+        if num_jobs > 1:
+            steps = np.where(accumulate, steps, 0.0)
     per_step = totals / (k * (steps + 1.0))
     # Rounding down and up both, so both ends of the batch range stay reachable.
     bsz = np.concatenate([np.floor(per_step), np.ceil(per_step)], axis=2)
     steps = np.concatenate([steps, steps], axis=2)
     bsz = np.clip(bsz, lo, hi)
     batch = k * bsz * (steps + 1.0)
-    feasible = (batch >= m0 * (1 - 1e-9)) & (batch <= np.reshape(m_max, (-1, 1, 1)) * (1 + 1e-9))
+    feasible = (batch >= m0 * (1 - 1e-9)) & (batch <= top * (1 + 1e-9))
     with np.errstate(divide="ignore", invalid="ignore"):
         if num_jobs == 1:
             good = fns[0].throughput(n, k, bsz, steps) * fns[0].efficiency(batch)
@@ -162,7 +176,8 @@ def _best_batches(fns: Sequence[GoodputFunction], m_max: FloatArray, bounds: Flo
             params = ThroughputArrays.stack([fn.throughput_params for fn in fns], 2)
             sqr = np.array([fn.grad_stats.sqr for fn in fns]).reshape(-1, 1, 1)
             var = np.array([fn.grad_stats.var for fn in fns]).reshape(-1, 1, 1)
-            good = throughput(params, n, k, bsz, steps) * stacked_efficiency(sqr, var, m0, batch)
+            good = (throughput(params, n, k, bsz, steps)
+                    * stacked_efficiency(sqr, var, np.asarray(m0), batch))
     good = np.where(feasible & np.isfinite(good), good, -np.inf)
     flat = good.reshape(-1, good.shape[2])
     rows = np.arange(flat.shape[0])
