@@ -24,7 +24,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from threadpoolctl import threadpool_limits
 
@@ -55,6 +55,17 @@ class RoundLog:
     """Job -> GPUs allocated after the round (jobs with none omitted)."""
     policy_s: float = 0.0
     """Wall seconds the policy spent on this round."""
+
+
+def job_report(job: TrainingJob, restart_delay_s: float, **fields: Any) -> JobReport:
+    """A simulated job's report with what every one shares (one GPU per replica,
+    preemptible, its submission, service, restarts and replicas held); ``fields`` add the
+    rest."""
+    return JobReport(name=job.name, resources=ONE_GPU,
+                     submission_time_s=job.spec.submission_time_s,
+                     attained_service_s=job.attained_service_s,
+                     num_restarts=job.num_restarts or 0, restart_delay_s=restart_delay_s,
+                     num_held_replicas=len(job.allocation), **fields)
 
 
 class RoundLoop(ABC, Generic[J]):

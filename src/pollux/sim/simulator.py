@@ -51,7 +51,7 @@ from pollux.sim.adaptive import FitCache
 from pollux.sim.applications import Application
 from pollux.sim.cluster import ClusterSize, ElasticCluster
 from pollux.sim.job import BatchMode, JobKnowledge, SimJob
-from pollux.sim.loop import MAX_IDLE_ROUNDS, ONE_GPU, RoundLog, RoundLoop
+from pollux.sim.loop import MAX_IDLE_ROUNDS, RoundLog, RoundLoop, job_report
 from pollux.sim.oracle import OracleTables, fixed_batch_max_replicas, true_throughput_params
 from pollux.sim.placement import placement_of
 from pollux.sim.workload import Workload
@@ -219,22 +219,11 @@ class Simulator(RoundLoop[SimJob]):
             max_replicas = fixed_batch_max_replicas(job.app, batch)
             remaining_fn = self._oracles.oracle(job.app, batch, self.config.gpus_per_node,
                                                 job.epoch)
-        return JobReport(
-            name=job.name,
-            resources=ONE_GPU,
-            submission_time_s=job.spec.submission_time_s,
-            min_replicas=0,
-            max_replicas=max_replicas,
-            preemptible=True,
-            attained_service_s=job.attained_service_s,
-            num_restarts=job.num_restarts or 0,
-            restart_delay_s=self.config.restart_delay_s,
-            num_held_replicas=len(job.allocation),
+        return job_report(
+            job, self.config.restart_delay_s, max_replicas=max_replicas,
             tuned=TunedConfig(num_replicas=tuned_replicas, batch_size=tuned_batch),
-            hints=hints,
-            remaining_time_fn=remaining_fn,
-            remaining_progress=None if hints is None else job.remaining_progress(),
-        )
+            hints=hints, remaining_time_fn=remaining_fn,
+            remaining_progress=None if hints is None else job.remaining_progress())
 
     # -- effects -------------------------------------------------------------------------
     def _interfered(self, running: Sequence[SimJob]) -> set[str]:

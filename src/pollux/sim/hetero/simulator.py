@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from pollux.cluster_spec import ClusterSpec, allocation_gpu_type
 from pollux.errors import ConfigError
@@ -29,7 +30,7 @@ from pollux.policies.snapshot import JobReport
 from pollux.sim.adaptive import FitCache
 from pollux.sim.hetero.apps import TypedApplication
 from pollux.sim.hetero.job import HeteroJob
-from pollux.sim.loop import ONE_GPU, RoundLog, RoundLoop
+from pollux.sim.loop import RoundLog, RoundLoop, job_report
 from pollux.sim.metrics import NodeCounts, RunRecord, job_record, run_figures
 from pollux.sim.oracle import OracleTables, RemainingTimeOracle, fixed_batch_max_replicas
 from pollux.sim.placement import placement_of
@@ -111,15 +112,9 @@ class HeteroSimulator(RoundLoop[HeteroJob]):
         tuned_replicas = job.spec.num_replicas
         if spec.pinned_replicas is not None:
             tuned_replicas = min(tuned_replicas, spec.pinned_replicas)
-        return JobReport(
-            name=job.name, resources=ONE_GPU, submission_time_s=job.spec.submission_time_s,
-            max_replicas=max(caps.values()), attained_service_s=job.attained_service_s,
-            num_restarts=job.num_restarts or 0, restart_delay_s=job.app.restart_delay_s,
-            num_held_replicas=len(job.allocation),
-            tuned=TunedConfig(tuned_replicas, batch_size),
-            max_replicas_by_type=caps, remaining_time_fn_by_type=oracles,
-            restart_left_s=job.restart_left_s if job.placement else 0.0,
-            extras={"application": job.app.name})
+        return self._typed_report(job, max_replicas=max(caps.values()),
+                                  tuned=TunedConfig(tuned_replicas, batch_size),
+                                  max_replicas_by_type=caps, remaining_time_fn_by_type=oracles)
 
     def _report(self, job: HeteroJob) -> JobReport:
         """The job as the policy's snapshot module takes it. Fixed-batch: see
@@ -129,38 +124,24 @@ class HeteroSimulator(RoundLoop[HeteroJob]):
         if job.fixed_batch_size is not None:
             pinned = job.app.reference().spec.pinned_batch_size
             return self._fixed_report(job, job.fixed_batch_size if pinned is None else pinned)
+        tuned = TunedConfig(job.spec.num_replicas, job.spec.batch_size)
         if job.pooled is not None:
             spec = job.pooled.spec
-            return JobReport(
-                name=job.name, resources=ONE_GPU, submission_time_s=job.spec.submission_time_s,
-                max_replicas=max(1, spec.max_batch_size // spec.min_local_bsz),
-                attained_service_s=job.attained_service_s,
-                num_restarts=job.num_restarts or 0, restart_delay_s=job.app.restart_delay_s,
-                num_held_replicas=len(job.allocation),
-                tuned=TunedConfig(job.spec.num_replicas, job.spec.batch_size),
-                hints=job.pooled.hints(),
-                restart_left_s=job.restart_left_s if job.placement else 0.0,
-                extras={"application": job.app.name})
+            return self._typed_report(
+                job, max_replicas=max(1, spec.max_batch_size // spec.min_local_bsz),
+                tuned=tuned, hints=job.pooled.hints())
         caps = {t: job.max_replicas(t) for t in job.app.by_type}
         model = job.typed_goodput()
-        return JobReport(
-            name=job.name,
-            resources=ONE_GPU,
-            submission_time_s=job.spec.submission_time_s,
-            min_replicas=0,
-            max_replicas=max(caps.values()),
-            preemptible=True,
-            attained_service_s=job.attained_service_s,
-            num_restarts=job.num_restarts or 0,
-            restart_delay_s=job.app.restart_delay_s,
-            num_held_replicas=len(job.allocation),
-            tuned=TunedConfig(job.spec.num_replicas, job.spec.batch_size),
-            typed_goodput=model,
-            remaining_s=job.remaining_s(model),
-            max_replicas_by_type=caps,
-            restart_left_s=job.restart_left_s if job.placement else 0.0,
-            extras={"application": job.app.name},
-        )
+        return self._typed_report(job, max_replicas=max(caps.values()), tuned=tuned,
+                                  typed_goodput=model, remaining_s=job.remaining_s(model),
+                                  max_replicas_by_type=caps)
+
+    def _typed_report(self, job: HeteroJob, **fields: Any) -> JobReport:
+        """:func:`~pollux.sim.loop.job_report` with the application's restart delay, the
+        restart delay left and the application's name (Sia's restart penalties)."""
+        return job_report(job, job.app.restart_delay_s,
+                          restart_left_s=job.restart_left_s if job.placement else 0.0,
+                          extras={"application": job.app.name}, **fields)
 
     def _advance(self, active: Sequence[HeteroJob], now_s: float) -> None:
         for job in active:
