@@ -65,6 +65,9 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
                                          "min_restart_gain": 0.2, "shrink_whole_nodes": True}),
     "alpha1-rr-g20-whole": ("pollux", {"remaining_weight": 1.0, "remaining_restart": True,
                                        "min_restart_gain": 0.2, "shrink_whole_nodes": True}),
+    "alpha0.5-rronly-g20-whole": ("pollux", {
+        "remaining_weight": 0.5, "remaining_restart": True, "min_restart_gain": 0.2,
+        "shrink_whole_nodes": True, "age_restart_factor": False}),
     "milp": ("milp", {}),
     "milp-w0.5": ("milp", {"remaining_exponent": 0.5}),
     "milp-w1": ("milp", {"remaining_exponent": 1.0}),

@@ -206,3 +206,17 @@ def test_remaining_restart_factor_spares_jobs_close_to_done() -> None:
     assert ratio(damped, "long") == pytest.approx(0.8)
     with pytest.raises(ConfigError, match="min_restart_gain"):
         ObjectiveConfig(min_restart_gain=1.0)
+
+
+def test_remaining_factor_can_replace_the_age_based_one() -> None:
+    # a young job (Pollux's factor 60 / 90) with a long way to go: without the age-based
+    # factor only the hysteresis and its own remaining time hold it back
+    jobs = [job("young", seed=1, age_s=60.0, remaining_s=1e9)]
+    previous = {"young": ("node-00",)}
+    options = {"remaining_restart": True, "min_restart_gain": 0.2}
+    aged = _objective(jobs, nodes(2, 4), previous, **options)
+    free = _objective(jobs, nodes(2, 4), previous, age_restart_factor=False, **options)
+    assert float(aged.speedup(0, 1, 2, True) / aged.speedup(0, 1, 2, False)) == pytest.approx(
+        60 / 90)
+    assert float(free.speedup(0, 1, 2, True) / free.speedup(0, 1, 2, False)) == pytest.approx(
+        0.8, rel=1e-6)

@@ -92,6 +92,10 @@ class ObjectiveConfig:
     remaining time at that allocation (``remaining_s`` over its raw speedup): a restart
     pays only if what the job gains before it finishes exceeds the delay (a job close to
     done is not restarted to finish a little sooner). Jobs without ``remaining_s``: 1."""
+    age_restart_factor: bool = True
+    """Pollux's age-based restart factor; False: jobs that report ``remaining_s`` use only
+    the remaining-time factor (``remaining_restart``) and ``min_restart_gain``, so a young
+    job with much work left is not held back from growing."""
     min_restart_gain: float = 0.0
     """A changed allocation's speedup is scaled by at most ``1 - min_restart_gain``: no
     restart for less than this relative gain (hysteresis for long-running jobs, whose
@@ -305,6 +309,8 @@ class PolluxObjective:
         factor = self.restart_factor[j]
         if self.config.remaining_restart and np.isfinite(self.remaining[j]):
             left_s = self.remaining[j] / np.maximum(raw, 1e-12)  # no GPUs: factor ~1
+            if not self.config.age_restart_factor:
+                factor = 1.0 - self.config.min_restart_gain
             factor = np.minimum(factor, left_s / (left_s + self.delays[j]))
         s = raw / self.fair_speedup[j]
         s = np.where(changed, s * factor, s)

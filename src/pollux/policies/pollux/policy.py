@@ -48,6 +48,7 @@ class _PolluxPolicyBase(Policy):
         remaining_admission: bool = False,
         remaining_restart: bool = False,
         min_restart_gain: float = 0.0,
+        age_restart_factor: bool = True,
     ) -> None:
         try:
             rounding = FairShareRounding(fair_share)
@@ -63,7 +64,8 @@ class _PolluxPolicyBase(Policy):
             remaining_max_ratio=float(remaining_max_ratio),
             remaining_admission=bool(remaining_admission),
             remaining_restart=bool(remaining_restart),
-            min_restart_gain=float(min_restart_gain))
+            min_restart_gain=float(min_restart_gain),
+            age_restart_factor=bool(age_restart_factor))
         self.interference_avoidance = bool(interference_avoidance)
         self.rng = np.random.default_rng(seed)
         self._typed: Policy | None = None
