@@ -8,7 +8,8 @@ import pytest
 
 from pollux.backends.fake import FakeBackend
 from pollux.jobenv import CORRUPT_CHECKPOINT_EXIT_CODE, RESCALE_EXIT_CODE
-from pollux.service.allocator import LOST_EXIT_CODE, Allocator
+from pollux.service.allocator import Allocator
+from pollux.service.recovery import LOST_EXIT_CODE
 from pollux.service.states import JobState
 from pollux.service.store import JobStore
 from tests.service.service_builders import make_spec

@@ -9,32 +9,28 @@ free. Between rounds the loop polls the backend: a replica that dies otherwise r
 the job from its last checkpoint, up to ``max_failures`` times, then the job is Failed.
 
 Only this loop changes job states (the API only adds jobs, stores hints and flags
-cancellations), so there are no races between state changes.
+cancellations), so there are no races between state changes. Launching, polling and
+stopping replicas is :mod:`pollux.service.launches`, driven from this loop's thread.
 """
 
 from __future__ import annotations
 
 import logging
-import signal
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from enum import Enum
 from pathlib import Path
 
-from pollux.backends.base import Backend, LaunchRequest, ReplicaState, ReplicaStatus, rank_order
-from pollux.cluster_spec import allocation_gpu_type, gpu_types_of
-from pollux.errors import BackendError, MixedGpuTypesError
-from pollux.jobenv import CORRUPT_CHECKPOINT_EXIT_CODE, RESCALE_EXIT_CODE
+from pollux.backends.base import Backend, rank_order
+from pollux.cluster_spec import gpu_types_of
 from pollux.policies.autoscaling import Autoscaler, ScalingDecision
 from pollux.policies.base import Allocation, JobInfo, Policy, PolicyDecision
 from pollux.policies.decision import check_decision
 from pollux.policies.snapshot import Snapshot, SpeedupCache, job_infos, without_models
-from pollux.resources import DEFAULT_GPU_TYPE
-from pollux.service.decisions import fits, subtract
-from pollux.service.explain import hints_of, replicas_text, rescale_reason
-from pollux.service.recovery import LOST_EXIT_CODE, JobNotices, job_dir, recover_jobs
+from pollux.service.explain import hints_of, rescale_reason
+from pollux.service.launches import LaunchSupervisor, StopCause
+from pollux.service.recovery import JobNotices, recover_jobs
 from pollux.service.snapshot import (
     HintsCache,
     active_records,
@@ -42,17 +38,9 @@ from pollux.service.snapshot import (
     previous_allocations,
 )
 from pollux.service.states import ACTIVE_STATES, LIVE_STATES, JobState
-from pollux.service.store import JobRecord, JobStore, ReplicaRecord
+from pollux.service.store import JobRecord, JobStore
 
 logger = logging.getLogger(__name__)
-
-class StopCause(Enum):
-    """Why the loop asked a job's replicas to stop."""
-
-    RESCALE = "rescale"
-    FAILURE = "failure"
-    CANCEL = "cancel"
-    SHUTDOWN = "shutdown"
 
 
 @dataclass(frozen=True)
@@ -71,22 +59,6 @@ class AllocatorConfig:
     """Wait before relaunching a job after its first failure; doubled after each more."""
     relaunch_backoff_max_s: float = 60.0
     """Longest wait before relaunching a failed job."""
-
-
-def describe_exit(code: int | None) -> str:
-    if code is None:
-        return "vanished"
-    if code == LOST_EXIT_CODE:
-        return "was lost with its server"
-    if code == CORRUPT_CHECKPOINT_EXIT_CODE:
-        return ("found only corrupt checkpoints and did not start over (its log says why; "
-                "on_corrupt_checkpoint: fresh starts over)")
-    if code < 0:
-        try:
-            return f"was killed by {signal.Signals(-code).name}"
-        except ValueError:
-            return f"was killed by signal {-code}"
-    return f"exited with code {code}"
 
 
 class Allocator:
@@ -116,17 +88,12 @@ class Allocator:
         self._infeasible: dict[str, str] = {}
         self._round_due_at = 0.0
         self._last_tick_at: float | None = None
-        self._stop_deadlines: dict[str, float] = {}
-        self._stop_causes: dict[str, StopCause] = {}
-        self._killed: set[str] = set()
-        self._relaunch_not_before: dict[str, float] = {}
         self._notices = JobNotices(store, config.data_dir)
         self.recovering_jobs: frozenset[str] = frozenset()
         """Jobs of a previous server whose replicas :meth:`recover` is still stopping."""
-        """Job id -> time before which a failed job is not relaunched (back-off)."""
-        self._marked_exits: set[tuple[str, int, int]] = set()
+        self.launches = LaunchSupervisor(store, backend, config, on_ended=self.request_round)
+        """Carries out the decisions: launches, replica exits, stops, relaunches."""
         self._wake = threading.Event()
-        self._shutting_down = False
 
     # --- driving ----------------------------------------------------------------------
 
@@ -152,13 +119,13 @@ class Allocator:
         """Poll replicas, handle cancellations, run a round when due, launch what fits."""
         now = self.clock() if now is None else now
         self._account_service(now)
-        self._poll(now)
-        self._cancel_requested(now)
+        self.launches.poll(now)
+        self.launches.cancel_requested(now)
         if now >= self._round_due_at:
             self._round_due_at = now + self.config.interval_s
             self.schedule_round(now)
-        self._launch_ready(now)
-        self._enforce_stop_deadlines(now)
+        self.launches.launch_ready(now)
+        self.launches.enforce_stop_deadlines(now)
 
     # --- scheduling -------------------------------------------------------------------
 
@@ -253,211 +220,10 @@ class Allocator:
         verb = "preempted" if not new else f"rescale {len(record.allocation)} -> {len(new)}"
         why = rescale_reason(hints_of(record.hints), record.allocation, new, num_other_jobs,
                              gpu_types)
-        self._request_stop(record.id, StopCause.RESCALE, now)
+        self.launches.request_stop(record.id, StopCause.RESCALE, now)
         self.store.transition(record.id, JobState.RESCALING, now,
                               f"{verb} replicas: {why}; asked replicas to checkpoint and stop",
                               target_allocation=new, num_rescales=record.num_rescales + 1)
-
-    def _launch_ready(self, now: float) -> None:
-        records = self.store.list_jobs(ACTIVE_STATES)
-        infos = {n.name: n for n in self.backend.nodes()}
-        nodes = {name: dict(n.resources) for name, n in infos.items()}
-        free = subtract(nodes, [(r.allocation, r.spec) for r in records
-                                if r.state.has_replicas])
-        for record in records:
-            target = record.target_allocation
-            if (record.state is not JobState.PENDING or not target
-                    or record.cancel_requested
-                    or now < self._relaunch_not_before.get(record.id, now)):
-                continue
-            if any(node not in nodes for node in target):
-                self.store.update_job(record.id, now, target_allocation=None)
-                continue
-            try:
-                gpu_type = allocation_gpu_type(target, infos)
-            except MixedGpuTypesError as exc:  # e.g. nodes whose types changed since
-                self.store.update_job(record.id, now, target_allocation=None,
-                                      event=f"not launched: {exc}")
-                continue
-            if fits(free, target, record.spec):
-                free = subtract(free, [(target, record.spec)])
-                self._launch(record, target, now,
-                             None if gpu_type == DEFAULT_GPU_TYPE else gpu_type)
-
-    def _launch(self, record: JobRecord, target: Allocation, now: float,
-                gpu_type: str | None = None) -> None:
-        generation = record.num_launches + 1
-        allocation = rank_order(target)
-        where = ", ".join(f"{node} x{allocation.count(node)}" for node in dict.fromkeys(allocation))
-        record = self.store.transition(
-            record.id, JobState.STARTING, now,
-            f"launch {generation}: {replicas_text(len(allocation))} on {where}"
-            + ("" if gpu_type is None else f" (GPU type {gpu_type})"),
-            allocation=allocation, target_allocation=None, num_launches=generation,
-            started_at=record.started_at or now, reason=record.reason, gpu_type=gpu_type)
-        directory = job_dir(self.config.data_dir, record.id)
-        request = LaunchRequest(
-            job_id=record.id, generation=generation, spec=record.spec, allocation=allocation,
-            checkpoint_dir=str(directory / "checkpoint"), log_dir=str(directory / "logs"),
-            hints_target=(None if self.config.hints_url is None
-                          else self.config.hints_url.format(job_id=record.id)),
-            hints_token=record.hints_token, gpu_type=gpu_type)
-        (directory / "checkpoint").mkdir(parents=True, exist_ok=True)
-        (directory / "logs").mkdir(parents=True, exist_ok=True)
-        try:
-            launched = self.backend.launch(request)
-        except BackendError as exc:
-            self._failed_launch(record, f"launch failed: {exc}", now)
-            return
-        for replica in launched:
-            self.store.add_replica(ReplicaRecord(record.id, generation, replica.rank,
-                                                 replica.node, replica.handle, now, None, None))
-
-    # --- replica exits ----------------------------------------------------------------
-
-    def _poll(self, now: float) -> None:
-        for record in self.store.list_jobs(LIVE_STATES):
-            statuses = self.backend.poll(record.id)
-            exits: dict[int, int | None] = {}
-            for status in statuses:
-                if status.state is ReplicaState.EXITED:
-                    exits[status.rank] = status.exit_code
-                    key = (record.id, record.num_launches, status.rank)
-                    if key not in self._marked_exits and status.exit_code is not None:
-                        self._marked_exits.add(key)
-                        self.store.mark_replica_exited(record.id, record.num_launches,
-                                                       status.rank, status.exit_code, now)
-            if not statuses:
-                self._launch_ended(record, {0: None}, now)
-            elif len(exits) == len(statuses):
-                self._launch_ended(record, exits, now)
-            elif not record.state.is_stopping:
-                self._check_running(record, statuses, exits, now)
-
-    def _check_running(self, record: JobRecord, statuses: list[ReplicaStatus],
-                       exits: Mapping[int, int | None], now: float) -> None:
-        abnormal = {rank: code for rank, code in exits.items() if code != 0}
-        if abnormal:
-            rank, code = min(abnormal.items())
-            self._request_stop(record.id, StopCause.FAILURE, now)
-            self.store.transition(record.id, JobState.FAILING, now,
-                                  f"replica {rank} {describe_exit(code)}; stopping the others "
-                                  "to restart from the last checkpoint",
-                                  reason=f"replica {rank} {describe_exit(code)}")
-        elif (record.state is JobState.STARTING
-              and all(s.state is not ReplicaState.STARTING for s in statuses)):
-            self.store.transition(record.id, JobState.RUNNING, now,
-                                  "all replicas running" if len(statuses) > 1
-                                  else "the replica is running")
-
-    def _launch_ended(self, record: JobRecord, exits: Mapping[int, int | None],
-                      now: float) -> None:
-        """Every replica of the latest launch has exited: decide what comes next."""
-        self.backend.release(record.id)
-        self._marked_exits = {key for key in self._marked_exits if key[0] != record.id}
-        self._stop_deadlines.pop(record.id, None)
-        cause = self._stop_causes.pop(record.id, None)
-        forced = record.id in self._killed
-        self._killed.discard(record.id)
-        self.request_round()
-        codes = list(exits.values())
-        if codes and all(code == 0 for code in codes):
-            self.store.transition(record.id, JobState.SUCCEEDED, now,
-                                  f"all {len(codes)} replicas exited 0" if len(codes) > 1
-                                  else "the replica exited 0")
-            return
-        if record.cancel_requested:
-            self.store.transition(record.id, JobState.CANCELLED, now, "cancelled")
-            return
-        tolerated = {0, RESCALE_EXIT_CODE}
-        if cause in (StopCause.RESCALE, StopCause.SHUTDOWN) and not forced:
-            # killed by our SIGTERM before the agent could take it (e.g. while starting):
-            # not a fault of the job; it resumes from its last checkpoint
-            tolerated.add(-int(signal.SIGTERM))
-        failures = {rank: code for rank, code in exits.items() if code not in tolerated}
-        if failures:
-            rank, code = min(failures.items())
-            corrupt = [r for r, c in failures.items() if c == CORRUPT_CHECKPOINT_EXIT_CODE]
-            if corrupt:  # relaunching would find the same checkpoints: fail now
-                rank, code = min(corrupt), CORRUPT_CHECKPOINT_EXIT_CODE
-            self._failed_launch(record, f"replica {rank} {describe_exit(code)}" if corrupt
-                                else record.reason or f"replica {rank} {describe_exit(code)}",
-                                now, fatal=bool(corrupt))
-            return
-        unclean = sorted(rank for rank, code in exits.items() if code not in (0, RESCALE_EXIT_CODE))
-        message = ("replicas checkpointed and stopped" if not unclean else
-                   f"replicas stopped ({len(unclean)} starting up or finishing, before the "
-                   "agent could take the signal; the job resumes from its last checkpoint)")
-        target = record.target_allocation
-        self.store.transition(record.id, JobState.PENDING, now,
-                              ("server shutting down: " if self._shutting_down else "")
-                              + message,
-                              target_allocation=record.allocation if target is None else target)
-
-    def _failed_launch(self, record: JobRecord, reason: str, now: float,
-                       fatal: bool = False) -> None:
-        """A launch failed: relaunch after a back-off (doubling per failure), or fail the
-        job past ``max_failures`` or at once when ``fatal`` (a relaunch cannot help)."""
-        failures = record.num_failures + 1
-        limit = record.spec.max_failures
-        if fatal or failures > limit:
-            self._relaunch_not_before.pop(record.id, None)
-            self.store.transition(record.id, JobState.FAILED, now,
-                                  f"failure {failures}: {reason}",
-                                  reason=reason if fatal else f"{reason} (failure {failures}, "
-                                                              f"more than max_failures={limit})",
-                                  num_failures=failures)
-            return
-        delay_s = min(self.config.relaunch_backoff_max_s,
-                      self.config.relaunch_backoff_s * 2 ** (failures - 1))
-        self._relaunch_not_before[record.id] = now + delay_s
-        target = record.target_allocation
-        self.store.transition(
-            record.id, JobState.PENDING, now,
-            f"failure {failures} of {limit} tolerated ({reason}); restarting "
-            + ("from the last checkpoint" if self._has_checkpoint(record.id)
-               else "from the start (no checkpoint yet)") + f" in {delay_s:g} s",
-            reason=reason, num_failures=failures,
-            target_allocation=record.allocation if target is None else target)
-
-    def _has_checkpoint(self, job_id: str) -> bool:
-        """Whether the job wrote anything in its checkpoint directory."""
-        directory = job_dir(self.config.data_dir, job_id) / "checkpoint"
-        try:
-            return any(directory.iterdir())
-        except OSError:
-            return False
-
-    def _cancel_requested(self, now: float) -> None:
-        for record in self.store.list_jobs(ACTIVE_STATES):
-            if not record.cancel_requested:
-                continue
-            if record.state is JobState.PENDING:
-                self.store.transition(record.id, JobState.CANCELLED, now, "cancelled")
-                self.request_round()
-            elif record.state in (JobState.STARTING, JobState.RUNNING):
-                self._request_stop(record.id, StopCause.CANCEL, now)
-                self.store.transition(record.id, JobState.CANCELLING, now,
-                                      "cancelling: asked replicas to checkpoint and stop")
-            elif record.state in (JobState.RESCALING, JobState.FAILING):
-                # already stopping: the launch ends as Cancelled
-                self.store.transition(record.id, JobState.CANCELLING, now,
-                                      "cancelling: replicas are already stopping")
-
-    def _request_stop(self, job_id: str, cause: StopCause, now: float) -> None:
-        """Ask the replicas to checkpoint and stop; SIGKILL them after the grace."""
-        self.backend.stop(job_id)
-        self._stop_causes[job_id] = cause
-        self._stop_deadlines[job_id] = now + self.config.stop_grace_s
-
-    def _enforce_stop_deadlines(self, now: float) -> None:
-        for job_id, deadline in list(self._stop_deadlines.items()):
-            if now >= deadline and job_id not in self._killed:
-                self._killed.add(job_id)
-                self.backend.stop(job_id, force=True)
-                self.store.add_event(job_id, now, "info",
-                                     f"replicas did not stop within {self.config.stop_grace_s}"
-                                     " s of SIGTERM; killed")
 
     def _account_service(self, now: float) -> None:
         last, self._last_tick_at = self._last_tick_at, now
@@ -497,22 +263,8 @@ class Allocator:
         """Ask every live replica to checkpoint and stop, wait up to ``grace_s``, kill the
         rest, and requeue their jobs so a restarted server resumes them."""
         now = self.clock()
-        self._shutting_down = True
-        live = self.store.list_jobs(LIVE_STATES)
-        for record in live:
-            self._request_stop(record.id, StopCause.SHUTDOWN, now)
-        deadline = time.monotonic() + grace_s
-        pending = {r.id for r in live}
-        while pending and time.monotonic() < deadline:
-            pending = {job_id for job_id in pending
-                       if any(s.state is not ReplicaState.EXITED
-                              for s in self.backend.poll(job_id))}
-            if pending:
-                time.sleep(0.1)
-        for job_id in pending:
-            self._killed.add(job_id)
-            self.backend.stop(job_id, force=True)
-        self._poll(self.clock())
+        self.launches.stop_all(now, grace_s)
+        self.launches.poll(self.clock())
         for record in self.store.list_jobs(LIVE_STATES):
             self.store.transition(record.id, JobState.PENDING, now, "server shut down",
                                   target_allocation=record.allocation)

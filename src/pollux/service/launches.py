@@ -1,0 +1,308 @@
+"""Launching jobs' replicas and handling how each launch ends.
+
+The allocation loop (:mod:`pollux.service.allocator`) decides allocations; this module
+carries them out through the backend: a pending job with a target is launched once its
+resources are free (never across GPU types), replica exits are polled and recorded, a
+replica that fails stops the others and the job restarts from its last checkpoint after a
+back-off (up to ``max_failures``), replicas asked to stop get ``stop_grace_s`` to
+checkpoint before SIGKILL, and cancellations are carried out.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import time
+from collections.abc import Callable, Mapping
+from enum import Enum
+from typing import TYPE_CHECKING
+
+from pollux.backends.base import Backend, LaunchRequest, ReplicaState, ReplicaStatus, rank_order
+from pollux.cluster_spec import allocation_gpu_type
+from pollux.errors import BackendError, MixedGpuTypesError
+from pollux.jobenv import CORRUPT_CHECKPOINT_EXIT_CODE, RESCALE_EXIT_CODE
+from pollux.policies.base import Allocation
+from pollux.resources import DEFAULT_GPU_TYPE
+from pollux.service.decisions import fits, subtract
+from pollux.service.explain import replicas_text
+from pollux.service.recovery import LOST_EXIT_CODE, job_dir
+from pollux.service.states import ACTIVE_STATES, LIVE_STATES, JobState
+from pollux.service.store import JobRecord, JobStore, ReplicaRecord
+
+if TYPE_CHECKING:
+    from pollux.service.allocator import AllocatorConfig
+
+logger = logging.getLogger(__name__)
+
+
+class StopCause(Enum):
+    """Why the loop asked a job's replicas to stop."""
+
+    RESCALE = "rescale"
+    FAILURE = "failure"
+    CANCEL = "cancel"
+    SHUTDOWN = "shutdown"
+
+
+
+def describe_exit(code: int | None) -> str:
+    """How a replica ended, in words for events (``code`` None: it vanished)."""
+    if code is None:
+        return "vanished"
+    if code == LOST_EXIT_CODE:
+        return "was lost with its server"
+    if code == CORRUPT_CHECKPOINT_EXIT_CODE:
+        return ("found only corrupt checkpoints and did not start over (its log says why; "
+                "on_corrupt_checkpoint: fresh starts over)")
+    if code < 0:
+        try:
+            return f"was killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"was killed by signal {-code}"
+    return f"exited with code {code}"
+
+
+class LaunchSupervisor:
+    """Launches, polls, stops and relaunches the jobs' replicas; owned by the allocator
+    and driven from its thread (``on_ended`` is called when a launch ends, so that the
+    allocator schedules a round soon)."""
+
+    def __init__(self, store: JobStore, backend: Backend, config: AllocatorConfig,
+                 on_ended: Callable[[], None]) -> None:
+        self.store = store
+        self.backend = backend
+        self.config = config
+        self.on_ended = on_ended
+        self.shutting_down = False
+        self._stop_deadlines: dict[str, float] = {}
+        self._stop_causes: dict[str, StopCause] = {}
+        self._killed: set[str] = set()
+        self._relaunch_not_before: dict[str, float] = {}
+        """Job id -> time before which a failed job is not relaunched (back-off)."""
+        self._marked_exits: set[tuple[str, int, int]] = set()
+
+    def launch_ready(self, now: float) -> None:
+        """Launch each pending job whose target allocation's resources are free (after
+        its relaunch back-off; a target spanning GPU types is dropped with an event)."""
+        records = self.store.list_jobs(ACTIVE_STATES)
+        infos = {n.name: n for n in self.backend.nodes()}
+        nodes = {name: dict(n.resources) for name, n in infos.items()}
+        free = subtract(nodes, [(r.allocation, r.spec) for r in records
+                                if r.state.has_replicas])
+        for record in records:
+            target = record.target_allocation
+            if (record.state is not JobState.PENDING or not target
+                    or record.cancel_requested
+                    or now < self._relaunch_not_before.get(record.id, now)):
+                continue
+            if any(node not in nodes for node in target):
+                self.store.update_job(record.id, now, target_allocation=None)
+                continue
+            try:
+                gpu_type = allocation_gpu_type(target, infos)
+            except MixedGpuTypesError as exc:  # e.g. nodes whose types changed since
+                self.store.update_job(record.id, now, target_allocation=None,
+                                      event=f"not launched: {exc}")
+                continue
+            if fits(free, target, record.spec):
+                free = subtract(free, [(target, record.spec)])
+                self._launch(record, target, now,
+                             None if gpu_type == DEFAULT_GPU_TYPE else gpu_type)
+
+    def _launch(self, record: JobRecord, target: Allocation, now: float,
+                gpu_type: str | None = None) -> None:
+        generation = record.num_launches + 1
+        allocation = rank_order(target)
+        where = ", ".join(f"{node} x{allocation.count(node)}" for node in dict.fromkeys(allocation))
+        record = self.store.transition(
+            record.id, JobState.STARTING, now,
+            f"launch {generation}: {replicas_text(len(allocation))} on {where}"
+            + ("" if gpu_type is None else f" (GPU type {gpu_type})"),
+            allocation=allocation, target_allocation=None, num_launches=generation,
+            started_at=record.started_at or now, reason=record.reason, gpu_type=gpu_type)
+        directory = job_dir(self.config.data_dir, record.id)
+        request = LaunchRequest(
+            job_id=record.id, generation=generation, spec=record.spec, allocation=allocation,
+            checkpoint_dir=str(directory / "checkpoint"), log_dir=str(directory / "logs"),
+            hints_target=(None if self.config.hints_url is None
+                          else self.config.hints_url.format(job_id=record.id)),
+            hints_token=record.hints_token, gpu_type=gpu_type)
+        (directory / "checkpoint").mkdir(parents=True, exist_ok=True)
+        (directory / "logs").mkdir(parents=True, exist_ok=True)
+        try:
+            launched = self.backend.launch(request)
+        except BackendError as exc:
+            self._failed_launch(record, f"launch failed: {exc}", now)
+            return
+        for replica in launched:
+            self.store.add_replica(ReplicaRecord(record.id, generation, replica.rank,
+                                                 replica.node, replica.handle, now, None, None))
+
+    # --- replica exits ----------------------------------------------------------------
+
+    def poll(self, now: float) -> None:
+        """Record replica exits; a launch whose replicas all exited ends (see
+        :meth:`_launch_ended`), a failed replica stops the others."""
+        for record in self.store.list_jobs(LIVE_STATES):
+            statuses = self.backend.poll(record.id)
+            exits: dict[int, int | None] = {}
+            for status in statuses:
+                if status.state is ReplicaState.EXITED:
+                    exits[status.rank] = status.exit_code
+                    key = (record.id, record.num_launches, status.rank)
+                    if key not in self._marked_exits and status.exit_code is not None:
+                        self._marked_exits.add(key)
+                        self.store.mark_replica_exited(record.id, record.num_launches,
+                                                       status.rank, status.exit_code, now)
+            if not statuses:
+                self._launch_ended(record, {0: None}, now)
+            elif len(exits) == len(statuses):
+                self._launch_ended(record, exits, now)
+            elif not record.state.is_stopping:
+                self._check_running(record, statuses, exits, now)
+
+    def _check_running(self, record: JobRecord, statuses: list[ReplicaStatus],
+                       exits: Mapping[int, int | None], now: float) -> None:
+        abnormal = {rank: code for rank, code in exits.items() if code != 0}
+        if abnormal:
+            rank, code = min(abnormal.items())
+            self.request_stop(record.id, StopCause.FAILURE, now)
+            self.store.transition(record.id, JobState.FAILING, now,
+                                  f"replica {rank} {describe_exit(code)}; stopping the others "
+                                  "to restart from the last checkpoint",
+                                  reason=f"replica {rank} {describe_exit(code)}")
+        elif (record.state is JobState.STARTING
+              and all(s.state is not ReplicaState.STARTING for s in statuses)):
+            self.store.transition(record.id, JobState.RUNNING, now,
+                                  "all replicas running" if len(statuses) > 1
+                                  else "the replica is running")
+
+    def _launch_ended(self, record: JobRecord, exits: Mapping[int, int | None],
+                      now: float) -> None:
+        """Every replica of the latest launch has exited: decide what comes next."""
+        self.backend.release(record.id)
+        self._marked_exits = {key for key in self._marked_exits if key[0] != record.id}
+        self._stop_deadlines.pop(record.id, None)
+        cause = self._stop_causes.pop(record.id, None)
+        forced = record.id in self._killed
+        self._killed.discard(record.id)
+        self.on_ended()
+        codes = list(exits.values())
+        if codes and all(code == 0 for code in codes):
+            self.store.transition(record.id, JobState.SUCCEEDED, now,
+                                  f"all {len(codes)} replicas exited 0" if len(codes) > 1
+                                  else "the replica exited 0")
+            return
+        if record.cancel_requested:
+            self.store.transition(record.id, JobState.CANCELLED, now, "cancelled")
+            return
+        tolerated = {0, RESCALE_EXIT_CODE}
+        if cause in (StopCause.RESCALE, StopCause.SHUTDOWN) and not forced:
+            # killed by our SIGTERM before the agent could take it (e.g. while starting):
+            # not a fault of the job; it resumes from its last checkpoint
+            tolerated.add(-int(signal.SIGTERM))
+        failures = {rank: code for rank, code in exits.items() if code not in tolerated}
+        if failures:
+            rank, code = min(failures.items())
+            corrupt = [r for r, c in failures.items() if c == CORRUPT_CHECKPOINT_EXIT_CODE]
+            if corrupt:  # relaunching would find the same checkpoints: fail now
+                rank, code = min(corrupt), CORRUPT_CHECKPOINT_EXIT_CODE
+            self._failed_launch(record, f"replica {rank} {describe_exit(code)}" if corrupt
+                                else record.reason or f"replica {rank} {describe_exit(code)}",
+                                now, fatal=bool(corrupt))
+            return
+        unclean = sorted(rank for rank, code in exits.items() if code not in (0, RESCALE_EXIT_CODE))
+        message = ("replicas checkpointed and stopped" if not unclean else
+                   f"replicas stopped ({len(unclean)} starting up or finishing, before the "
+                   "agent could take the signal; the job resumes from its last checkpoint)")
+        target = record.target_allocation
+        self.store.transition(record.id, JobState.PENDING, now,
+                              ("server shutting down: " if self.shutting_down else "")
+                              + message,
+                              target_allocation=record.allocation if target is None else target)
+
+    def _failed_launch(self, record: JobRecord, reason: str, now: float,
+                       fatal: bool = False) -> None:
+        """A launch failed: relaunch after a back-off (doubling per failure), or fail the
+        job past ``max_failures`` or at once when ``fatal`` (a relaunch cannot help)."""
+        failures = record.num_failures + 1
+        limit = record.spec.max_failures
+        if fatal or failures > limit:
+            self._relaunch_not_before.pop(record.id, None)
+            self.store.transition(record.id, JobState.FAILED, now,
+                                  f"failure {failures}: {reason}",
+                                  reason=reason if fatal else f"{reason} (failure {failures}, "
+                                                              f"more than max_failures={limit})",
+                                  num_failures=failures)
+            return
+        delay_s = min(self.config.relaunch_backoff_max_s,
+                      self.config.relaunch_backoff_s * 2 ** (failures - 1))
+        self._relaunch_not_before[record.id] = now + delay_s
+        target = record.target_allocation
+        self.store.transition(
+            record.id, JobState.PENDING, now,
+            f"failure {failures} of {limit} tolerated ({reason}); restarting "
+            + ("from the last checkpoint" if self._has_checkpoint(record.id)
+               else "from the start (no checkpoint yet)") + f" in {delay_s:g} s",
+            reason=reason, num_failures=failures,
+            target_allocation=record.allocation if target is None else target)
+
+    def _has_checkpoint(self, job_id: str) -> bool:
+        """Whether the job wrote anything in its checkpoint directory."""
+        directory = job_dir(self.config.data_dir, job_id) / "checkpoint"
+        try:
+            return any(directory.iterdir())
+        except OSError:
+            return False
+
+    def cancel_requested(self, now: float) -> None:
+        """Carry out the cancellations the API flagged."""
+        for record in self.store.list_jobs(ACTIVE_STATES):
+            if not record.cancel_requested:
+                continue
+            if record.state is JobState.PENDING:
+                self.store.transition(record.id, JobState.CANCELLED, now, "cancelled")
+                self.on_ended()
+            elif record.state in (JobState.STARTING, JobState.RUNNING):
+                self.request_stop(record.id, StopCause.CANCEL, now)
+                self.store.transition(record.id, JobState.CANCELLING, now,
+                                      "cancelling: asked replicas to checkpoint and stop")
+            elif record.state in (JobState.RESCALING, JobState.FAILING):
+                # already stopping: the launch ends as Cancelled
+                self.store.transition(record.id, JobState.CANCELLING, now,
+                                      "cancelling: replicas are already stopping")
+
+    def request_stop(self, job_id: str, cause: StopCause, now: float) -> None:
+        """Ask the replicas to checkpoint and stop; SIGKILL them after the grace."""
+        self.backend.stop(job_id)
+        self._stop_causes[job_id] = cause
+        self._stop_deadlines[job_id] = now + self.config.stop_grace_s
+
+    def enforce_stop_deadlines(self, now: float) -> None:
+        for job_id, deadline in list(self._stop_deadlines.items()):
+            if now >= deadline and job_id not in self._killed:
+                self._killed.add(job_id)
+                self.backend.stop(job_id, force=True)
+                self.store.add_event(job_id, now, "info",
+                                     f"replicas did not stop within {self.config.stop_grace_s}"
+                                     " s of SIGTERM; killed")
+
+
+    def stop_all(self, now: float, grace_s: float) -> None:
+        """Ask every live replica to checkpoint and stop, wait up to ``grace_s`` and kill
+        the rest (the caller then polls, which records how each launch ended)."""
+        self.shutting_down = True
+        live = self.store.list_jobs(LIVE_STATES)
+        for record in live:
+            self.request_stop(record.id, StopCause.SHUTDOWN, now)
+        deadline = time.monotonic() + grace_s
+        pending = {r.id for r in live}
+        while pending and time.monotonic() < deadline:
+            pending = {job_id for job_id in pending
+                       if any(s.state is not ReplicaState.EXITED
+                              for s in self.backend.poll(job_id))}
+            if pending:
+                time.sleep(0.1)
+        for job_id in pending:
+            self._killed.add(job_id)
+            self.backend.stop(job_id, force=True)
