@@ -141,6 +141,17 @@ def replica_pid(data_dir: Path, job_id: str, generation: int, rank: int) -> int:
     return int(json.loads(row[0])["pid"])
 
 
+def launches(data_dir: Path, job_id: str) -> dict[int, list[str]]:
+    """Generation -> node of each rank, from the job store."""
+    with contextlib.closing(sqlite3.connect(data_dir / "pollux.db")) as conn:
+        rows = conn.execute("SELECT generation, node FROM replicas WHERE job_id=? "
+                            "ORDER BY generation, rank", (job_id,)).fetchall()
+    found: dict[int, list[str]] = {}
+    for generation, node in rows:
+        found.setdefault(int(generation), []).append(str(node))
+    return found
+
+
 def replica_intervals(data_dir: Path, job_id: str) -> list[tuple[int, float, float | None]]:
     """(generation, first start, last exit) of each launch, from the store."""
     with contextlib.closing(sqlite3.connect(data_dir / "pollux.db")) as conn:

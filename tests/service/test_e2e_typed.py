@@ -6,9 +6,7 @@ profile under that name, and the CLI shows it."""
 
 from __future__ import annotations
 
-import contextlib
 import json
-import sqlite3
 from pathlib import Path
 
 import pytest
@@ -21,6 +19,7 @@ from tests.service.e2e_helpers import (
     ServerProcess,
     example_spec,
     launch_log,
+    launches,
     wait_until,
 )
 from tests.service.test_dashboard_browser import cell, page_url
@@ -38,17 +37,6 @@ def server(tmp_path: Path):
     process = ServerProcess(tmp_path / "data", policy="pollux", virtual_nodes=VIRTUAL_NODES)
     yield process
     process.cleanup()
-
-
-def launches(data_dir: Path, job_id: str) -> dict[int, list[str]]:
-    """Generation -> node of each rank, from the job store."""
-    with contextlib.closing(sqlite3.connect(data_dir / "pollux.db")) as conn:
-        rows = conn.execute("SELECT generation, node FROM replicas WHERE job_id=? "
-                            "ORDER BY generation, rank", (job_id,)).fetchall()
-    found: dict[int, list[str]] = {}
-    for generation, node in rows:
-        found.setdefault(int(generation), []).append(str(node))
-    return found
 
 
 def test_a_real_job_on_typed_virtual_nodes_stays_within_one_type(server, capsys):

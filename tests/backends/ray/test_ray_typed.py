@@ -8,7 +8,6 @@ type and its replicas are told that type."""
 from __future__ import annotations
 
 import contextlib
-import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,7 @@ from tests.service.e2e_helpers import (  # noqa: E402
     EXAMPLE,
     FINAL_STATES,
     example_spec,
+    launches,
     wait_until,
 )
 
@@ -61,17 +61,6 @@ def server(tmp_path: Path, ray_cluster: RayTestCluster, typed_workers: list[Any]
     args[args.index("--policy") + 1] = "pollux"
     yield process
     process.cleanup()
-
-
-def launches(data_dir: Path, job_id: str) -> dict[int, list[str]]:
-    """Generation -> node of each rank, from the job store."""
-    with contextlib.closing(sqlite3.connect(data_dir / "pollux.db")) as conn:
-        rows = conn.execute("SELECT generation, node FROM replicas WHERE job_id=? "
-                            "ORDER BY generation, rank", (job_id,)).fetchall()
-    found: dict[int, list[str]] = {}
-    for generation, node in rows:
-        found.setdefault(int(generation), []).append(str(node))
-    return found
 
 
 def test_ray_nodes_report_their_types_and_a_job_stays_within_one(server):
