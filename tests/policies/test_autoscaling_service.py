@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from pollux.backends.fake import FakeBackend
-from pollux.cli.jobs import cluster_line
+from pollux.cli.job_tables import cluster_line
 from pollux.cli.server import add_server_arguments, config_from_args
 from pollux.errors import ConfigError, UnknownPluginError
 from pollux.policies.autoscaling import (

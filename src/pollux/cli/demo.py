@@ -30,7 +30,7 @@ from rich.live import Live
 from rich.table import Table
 
 import pollux
-from pollux.cli.jobs import FINAL_STATES, jobs_table, nodes_table
+from pollux.cli.job_tables import FINAL_STATES, jobs_table, nodes_table
 from pollux.cli.output import EventFeed, is_terminal, make_console
 from pollux.errors import ConfigError
 from pollux.service.client import PolluxClient, server_address
