@@ -107,6 +107,35 @@ def print_table(results: dict[tuple[str, int], dict[str, Any]], published: dict[
               f"{ref:.1f} s ({100 * (overall / ref - 1):+.2f}%)")
 
 
+def markdown_table(results: dict[tuple[str, int], dict[str, Any]],
+                   published: dict[str, float], seeds: list[int]) -> str:
+    """The table as markdown: each seed's JCT and difference, the mean of the seeds."""
+    names = sorted(published, key=lambda n: int(n.split("-")[1]))
+    lines = ["| workload | published | " + " | ".join(f"seed {s}" for s in seeds)
+             + " | mean of seeds run |", "|---" * (len(seeds) + 3) + "|"]
+    means = {}
+    for name in names:
+        ref = published[name]
+        values = [results[(name, s)]["avg_jct_s"] if (name, s) in results else None
+                  for s in seeds]
+        cells = [f"{v:.1f} ({100 * (v / ref - 1):+.2f}%)" if v is not None else "-"
+                 for v in values]
+        got = [v for v in values if v is not None]
+        if got:
+            means[name] = float(np.mean(got))
+            mean = f"{means[name]:.1f} (**{100 * (means[name] / ref - 1):+.2f}%**, {len(got)})"
+        else:
+            mean = "-"
+        lines.append(f"| {name} | {ref:.1f} | " + " | ".join(cells) + f" | {mean} |")
+    if means:
+        ref = float(np.mean([published[n] for n in means]))
+        overall = float(np.mean(list(means.values())))
+        lines.append(f"| mean of the {len(means)} workloads run | {ref:.1f} | "
+                     + " | ".join("" for _ in seeds)
+                     + f" | {overall:.1f} (**{100 * (overall / ref - 1):+.2f}%**) |")
+    return "\n".join(lines)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -116,6 +145,7 @@ def main() -> int:
     parser.add_argument("--artifact", default=str(ARTIFACT))
     parser.add_argument("--results", default=str(RESULTS))
     parser.add_argument("--table", action="store_true", help="print the table, run nothing")
+    parser.add_argument("--markdown", action="store_true", help="the table as markdown")
     args = parser.parse_args()
     published = json.loads((Path(args.artifact) / "published-results.json").read_text())
     per_workload: dict[str, float] = published["policies"]["pollux"]["per_workload"]
@@ -139,7 +169,10 @@ def main() -> int:
                 print(f"  {row['workload']} seed {row['seed']}: {row['avg_jct_s']:.1f} s "
                       f"({100 * (row['avg_jct_s'] / ref - 1):+.2f}%), restarts/job "
                       f"{row['restarts_per_job']:.2f}, wall {row['wall_s']:.0f} s", flush=True)
-    print_table(results, per_workload, seeds)
+    if args.markdown:
+        print(markdown_table(results, per_workload, seeds))
+    else:
+        print_table(results, per_workload, seeds)
     return 0
 
 
