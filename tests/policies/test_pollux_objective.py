@@ -206,6 +206,13 @@ def test_remaining_restart_factor_spares_jobs_close_to_done() -> None:
     assert ratio(damped, "long") == pytest.approx(0.8)
     with pytest.raises(ConfigError, match="min_restart_gain"):
         ObjectiveConfig(min_restart_gain=1.0)
+    # the hysteresis only for jobs holding more than 1 replica: the one-replica jobs here
+    # keep Pollux's factor alone
+    small_free = _objective(jobs, nodes(4, 4), previous, min_restart_gain=0.2,
+                            min_restart_gain_replicas=1)
+    assert ratio(small_free, "long") == pytest.approx(ratio(paper, "long"))
+    with pytest.raises(ConfigError, match="min_restart_gain_replicas"):
+        ObjectiveConfig(min_restart_gain_replicas=-1)
 
 
 def test_remaining_factor_can_replace_the_age_based_one() -> None:

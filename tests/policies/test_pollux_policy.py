@@ -31,7 +31,12 @@ def test_registry_builds_both() -> None:
     remaining = make_policy("pollux-remaining")
     assert isinstance(remaining, PolluxPolicy)
     assert remaining.objective_config.remaining_weight == 0.5
-    assert make_policy("pollux").objective_config.remaining_weight == 0.0
+    assert remaining.objective_config.remaining_restart
+    assert remaining.objective_config.min_restart_gain == 0.2
+    assert remaining.optimizer.shrink_whole_nodes
+    paper = make_policy("pollux")
+    assert paper.objective_config == ObjectiveConfig()
+    assert not paper.optimizer.shrink_whole_nodes
 
 
 @pytest.mark.parametrize("name", sorted(POLICIES))

@@ -92,6 +92,9 @@ class ObjectiveConfig:
     remaining time at that allocation (``remaining_s`` over its raw speedup): a restart
     pays only if what the job gains before it finishes exceeds the delay (a job close to
     done is not restarted to finish a little sooner). Jobs without ``remaining_s``: 1."""
+    min_restart_gain_replicas: int = 0
+    """``min_restart_gain`` applies only to jobs holding more replicas than this (0: all):
+    the restarts it saves are those of large jobs, small ones keep growing freely."""
     age_restart_factor: bool = True
     """Pollux's age-based restart factor; False: jobs that report ``remaining_s`` use only
     the remaining-time factor (``remaining_restart``) and ``min_restart_gain``, so a young
@@ -121,6 +124,9 @@ class ObjectiveConfig:
         if not 0 <= self.min_restart_gain < 1:
             raise ConfigError("min_restart_gain", self.min_restart_gain,
                               "use a fraction in [0, 1), e.g. 0.1")
+        if self.min_restart_gain_replicas < 0:
+            raise ConfigError("min_restart_gain_replicas", self.min_restart_gain_replicas,
+                              "use a replica count >= 0 (0: every job)")
         if not (np.isfinite(self.remaining_step) and self.remaining_step >= 0):
             raise ConfigError("remaining_step", self.remaining_step,
                               "use 0 (no rounding) or a factor > 1, e.g. 2")
@@ -190,7 +196,11 @@ class PolluxObjective:
             factor = np.ones(num_jobs)
         elif not config.penalize_first_start:
             factor = np.where(problem.base_state.any(axis=1), factor, 1.0)
-        self.restart_factor = np.minimum(factor, 1.0 - config.min_restart_gain)
+        large = problem.base_state.sum(axis=1) > config.min_restart_gain_replicas
+        self.restart_factor = np.where(large, np.minimum(factor, 1.0 - config.min_restart_gain),
+                                       factor)
+        self.max_factor = np.where(large, 1.0 - config.min_restart_gain, 1.0)
+        """(J,) the most a change's speedup keeps (the hysteresis)."""
         self.remaining = np.array([np.nan if job.remaining_s is None else float(job.remaining_s)
                                    for job in problem.jobs], dtype=np.float64)
         """(J,) seconds of training left at one replica; NaN where unknown."""
@@ -310,7 +320,7 @@ class PolluxObjective:
         if self.config.remaining_restart and np.isfinite(self.remaining[j]):
             left_s = self.remaining[j] / np.maximum(raw, 1e-12)  # no GPUs: factor ~1
             if not self.config.age_restart_factor:
-                factor = 1.0 - self.config.min_restart_gain
+                factor = self.max_factor[j]
             factor = np.minimum(factor, left_s / (left_s + self.delays[j]))
         s = raw / self.fair_speedup[j]
         s = np.where(changed, s * factor, s)
