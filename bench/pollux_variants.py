@@ -74,6 +74,12 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "alpha1-rr-g20big-whole": ("pollux", {
         "remaining_weight": 1.0, "remaining_restart": True, "min_restart_gain": 0.2,
         "min_restart_gain_replicas": 4, "shrink_whole_nodes": True}),
+    "alpha1.5-rr-g20big-whole": ("pollux", {
+        "remaining_weight": 1.5, "remaining_restart": True, "min_restart_gain": 0.2,
+        "min_restart_gain_replicas": 4, "shrink_whole_nodes": True}),
+    "alpha2-rr-g20big-whole": ("pollux", {
+        "remaining_weight": 2.0, "remaining_restart": True, "min_restart_gain": 0.2,
+        "min_restart_gain_replicas": 4, "shrink_whole_nodes": True}),
     "milp": ("milp", {}),
     "milp-w0.5": ("milp", {"remaining_exponent": 0.5}),
     "milp-w1": ("milp", {"remaining_exponent": 1.0}),
