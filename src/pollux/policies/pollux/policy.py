@@ -152,8 +152,8 @@ class PolluxRemainingPolicy(PolluxPolicy):
 
     On the paper's 8 workloads: average JCT 2580 s against ``pollux``'s 2755 s (-6.4%),
     3.6 restarts per job against 4.1, p99 JCT 1.1% higher; at 2x load -8.4% with the same
-    p99. Not the default: it misses the 10% target and its p99 is above ``pollux-ga``'s
-    on 2 of the 4 workloads measured; see ``bench/pollux_ablation.md``."""
+    p99. Not the default: it misses the 10% target, and its p99 is above ``pollux-ga``'s
+    on 5 of the 8 workloads (+0.7% on average); see ``bench/pollux_ablation.md``."""
 
     name = "pollux-remaining"
 
