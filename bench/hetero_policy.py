@@ -39,14 +39,20 @@ CLUSTER = "aws:6x4,dgx-ext:2x8,rtx:3x8"
 
 VARIANTS: dict[str, Callable[[], Policy]] = {
     "sia": SiaPolicy,
-    "pollux": HeteroPolluxPolicy,
-    "rem": lambda: HeteroPolluxPolicy(move_discount="remaining"),
-    "both": lambda: HeteroPolluxPolicy(move_discount="both"),
-    "smith": lambda: HeteroPolluxPolicy(remaining_exponent=0.5),
+    "pollux": HeteroPolluxPolicy,  # the default
+    "age": lambda: HeteroPolluxPolicy(move_discount="age", remaining_exponent=0.0),
+    "rem": lambda: HeteroPolluxPolicy(move_discount="remaining", remaining_exponent=0.0),
+    "both": lambda: HeteroPolluxPolicy(move_discount="both", remaining_exponent=0.0),
+    "smith": lambda: HeteroPolluxPolicy(move_discount="age", remaining_exponent=0.5),
     "both-smith": lambda: HeteroPolluxPolicy(move_discount="both", remaining_exponent=0.5),
-    "rem-smith": lambda: HeteroPolluxPolicy(move_discount="remaining",
-                                            remaining_exponent=0.5),
-    "las": lambda: HeteroPolluxPolicy(weight_by="attained", remaining_exponent=0.5),
+    "both-smith2": lambda: HeteroPolluxPolicy(move_discount="both", remaining_exponent=0.5,
+                                              max_weight_ratio=2.0),
+    "both-smith-wm": lambda: HeteroPolluxPolicy(move_discount="both", remaining_exponent=0.5,
+                                                weighted_moves=True),
+    "both-smith2-wm": lambda: HeteroPolluxPolicy(move_discount="both", remaining_exponent=0.5,
+                                                 max_weight_ratio=2.0, weighted_moves=True),
+    "both-boost": lambda: HeteroPolluxPolicy(move_discount="both", remaining_exponent=0.5,
+                                             min_weight=1.0),
 }
 """Variant name -> policy factory; ``oracle-<variant>`` runs it with oracle models."""
 
@@ -169,10 +175,14 @@ def main() -> None:
     args = parser.parse_args()
     tasks = [(v, str(ARTIFACT / "workloads" / "philly" / f"workload-{w}.csv"), args.traces)
              for v in args.variants.split(",") for w in args.workloads.split(",")]
+    runs = []
     with ProcessPoolExecutor(max_workers=args.processes) as pool:
-        runs = list(pool.map(run_one, *zip(*tasks)))
-    if args.json:
-        Path(args.json).write_text(json.dumps(runs))
+        for run in pool.map(run_one, *zip(*tasks)):  # kept as they come
+            runs.append(run)
+            jct = np.mean([j["jct_s"] for j in run["jobs"]])
+            print(f"{run['variant']} on {run['workload']}: {jct:,.0f} s", flush=True)
+            if args.json:
+                Path(args.json).write_text(json.dumps(runs))
     report(runs)
 
 

@@ -45,6 +45,8 @@ def test_shorter_remaining_work_weighs_more() -> None:
     assert weights[3] == 1.0
     assert 0.25 <= weights.min() and weights.max() <= 4.0
     assert list(HeteroPolluxPolicy()._job_weights(jobs)) == [1.0] * 4  # off by default
+    boosted = HeteroPolluxPolicy(remaining_exponent=0.5, min_weight=1.0)._job_weights(jobs)
+    assert boosted[0] == weights[0] and boosted[1] == 1.0  # long jobs keep weight 1
 
 
 def _moved(policy: HeteroPolluxPolicy, remaining_s: float) -> bool:
@@ -58,11 +60,29 @@ def test_a_job_near_its_end_is_not_moved_for_a_restart_it_cannot_repay() -> None
     # Sia's factor is 1 for a job younger than its restart delay: it moves either way
     assert _moved(HeteroPolluxPolicy(move_discount="age"), 60.0)
     assert _moved(HeteroPolluxPolicy(move_discount="age"), 1e5)
-    for discount in ("remaining", "both"):
-        assert not _moved(HeteroPolluxPolicy(move_discount=discount), 60.0)
-        assert _moved(HeteroPolluxPolicy(move_discount=discount), 1e5)
+    for policy in (HeteroPolluxPolicy(move_discount="remaining"),
+                   HeteroPolluxPolicy(move_discount="both", remaining_exponent=0.5)):
+        assert not _moved(policy, 60.0)
+        assert _moved(policy, 1e5)
 
 
 def test_an_unknown_move_discount_is_refused_by_name() -> None:
     with pytest.raises(ConfigError, match="move_discount"):
         HeteroPolluxPolicy(move_discount="never")
+
+
+def test_weighted_moves_charge_a_light_job_its_restart_as_a_full_weight_job() -> None:
+    long = replace(job("long", age_s=2000.0, restarts=3), remaining_s=1e6,
+                   restart_delay_s=250.0)
+    short = [replace(job(f"s{i}", age_s=2000.0), remaining_s=100.0) for i in range(2)]
+    before = {"long": ("aws-0",)}
+
+    def moved(policy: HeteroPolluxPolicy) -> bool:
+        return policy.optimize([long, *short], NODES, before).allocations["long"] != (
+            "aws-0",)
+
+    assert moved(HeteroPolluxPolicy(remaining_exponent=0.5))  # weight 1/4, delay 250 s
+    assert not moved(HeteroPolluxPolicy(remaining_exponent=0.5, weighted_moves=True))
+    policy = HeteroPolluxPolicy(remaining_exponent=0.5, weighted_moves=True)
+    policy.optimize([long, *short], NODES, before)
+    assert policy._penalty_s(long) == 250.0  # the round's weights do not outlive it
