@@ -71,3 +71,12 @@ def test_alone_bound_of_a_toy_job_is_its_exact_best_time() -> None:
     bound = lower_bound(workload, {"toy": app}, 2, 4, interval_s=60.0, restart_delay_s=30.0)
     # first round at 60 s, 30 s restart delay: 60 s after the submission at 30 s
     assert bound.job_alone_s["a"] == pytest.approx(60.0 + rates.alone_s())
+
+
+def test_work_in_gpu_seconds_does_not_melt_on_a_bigger_cluster() -> None:
+    # A job's work is GPU-seconds at its best per-GPU rate, whatever the cluster's size;
+    # the half second an epoch's end may be rounded off spares the job's own GPUs, not the
+    # whole machine's (which once took 0.5 s x 64 GPUs off each of cifar10's 100 epochs).
+    app = load_applications(None)["cifar10"]
+    small, big = best_rates(app, 4, 4), best_rates(app, 16, 4)
+    assert big.machine_s(64) * 64 >= 0.95 * small.machine_s(16) * 16

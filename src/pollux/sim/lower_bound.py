@@ -21,8 +21,11 @@ remaining processing time first minimizes the sum of completion times; so the SR
 average is a lower bound on the average JCT. (SRPT's completion of one job is not a bound
 for that job, which is why the two are combined on the average, not per job.)
 
-Epoch ends in the simulator are rounded to whole seconds; each epoch's time in both
-relaxations is lowered by half a second to cover that. The placements searched for a
+Epoch ends in the simulator are rounded to whole seconds, so an epoch may end up to half a
+second early: its progress in that half second comes free, at most half a second at the
+epoch's best rate. Each epoch's time alone is lowered by half a second, and its
+machine-seconds by that free progress at the best per-GPU rate (not by half a second of
+the whole machine: only the job's own GPUs are spared). The placements searched for a
 configuration's step time: for every ``K`` and every number of nodes (up to 16 above the
 fewest, and the widest spread: step times do not depend on more), the packed and the
 balanced placement, plus every measured placement of a trace application that fits.
@@ -65,9 +68,12 @@ class BestRates:
                    for p, r in zip(self.epoch_progress, self.rate_per_s))
 
     def machine_s(self, num_gpus: int) -> float:
-        """Seconds of the whole cluster's time at the best per-GPU rate."""
-        return sum(max(p / (r * num_gpus) - EPOCH_ROUNDING_S, 0.0)
-                   for p, r in zip(self.epoch_progress, self.rate_per_gpu_s))
+        """Seconds of the whole cluster's time at the best per-GPU rate. The rounded end
+        of an epoch credits at most ``EPOCH_ROUNDING_S`` of progress at the job's rate,
+        at most its best rate: that progress costs no machine time."""
+        return sum(max(p - EPOCH_ROUNDING_S * r, 0.0) / (r_gpu * num_gpus)
+                   for p, r, r_gpu in zip(self.epoch_progress, self.rate_per_s,
+                                          self.rate_per_gpu_s))
 
 
 @dataclass(frozen=True)
