@@ -7,7 +7,7 @@ import itertools
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from pollux.errors import ConfigError
@@ -58,6 +58,10 @@ def check_feasible(chosen: np.ndarray, inst: Instance) -> None:
 
 def brute_force(inst: Instance) -> float:
     values, kind, size, capacity, forced = inst
+    rows = np.flatnonzero(forced >= 0)
+    if (np.bincount(kind[forced[rows]], weights=size[forced[rows]], minlength=len(capacity))
+            > capacity).any():  # the solvers' rule: forcing that cannot fit is dropped
+        rows = rows[:0]
     best = np.inf
     options = [range(-1, values.shape[1])] * values.shape[0]
     for chosen in itertools.product(*options):
@@ -68,7 +72,6 @@ def brute_force(inst: Instance) -> float:
         if (np.bincount(kind[c[on]], weights=size[c[on]], minlength=len(capacity))
                 > capacity).any():
             continue
-        rows = np.flatnonzero(forced >= 0)
         if rows.size and not (c[rows] == forced[rows]).all():
             continue
         best = min(best, objective_value(values, c))
@@ -84,6 +87,7 @@ def lp_bound(inst: Instance) -> float:
 
 @settings(max_examples=40, deadline=None)
 @given(st.integers(0, 10**6), st.integers(1, 3), st.integers(1, 2))
+@example(4832, 3, 1)  # forced jobs that together exceed the capacity: forcing dropped
 def test_exact_matches_brute_force(seed: int, num_jobs: int, num_types: int) -> None:
     inst = instance(seed, num_jobs, num_types, forced_share=0.3, max_nodes=2)
     chosen = solve_exact(*inst, mip_rel_gap=1e-9)
