@@ -57,13 +57,18 @@ def tuned_snapshots(draw: st.DrawFn, max_jobs: int = 12
         assert job.tuned is not None
         want = job.tuned.num_replicas
         if draw(st.booleans()) and sum(free.values()) >= want:
-            alloc: list[str] = []
-            for name in free:
-                take = min(free[name], want - len(alloc))
-                alloc += [name] * take
-                free[name] -= take
-            previous[job.name] = tuple(alloc)
+            previous[job.name] = _take_in_order(free, list(free), want)
     return jobs, nodes, previous
+
+
+def _take_in_order(free: dict[str, int], names: list[str], want: int) -> Allocation:
+    """``want`` slots from ``names`` in order (their free slots reduced); they must fit."""
+    alloc: list[str] = []
+    for name in names:
+        take = min(free[name], want - len(alloc))
+        alloc += [name] * take
+        free[name] -= take
+    return tuple(alloc)
 
 
 def amdahl_oracle(serial_s: float, parallel_s: float):  # type: ignore[no-untyped-def]
@@ -113,10 +118,5 @@ def typed_tuned_snapshots(draw: st.DrawFn, max_jobs: int = 12
         gpu_type = draw(st.sampled_from(types))
         within = [node.name for node in nodes if node.gpu_type == gpu_type]
         if draw(st.booleans()) and sum(free[n] for n in within) >= want:
-            alloc: list[str] = []
-            for name in within:
-                take = min(free[name], want - len(alloc))
-                alloc += [name] * take
-                free[name] -= take
-            previous[job.name] = tuple(alloc)
+            previous[job.name] = _take_in_order(free, within, want)
     return jobs, nodes, previous

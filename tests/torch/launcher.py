@@ -25,6 +25,16 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def torchrun_env(rank: int, world_size: int, port: int, **extra: str) -> dict[str, str]:
+    """This process's environment without ``POLLUX_*``, plus what torchrun sets for one
+    replica on this machine (gloo on 127.0.0.1, one thread) and ``extra``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("POLLUX_")}
+    env.update({"RANK": str(rank), "WORLD_SIZE": str(world_size), "LOCAL_RANK": str(rank),
+                "LOCAL_WORLD_SIZE": str(world_size), "MASTER_ADDR": "127.0.0.1",
+                "MASTER_PORT": str(port), "OMP_NUM_THREADS": "1", **extra})
+    return env
+
+
 class Replicas:
     """``num_replicas`` processes of one job launched like the Pollux local backend."""
 

@@ -4,7 +4,6 @@ from the checkpoint within the same epoch; loader and epoch helpers; to_tensorbo
 from __future__ import annotations
 
 import importlib.util
-import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -113,16 +112,13 @@ def test_to_tensorboard_writes_an_event_file(job: pt.JobContext, tmp_path: Path)
 def test_the_tutorial_port_runs_on_two_replicas(tmp_path: Path) -> None:
     """AdaptDL's tutorial structure (examples/tutorial_digits.py) under torchrun-like
     variables: test metrics summed over both replicas by the Accumulator."""
-    from tests.torch.launcher import free_port
+    from tests.torch.launcher import free_port, torchrun_env
 
     port = free_port()
     procs = []
     for rank in range(2):
-        env = {k: v for k, v in os.environ.items() if not k.startswith("POLLUX_")}
-        env.update({"RANK": str(rank), "WORLD_SIZE": "2", "LOCAL_RANK": str(rank),
-                    "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
-                    "MASTER_PORT": str(port), "OMP_NUM_THREADS": "1",
-                    "CUDA_VISIBLE_DEVICES": "", "PYTHONPATH": str(REPO / "src")})
+        env = torchrun_env(rank, 2, port, CUDA_VISIBLE_DEVICES="",
+                           PYTHONPATH=str(REPO / "src"))
         procs.append(subprocess.Popen(
             [sys.executable, str(EXAMPLE), "--epochs", "1", "--log-interval", "1000"],
             cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,

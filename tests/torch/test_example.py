@@ -9,7 +9,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from tests.torch.launcher import EXAMPLE, REPO, free_port
+from tests.torch.launcher import EXAMPLE, REPO, free_port, torchrun_env
 
 NUM_TRAIN = 1437
 
@@ -38,12 +38,8 @@ def test_two_torchrun_replicas_autoscale_and_still_consume_each_sample_once(
     port = free_port()
     procs = []
     for rank in range(2):
-        env = {k: v for k, v in os.environ.items() if not k.startswith("POLLUX_")}
-        env.update({"RANK": str(rank), "WORLD_SIZE": "2", "LOCAL_RANK": str(rank),
-                    "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
-                    "MASTER_PORT": str(port), "OMP_NUM_THREADS": "1",
-                    "POLLUX_CHECKPOINT_DIR": str(tmp_path),
-                    "POLLUX_HINTS_TARGET": str(tmp_path / "hints.json")})
+        env = torchrun_env(rank, 2, port, POLLUX_CHECKPOINT_DIR=str(tmp_path),
+                           POLLUX_HINTS_TARGET=str(tmp_path / "hints.json"))
         procs.append(subprocess.Popen(
             [sys.executable, str(EXAMPLE), "--epochs", "5", "--quiet",
              "--control-interval-s", "0.05", "--batch-size", "32"],
