@@ -7,6 +7,8 @@ from hypothesis import strategies as st
 
 from pollux.errors import ConfigError
 from pollux.models import GoodputFunction, GradientStats, SpeedupFunction, efficiency, gain
+from pollux.models.speedup import MAX_MEMO_NODES, MAX_MEMO_REPLICAS, speedup_matrix
+from tests.address_space import address_space_limited
 from tests.models.profiles import TRUE_PARAMS
 
 stats_strategy = st.builds(
@@ -112,6 +114,25 @@ def test_speedup_is_one_at_base(base_nodes: int, base_extra: int) -> None:
     base_k = base_nodes + base_extra
     speedup = SpeedupFunction(goodput_fn, 8192, (8, 512), True, base_nodes, base_k)
     assert float(speedup(base_nodes, base_k)) == pytest.approx(1.0)
+
+
+def test_speedup_beyond_the_memo_bound_is_computed_not_stored() -> None:
+    """A query's numbers must not size an allocation: (1, 2**30) used to grow the memo to
+    2 x 2**30 cells (16 GiB). Far pairs are computed each time, near ones still memoized,
+    and both agree with the optimizer."""
+    speedup = SpeedupFunction(goodput_fn, 2**40, (1, 512), True)
+    n = np.array([1, 2, 1, 0])
+    k = np.array([2**30, 2**21, 4, 0])
+    with address_space_limited(256 << 20):
+        far = speedup(n, k)
+        matrix = speedup_matrix([speedup, SpeedupFunction(goodput_fn, 8192, (8, 512), True)],
+                                n[:3], k[:3])
+    good, _, _ = goodput_fn.optimize(n[:3], k[:3], 2**40, (1, 512), True)
+    assert np.allclose(far[:3], good / speedup.base_goodput) and good[1] > 0
+    assert far[3] == 0.0
+    assert np.array_equal(matrix[0], far[:3])
+    assert speedup._table.shape <= (MAX_MEMO_NODES, MAX_MEMO_REPLICAS)
+    assert speedup._table[1, 4] == far[2]  # the near pair is memoized
 
 
 def test_speedup_memoized_matches_cold_and_zero_replicas() -> None:

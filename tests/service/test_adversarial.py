@@ -5,13 +5,10 @@ every one failed on the service before that issue was fixed."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
-import resource
 import stat
 import warnings
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -22,6 +19,7 @@ from pollux.errors import JobSpecError
 from pollux.service.api import MAX_BODY_BYTES, create_app
 from pollux.service.auth import TOKEN_COOKIE, ApiAuth, allowed_hosts_for
 from pollux.service.store import JobStore
+from tests.address_space import address_space_limited
 from tests.service.service_builders import AUTH_HEADERS, TEST_TOKEN, make_auth, make_spec
 
 with warnings.catch_warnings():  # starlette 1.0 asks for the httpx2 fork; httpx works
@@ -294,25 +292,6 @@ stored_junk = st.dictionaries(
                               extreme_number, max_size=4)), max_size=8)
 
 
-@contextlib.contextmanager
-def address_space_limited(extra_bytes: int) -> Iterator[None]:
-    """This process may map at most ``extra_bytes`` more while the block runs: a runaway
-    allocation raises MemoryError (which the service's guards turn into a job without a
-    model) instead of the kernel killing the whole test run. A rare fuzzed hints case once
-    made a round allocate ~11 GB (not reproduced since; see the closing notes)."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
-    with open("/proc/self/status") as status:
-        vm_kb = next(int(line.split()[1]) for line in status if line.startswith("VmSize:"))
-    limit = vm_kb * 1024 + extra_bytes
-    if hard != resource.RLIM_INFINITY:
-        limit = min(limit, hard)
-    resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
-    try:
-        yield
-    finally:
-        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
-
-
 @pytest.fixture
 def pollux_service(make_service, fake_backend):
     service = make_service(policy="pollux")
@@ -345,6 +324,27 @@ def test_no_hints_stall_the_allocation_loop(pollux_service, hints):
         assert listing.status_code == 200, listing.text
         for record in jobs:
             assert client.get(f"/api/jobs/{record.id}").status_code == 200
+
+
+def test_hints_claiming_a_billion_replicas_cost_no_memory(pollux_service):
+    """The hints fuzz's one spike (a round took 11.5 GB; the suite was once OOM-killed):
+    a job's model is probed at the replica count its hints say it profiled, and the
+    speedup memo grew a (nodes x replicas) table that wide: 16 GiB for 2**30. The job
+    must be scheduled with its model, in a round that maps well under 512 MiB more."""
+    service = pollux_service
+    bad = service.store.list_jobs()[0]
+    params = {"alpha_c": 0.1, "beta_c": 0.01, "alpha_n": 0.1, "beta_n": 0.01,
+              "alpha_r": 0.1, "beta_r": 0.01, "gamma": 1.5}
+    service.store.set_hints(bad.id, {"init_batch_size": 32, "max_batch_size": 1024,
+                                     "local_bsz_bounds": [16, 128],
+                                     "throughput_params": params,
+                                     "max_profiled_replicas": 2**30}, 1.0)
+    with address_space_limited(512 << 20):
+        service.allocator.tick(2.0)
+    assert service.allocator.num_rounds == 1
+    messages = [e.message for e in service.store.events(bad.id)]
+    assert not any("without a model" in m for m in messages), messages
+    assert bad.id in service.allocator.last_decision.allocations
 
 
 def test_a_job_whose_model_fails_is_scheduled_without_it_and_told(pollux_service):

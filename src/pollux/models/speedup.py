@@ -16,12 +16,19 @@ from pollux.models.goodput import (
 )
 from pollux.models.throughput import FloatArray
 
+MAX_MEMO_NODES = 512
+MAX_MEMO_REPLICAS = 2048
+"""One function memoizes pairs with fewer nodes and replicas than these (a table of at
+most 8 MiB); a pair beyond (a hostile job's hints may claim a billion replicas) is
+computed each time, so no query can size an allocation by its own numbers."""
+
 
 class SpeedupFunction:
     """``speedup(nodes, replicas) = best goodput there / best goodput at the base``.
 
     Results are memoized in a dense (nodes x replicas) table, so repeated queries over
-    many pairs cost one numpy gather. ``replicas == 0`` has speedup 0.
+    many pairs cost one numpy gather; the table stops at ``MAX_MEMO_NODES`` x
+    ``MAX_MEMO_REPLICAS`` (pairs outside it are computed each time). ``replicas == 0`` has speedup 0.
     """
 
     def __init__(
@@ -55,10 +62,11 @@ class SpeedupFunction:
                                         self.local_bsz_bounds, self.accumulation)
 
     def _grow(self, rows: int, cols: int) -> None:
-        """Make the memo at least (rows x cols)."""
-        if rows > self._table.shape[0] or cols > self._table.shape[1]:
-            grown = np.full((max(rows, self._table.shape[0]), max(cols, self._table.shape[1])),
-                            np.nan)
+        """Make the memo at least (rows x cols), within its bounds."""
+        rows = max(min(rows, MAX_MEMO_NODES), self._table.shape[0])
+        cols = max(min(cols, MAX_MEMO_REPLICAS), self._table.shape[1])
+        if (rows, cols) != self._table.shape:
+            grown = np.full((rows, cols), np.nan)
             grown[: self._table.shape[0], : self._table.shape[1]] = self._table
             self._table = grown
 
@@ -74,6 +82,16 @@ class SpeedupFunction:
             raise ConfigError("num_nodes", int(n[bad].flat[0]),
                               "need 1 <= num_nodes <= num_replicas (or both 0)")
         self._grow(int(n.max()) + 1, int(k.max()) + 1)
+        inside = (n < self._table.shape[0]) & (k < self._table.shape[1])
+        if not inside.all():  # beyond the memo's bound: computed, not remembered
+            values = np.zeros(n.shape)
+            running = ~inside & (k > 0)
+            pairs, where = np.unique(np.stack([n[running], k[running]], axis=1), axis=0,
+                                     return_inverse=True)
+            goodput, _, _ = self._optimize(pairs[:, 0], pairs[:, 1])
+            values[running] = (goodput / self.base_goodput)[where.ravel()]
+            values[inside] = self(n[inside], k[inside])
+            return values
         values = self._table[n, k]
         missing = np.isnan(values)
         if missing.any():
@@ -97,8 +115,12 @@ def speedup_matrix(fns: Sequence[SpeedupFunction], num_nodes: ArrayLike,
     if (bad := (n < 1) | (n > k)).any():
         raise ConfigError("num_nodes", int(n[bad][0]), "need 1 <= num_nodes <= num_replicas")
     missing = []
+    rows, cols = int(n.max()) + 1, int(k.max()) + 1
     for j, fn in enumerate(fns):
-        fn._grow(int(n.max()) + 1, int(k.max()) + 1)
+        fn._grow(rows, cols)
+        if rows > fn._table.shape[0] or cols > fn._table.shape[1]:
+            out[j] = fn(n, k)  # beyond its memo's bound: one call, nothing remembered
+            continue
         out[j] = fn._table[n, k]
         if np.isnan(out[j]).any():
             missing.append(j)
