@@ -2,7 +2,8 @@
 
 Applications come from per-type traces (``--traces DIR`` with
 ``<app>/placements-<type>.csv``, the Sia artifact's layout); every run record has the
-keys of the homogeneous JSON, with ``gpu_hours_per_job`` counting whole rounds held.
+keys of the homogeneous JSON, with ``gpu_hours_per_job`` counting whole rounds held, and
+``lower_bound_avg_jct_s`` from :mod:`pollux.sim.hetero.lower_bound`.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from rich.console import Console
 
 from pollux.cluster_spec import ClusterSpec
 from pollux.errors import ConfigError
+from pollux.sim.hetero.lower_bound import with_typed_lower_bounds
 from pollux.sim.hetero.runner import HeteroTask, load_for, run_hetero_tasks
 from pollux.sim.metrics import RunRecord, report
 from pollux.sim.workload import read_workload, workload_files
@@ -45,7 +47,8 @@ def run_typed(args: argparse.Namespace, spec: ClusterSpec, policies: list[str],
         console.print(f"  {record.policy} on {record.workload}: {record.avg_jct_s:,.0f} s "
                       f"avg JCT", highlight=False)
 
-    records = run_hetero_tasks(tasks, processes, done)
+    records = with_typed_lower_bounds(run_hetero_tasks(tasks, processes, done), workloads,
+                                      apps, spec, args.interval)
     console.print(_rich(_policy_table(records)))
     if len(workloads) > 1:
         console.print(_rich(_workload_table(records)))

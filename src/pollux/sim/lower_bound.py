@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -194,19 +194,27 @@ def lower_bound(workload: Workload, applications: Mapping[str, Application], num
                 gpus_per_node: int, interval_s: float, restart_delay_s: float,
                 rates: Mapping[str, BestRates] | None = None) -> LowerBound:
     """Lower bounds on the average JCT of ``workload`` (see the module docstring)."""
+    found = dict(rates or {})
+    for name in sorted({job.application for job in workload.jobs} - set(found)):
+        found[name] = best_rates(applications[name], num_nodes, gpus_per_node)
+    return bound_from_rates(workload, found, num_nodes * gpus_per_node, interval_s,
+                            lambda _: restart_delay_s)
+
+
+def bound_from_rates(workload: Workload, rates: Mapping[str, BestRates], num_gpus: int,
+                     interval_s: float, restart_delay_s: Callable[[str], float]
+                     ) -> LowerBound:
+    """The two relaxations from each application's best rates; ``restart_delay_s`` of an
+    application name is what its first start costs."""
     jobs = workload.jobs
     if not jobs:
         return LowerBound(0.0, 0.0, 0.0, {})
-    found = dict(rates or {})
-    for name in sorted({job.application for job in jobs} - set(found)):
-        found[name] = best_rates(applications[name], num_nodes, gpus_per_node)
-    num_gpus = num_nodes * gpus_per_node
     release, alone, machine = [], [], []
     for job in jobs:
         first_round = max(interval_s, math.ceil(job.submission_time_s / interval_s - 1e-9)
                           * interval_s)
-        release.append(first_round + restart_delay_s)
-        best = found[job.application]
+        release.append(first_round + restart_delay_s(job.application))
+        best = rates[job.application]
         alone.append(release[-1] - job.submission_time_s + best.alone_s())
         machine.append(best.machine_s(num_gpus))
     completions = srpt_completions(release, machine)
