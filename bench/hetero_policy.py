@@ -53,6 +53,17 @@ VARIANTS: dict[str, Callable[[], Policy]] = {
                                                  max_weight_ratio=2.0, weighted_moves=True),
     "both-boost": lambda: HeteroPolluxPolicy(move_discount="both", remaining_exponent=0.5,
                                              min_weight=1.0),
+    "wm-g4": lambda: HeteroPolluxPolicy(move_discount="both", remaining_exponent=0.5,
+                                        weighted_moves=True, growth_factor=4),
+    "wm-g8": lambda: HeteroPolluxPolicy(move_discount="both", remaining_exponent=0.5,
+                                        weighted_moves=True, growth_factor=8),
+    "wm-g4s2": lambda: HeteroPolluxPolicy(move_discount="both", remaining_exponent=0.5,
+                                          weighted_moves=True, growth_factor=4,
+                                          fast_growth_share=0.02),
+    "wm-g8s2": lambda: HeteroPolluxPolicy(move_discount="both", remaining_exponent=0.5,
+                                          weighted_moves=True, growth_factor=8,
+                                          fast_growth_share=0.02),
+    "age-g4": lambda: HeteroPolluxPolicy(growth_factor=4),
 }
 """Variant name -> policy factory; ``oracle-<variant>`` runs it with oracle models."""
 

@@ -86,3 +86,32 @@ def test_weighted_moves_charge_a_light_job_its_restart_as_a_full_weight_job() ->
     policy = HeteroPolluxPolicy(remaining_exponent=0.5, weighted_moves=True)
     policy.optimize([long, *short], NODES, before)
     assert policy._penalty_s(long) == 250.0  # the round's weights do not outlive it
+
+
+def test_the_growth_factor_is_checked_and_kept_for_the_driver() -> None:
+    assert HeteroPolluxPolicy().growth_factor == 2  # the reference's growth cap
+    assert HeteroPolluxPolicy(growth_factor=4).growth_factor == 4
+    for bad in (1, 2.5, True):
+        with pytest.raises(ConfigError, match="growth_factor"):
+            HeteroPolluxPolicy(growth_factor=bad)  # type: ignore[arg-type]
+
+
+def test_fast_growth_only_for_jobs_a_restart_matters_to() -> None:
+    # profiled 4 replicas on aws, never ran elsewhere; the driver's 4x caps
+    caps = {"aws": 16, "dgx-ext": 1, "rtx": 1}
+    short = replace(job("short"), remaining_s=2000.0, restart_delay_s=50.0,
+                    max_replicas_by_type=caps)
+    long = replace(job("long"), remaining_s=1e7, restart_delay_s=50.0,
+                   max_replicas_by_type=caps)
+    before = {"short": ("aws-0",) * 4, "long": ("aws-1",) * 4}
+    policy = HeteroPolluxPolicy(growth_factor=4, fast_growth_share=0.02)
+    kept_short, slowed_long = policy._slow_growth_for_long_jobs([short, long], NODES, before)
+    assert kept_short.max_replicas_by_type == caps  # its restart is >2% of what is left
+    assert slowed_long.max_replicas_by_type == {"aws": 8, "dgx-ext": 1, "rtx": 1}  # 2x
+    new = replace(short, name="new")  # no allocation yet: the reference's cap
+    (slowed_new,) = policy._slow_growth_for_long_jobs([new], NODES, {})
+    assert slowed_new.max_replicas_by_type["aws"] == 8
+    decision = policy.optimize([long], NODES, {"long": ("aws-1",) * 4})
+    assert len(decision.allocations["long"]) <= 8
+    with pytest.raises(ConfigError, match="fast_growth_share"):
+        HeteroPolluxPolicy(fast_growth_share=-1.0)

@@ -192,3 +192,22 @@ def test_remaining_seconds_match_the_time_the_job_takes(
         model.goodput("dgx-ext", 1, 1))
     # within 2x (a model fitted after one round); steps vs samples would be 128x off
     assert 0.5 < (done - age_s) / on_dgx_s < 2.0
+
+
+class FastGrowthPolicy(PinnedPolicy):
+    """PinnedPolicy that lets jobs grow 4x the replicas they ran with (not the reference's
+    2x)."""
+
+    growth_factor = 4
+
+
+@needs_sia
+@pytest.mark.parametrize(("policy", "cap"), [(PinnedPolicy(), 2), (FastGrowthPolicy(), 4)])
+def test_a_policy_sets_the_growth_cap_of_its_jobs(apps: dict[str, TypedApplication],
+                                                  policy: PinnedPolicy, cap: int) -> None:
+    one = Workload("one", (JobSpec("cifar10-0", 0.0, "cifar10", 1, 128),))
+    HeteroSimulator(one, apps, policy, HeteroConfig(SPEC, max_time_s=600.0)).run()
+    ran = [job for _, job in policy.seen if job.typed_goodput is not None]
+    assert ran  # ran on 1 dgx-ext GPU: caps from that, 1 on the types it never ran on
+    assert ran[-1].max_replicas_by_type == {"aws": 1, "dgx-ext": cap, "rtx": 1}
+    assert ran[-1].max_replicas == cap

@@ -39,12 +39,14 @@ On a cluster of one type it is the plain Pollux policy (``pollux.policies.pollux
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 import numpy as np
 
 from pollux.errors import ConfigError
 from pollux.policies.base import Allocation, Allocations, JobInfo, NodeInfo, PolicyDecision
 from pollux.policies.sia import INVALID_GOODPUT, MAX_COST, Config, SiaPolicy, restart_factor
+from pollux.policies.snapshot import EXPLORATION_FACTOR
 
 MOVE_DISCOUNTS = ("age", "remaining", "both")
 
@@ -58,7 +60,8 @@ class HeteroPolluxPolicy(SiaPolicy):
     def __init__(self, p: float = -0.5, lambda_n: float = 1.1,
                  remaining_exponent: float = 0.0, max_weight_ratio: float = 4.0,
                  min_weight: float | None = None, weighted_moves: bool = False,
-                 move_discount: str = "age",
+                 move_discount: str = "age", growth_factor: int = EXPLORATION_FACTOR,
+                 fast_growth_share: float = 0.0,
                  seed: int | None = None, solver: str = "fast") -> None:
         super().__init__(p=p, lambda_n=lambda_n, seed=seed, solver=solver)
         if move_discount not in MOVE_DISCOUNTS:
@@ -69,6 +72,17 @@ class HeteroPolluxPolicy(SiaPolicy):
         if not 0 < self.min_weight <= self.max_weight_ratio:
             raise ConfigError("min_weight", min_weight, "use a weight in (0, max_weight_ratio]")
         self.move_discount = move_discount
+        if isinstance(growth_factor, bool) or not isinstance(growth_factor, int) \
+                or growth_factor < 2:
+            raise ConfigError("growth_factor", growth_factor, "use a whole number >= 2")
+        self.growth_factor = growth_factor
+        """A job may grow to this many times the replicas it has run with on a type
+        (the reference's growth cap: 2); the simulator reads it."""
+        if not (np.isfinite(fast_growth_share) and fast_growth_share >= 0):
+            raise ConfigError("fast_growth_share", fast_growth_share, "use a share >= 0")
+        self.fast_growth_share = float(fast_growth_share)
+        """With ``growth_factor`` above 2: only a job whose restart delay is at least this
+        share of its remaining time where it runs may use it; others grow 2x."""
         self.weighted_moves = bool(weighted_moves)
         self._move_weights: dict[str, float] = {}
         """This round's job weights below 1 (``weighted_moves``), set by :meth:`optimize`."""
@@ -91,6 +105,8 @@ class HeteroPolluxPolicy(SiaPolicy):
                  previous_allocations: Allocations) -> PolicyDecision:
         """Sia's round; with ``weighted_moves`` a job weighing ``w < 1`` has its restart
         delay counted as ``S / w``, so its move costs what a weight-1 job's would."""
+        if self.fast_growth_share and self.growth_factor > EXPLORATION_FACTOR:
+            jobs = self._slow_growth_for_long_jobs(jobs, nodes, previous_allocations)
         if self.weighted_moves:
             weights = self._job_weights(jobs)
             self._move_weights = {job.name: float(w) for job, w in zip(jobs, weights)
@@ -99,6 +115,32 @@ class HeteroPolluxPolicy(SiaPolicy):
             return super().optimize(jobs, nodes, previous_allocations)
         finally:
             self._move_weights = {}
+
+    def _slow_growth_for_long_jobs(self, jobs: Sequence[JobInfo], nodes: Sequence[NodeInfo],
+                                   previous_allocations: Allocations) -> list[JobInfo]:
+        """``jobs`` with the reference's 2x growth cap for every job whose restart delay
+        is below ``fast_growth_share`` of its remaining time at its current allocation
+        (or that has none, or no model there): a restart saved is worth little to it,
+        and the model's extrapolation beyond 2x costs GPU-hours."""
+        type_of = {node.name: node.gpu_type for node in nodes}
+        out = []
+        for job in jobs:
+            prev = tuple(previous_allocations.get(job.name, ()))
+            model = job.typed_goodput
+            fast = False
+            if prev and model is not None and job.remaining_s and job.max_replicas_by_type:
+                gpu_type = type_of.get(prev[0])
+                if gpu_type is not None and model.has_model(gpu_type):
+                    rate = float(model.goodput(gpu_type, len(set(prev)), len(prev)))
+                    left_s = job.remaining_s * model.reference_goodput / max(rate, 1e-12)
+                    fast = job.restart_delay_s >= self.fast_growth_share * left_s
+            if not fast and model is not None and job.max_replicas_by_type:
+                caps = {t: min(cap, max(EXPLORATION_FACTOR * (
+                    model.profiles[t].max_profiled_replicas if t in model.profiles else 0), 1))
+                    for t, cap in job.max_replicas_by_type.items()}
+                job = replace(job, max_replicas_by_type=caps)
+            out.append(job)
+        return out
 
     def _penalty_s(self, job: JobInfo) -> float:
         return float(job.restart_delay_s) / self._move_weights.get(job.name, 1.0)

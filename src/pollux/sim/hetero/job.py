@@ -59,14 +59,15 @@ class HeteroJob(TrainingJob):
         return self.app.by_type[self.gpu_type]
 
     # -- what the policy sees ------------------------------------------------------------
-    def max_replicas(self, gpu_type: str) -> int:
-        """Growth cap on a type: twice the most replicas run there (at least 1), at most
-        64 and the most replicas the largest batch can feed."""
+    def max_replicas(self, gpu_type: str, growth_factor: int = EXPLORATION_FACTOR) -> int:
+        """Growth cap on a type: ``growth_factor`` (the reference: 2) times the most
+        replicas run there (at least 1), at most 64 and the most replicas the largest
+        batch can feed."""
         spec = self.app.by_type[gpu_type].spec
         if spec.pinned_replicas is not None:
             return spec.pinned_replicas
         seen = self.profiles[gpu_type].max_profiled_replicas
-        return int(min(max(EXPLORATION_FACTOR * seen, 1), MAX_EXPLORATION_REPLICAS,
+        return int(min(max(growth_factor * seen, 1), MAX_EXPLORATION_REPLICAS,
                        spec.max_batch_size // spec.min_local_bsz))
 
     def typed_goodput(self) -> TypedGoodput | None:

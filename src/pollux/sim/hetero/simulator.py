@@ -14,7 +14,9 @@ fixed-batch jobs at their tuned batch size; each reports, per GPU type, its repl
 and the Optimus oracle of remaining time. A policy whose class sets
 ``heterogeneity_aware = False`` gets heterogeneity-unaware
 jobs, as Sia's artifact runs Pollux: one throughput model pooled over every type, a plain
-``speedup_fn`` with the batch limits of the policy's ``pooled_limits_type``.
+``speedup_fn`` with the batch limits of the policy's ``pooled_limits_type``. A policy
+with a ``growth_factor`` attribute lets each job grow to that many times the replicas it
+has run with on a type (the reference, and every other policy: 2).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from typing import Any
 from pollux.cluster_spec import ClusterSpec, allocation_gpu_type
 from pollux.errors import ConfigError
 from pollux.policies.base import Allocation, Policy, TunedConfig
-from pollux.policies.snapshot import JobReport
+from pollux.policies.snapshot import EXPLORATION_FACTOR, JobReport
 from pollux.sim.adaptive import FitCache
 from pollux.sim.hetero.apps import TypedApplication
 from pollux.sim.hetero.job import HeteroJob
@@ -87,6 +89,7 @@ class HeteroSimulator(RoundLoop[HeteroJob]):
         aware = bool(getattr(type(policy), "heterogeneity_aware", True))
         pooled_type = getattr(type(policy), "pooled_limits_type", None)
         self.adaptive_jobs = bool(getattr(type(policy), "adaptive_jobs", True))
+        self._growth_factor = int(getattr(policy, "growth_factor", EXPLORATION_FACTOR))
         self.jobs = tuple(
             HeteroJob(spec, applications[spec.application], self.fits,
                       speeds[spec.application] if config.project_unseen_types else None,
@@ -130,7 +133,7 @@ class HeteroSimulator(RoundLoop[HeteroJob]):
             return self._typed_report(
                 job, max_replicas=max(1, spec.max_batch_size // spec.min_local_bsz),
                 tuned=tuned, hints=job.pooled.hints())
-        caps = {t: job.max_replicas(t) for t in job.app.by_type}
+        caps = {t: job.max_replicas(t, self._growth_factor) for t in job.app.by_type}
         model = job.typed_goodput()
         return self._typed_report(job, max_replicas=max(caps.values()), tuned=tuned,
                                   typed_goodput=model, remaining_s=job.remaining_s(model),
