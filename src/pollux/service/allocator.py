@@ -30,6 +30,7 @@ from pollux.policies.decision import check_decision
 from pollux.policies.snapshot import Snapshot, SpeedupCache, job_infos, without_models
 from pollux.service.explain import hints_of, rescale_reason
 from pollux.service.launches import LaunchSupervisor, StopCause
+from pollux.service.records import JobRecord
 from pollux.service.recovery import JobNotices, recover_jobs
 from pollux.service.snapshot import (
     HintsCache,
@@ -38,7 +39,7 @@ from pollux.service.snapshot import (
     previous_allocations,
 )
 from pollux.service.states import ACTIVE_STATES, LIVE_STATES, JobState
-from pollux.service.store import JobRecord, JobStore
+from pollux.service.store import JobStore
 
 logger = logging.getLogger(__name__)
 

@@ -25,9 +25,10 @@ from pollux.policies.base import Allocation
 from pollux.resources import DEFAULT_GPU_TYPE
 from pollux.service.decisions import fits, subtract
 from pollux.service.explain import replicas_text
+from pollux.service.records import JobRecord, ReplicaRecord
 from pollux.service.recovery import LOST_EXIT_CODE, job_dir
 from pollux.service.states import ACTIVE_STATES, LIVE_STATES, JobState
-from pollux.service.store import JobRecord, JobStore, ReplicaRecord
+from pollux.service.store import JobStore
 
 if TYPE_CHECKING:
     from pollux.service.allocator import AllocatorConfig

@@ -18,8 +18,9 @@ from pathlib import Path
 from pollux.backends.base import Backend
 from pollux.backends.exit_status import exit_status_path, read_exit_status
 from pollux.jobenv import CORRUPT_SUFFIX
+from pollux.service.records import JobRecord
 from pollux.service.states import JobState
-from pollux.service.store import JobRecord, JobStore
+from pollux.service.store import JobStore
 
 logger = logging.getLogger(__name__)
 

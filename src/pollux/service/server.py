@@ -34,8 +34,9 @@ from pollux.policies.base import NodeInfo, Policy
 from pollux.policies.registry import make_policy
 from pollux.service.allocator import Allocator, AllocatorConfig
 from pollux.service.explain import batch_change_event
+from pollux.service.records import JobRecord
 from pollux.service.recovery import job_dir
-from pollux.service.store import JobRecord, JobStore
+from pollux.service.store import JobStore
 from pollux.service.telemetry import History, RoundRecorder
 from pollux.service.views import job_detail, job_summary, node_views
 

@@ -13,15 +13,23 @@ import logging
 import secrets
 import sqlite3
 import threading
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from pollux.errors import ConfigError, JobSpecError, StoreError, UnknownJobError
 from pollux.job_spec import JobSpec
 from pollux.service.private import make_private_file
+from pollux.service.records import (
+    JOB_COLUMNS,
+    UPDATABLE_COLUMNS,
+    JobEvent,
+    JobRecord,
+    ReplicaRecord,
+    encode_column,
+    job_from_row,
+)
 from pollux.service.states import JobState, can_transition
 
 logger = logging.getLogger(__name__)
@@ -74,99 +82,6 @@ CREATE INDEX IF NOT EXISTS events_by_job ON events(job_id, id);
 ADDED_JOB_COLUMNS = (("gpu_type", "TEXT"),)
 """Columns added to ``jobs`` after its first release: (name, SQL type), added to a store
 created before them when it is opened."""
-
-
-@dataclass(frozen=True)
-class JobRecord:
-    """One job as stored."""
-
-    id: str
-    seq: int
-    spec: JobSpec
-    state: JobState
-    reason: str | None
-    allocation: tuple[str, ...]
-    """Node of each replica of the current (or last) launch."""
-    target_allocation: tuple[str, ...] | None
-    """The policy's latest decision when it differs from ``allocation``, until applied."""
-    num_launches: int
-    num_failures: int
-    num_rescales: int
-    cancel_requested: bool
-    hints: Mapping[str, Any] | None
-    hints_updated_at: float | None
-    hints_token: str
-    attained_service_s: float
-    submitted_at: float
-    started_at: float | None
-    finished_at: float | None
-    updated_at: float
-    gpu_type: str | None = None
-    """GPU type of the current (or last) launch's nodes; None before any launch or on a
-    cluster without declared types."""
-
-    @property
-    def num_restarts(self) -> int:
-        """Launches after the first one (rescales, failures, server restarts)."""
-        return max(0, self.num_launches - 1)
-
-
-@dataclass(frozen=True)
-class ReplicaRecord:
-    """One replica started by one launch (generation) of a job."""
-
-    job_id: str
-    generation: int
-    rank: int
-    node: str
-    handle: Mapping[str, Any]
-    """Backend-specific, JSON-serializable (local: pid, process group, start time)."""
-    started_at: float
-    exit_code: int | None
-    exited_at: float | None
-
-
-@dataclass(frozen=True)
-class JobEvent:
-    job_id: str
-    time: float
-    kind: str
-    message: str
-
-
-JOB_COLUMNS = ("id", "seq", "spec", "state", "reason", "allocation", "target_allocation",
-               "num_launches", "num_failures", "num_rescales", "cancel_requested", "hints",
-               "hints_updated_at", "hints_token", "attained_service_s", "submitted_at",
-               "started_at", "finished_at", "updated_at", "gpu_type")
-UPDATABLE_COLUMNS = frozenset(JOB_COLUMNS) - {"id", "seq", "spec", "state", "hints_token",
-                                              "submitted_at"}
-
-
-def _job_from_row(row: Sequence[Any]) -> JobRecord:
-    data = dict(zip(JOB_COLUMNS, row))
-    target = data["target_allocation"]
-    return JobRecord(
-        id=data["id"], seq=data["seq"], spec=JobSpec.from_dict(json.loads(data["spec"])),
-        state=JobState(data["state"]), reason=data["reason"],
-        allocation=tuple(json.loads(data["allocation"])),
-        target_allocation=None if target is None else tuple(json.loads(target)),
-        num_launches=data["num_launches"], num_failures=data["num_failures"],
-        num_rescales=data["num_rescales"], cancel_requested=bool(data["cancel_requested"]),
-        hints=None if data["hints"] is None else json.loads(data["hints"]),
-        hints_updated_at=data["hints_updated_at"], hints_token=data["hints_token"],
-        attained_service_s=data["attained_service_s"], submitted_at=data["submitted_at"],
-        started_at=data["started_at"], finished_at=data["finished_at"],
-        updated_at=data["updated_at"], gpu_type=data["gpu_type"])
-
-
-def _encode(column: str, value: Any) -> Any:
-    if column in ("allocation", "target_allocation"):
-        return None if value is None else json.dumps(list(value))
-    if column == "hints":
-        return None if value is None else json.dumps(value)
-    if column == "cancel_requested":
-        return int(bool(value))
-    return value
 
 
 class JobStore:
@@ -262,7 +177,7 @@ class JobStore:
                 f"SELECT {', '.join(JOB_COLUMNS)} FROM jobs WHERE id=?", (job_id,)).fetchone()
         if row is None:
             raise UnknownJobError(job_id)
-        return _job_from_row(row)
+        return job_from_row(row)
 
     def find_job(self, ref: str) -> JobRecord:
         """A job by id, or by name when exactly one job (the latest active one) has it."""
@@ -278,7 +193,7 @@ class JobStore:
                 row = rows[0] if rows else None
         if row is None:
             raise UnknownJobError(ref)
-        return _job_from_row(row)
+        return job_from_row(row)
 
     def list_jobs(self, states: Iterable[JobState] | None = None) -> list[JobRecord]:
         query = f"SELECT {', '.join(JOB_COLUMNS)} FROM jobs"
@@ -291,7 +206,7 @@ class JobStore:
             params = wanted
         with self._lock:
             rows = self._conn.execute(query + " ORDER BY seq", params).fetchall()
-        return [_job_from_row(r) for r in rows]
+        return [job_from_row(r) for r in rows]
 
     def transition(self, job_id: str, target: JobState, now: float, message: str,
                    reason: str | None = None, **updates: Any) -> JobRecord:
@@ -333,7 +248,7 @@ class JobStore:
         updates["updated_at"] = now
         columns = sorted(updates)
         cur.execute(f"UPDATE jobs SET {', '.join(c + '=?' for c in columns)} WHERE id=?",
-                    (*(_encode(c, updates[c]) for c in columns), job_id))
+                    (*(encode_column(c, updates[c]) for c in columns), job_id))
 
     def add_service(self, amounts_s: Mapping[str, float], now: float) -> None:
         """Add attained service (replica-seconds) to several jobs at once."""
