@@ -76,5 +76,9 @@ def client(service: Any) -> Any:
     with warnings.catch_warnings():  # starlette 1.0 asks for the httpx2 fork; httpx works
         warnings.simplefilter("ignore", UserWarning)
         from fastapi.testclient import TestClient
-    with TestClient(create_app(service, make_auth()), headers=AUTH_HEADERS) as test_client:
+    from pollux.service.rate_limit import RateLimit, RateLimiter
+
+    generous = RateLimiter(RateLimit(per_s=1000.0, burst=1000))  # fuzz tests post hundreds
+    with TestClient(create_app(service, make_auth(), hints_rate=generous),
+                    headers=AUTH_HEADERS) as test_client:
         yield test_client

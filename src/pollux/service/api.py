@@ -13,6 +13,7 @@ the server token), checked before it says whether the job exists.
 from __future__ import annotations
 
 import json
+import math
 import time
 from typing import Any
 
@@ -26,6 +27,7 @@ from pollux.errors import ConfigError, UnknownJobError, UnknownPluginError
 from pollux.service.auth import ApiAuth, bearer_token, error_response, install_guard, tokens_match
 from pollux.service.dashboard import add_dashboard
 from pollux.service.openapi import SUBMIT_OPENAPI, add_offline_docs, add_schemas
+from pollux.service.rate_limit import RateLimit, RateLimiter
 from pollux.service.server import SchedulerService
 
 MAX_BODY_BYTES = 1 << 20
@@ -86,8 +88,12 @@ def is_hints_post(request: Request) -> bool:
     return request.method == "POST" and request.url.path.endswith(HINTS_PATH_SUFFIX)
 
 
-def create_app(service: SchedulerService, auth: ApiAuth) -> FastAPI:
-    """The API app; ``auth`` guards every route (see :mod:`pollux.service.auth`)."""
+def create_app(service: SchedulerService, auth: ApiAuth,
+               hints_rate: RateLimiter | None = None) -> FastAPI:
+    """The API app; ``auth`` guards every route (see :mod:`pollux.service.auth`);
+    ``hints_rate`` bounds how often each job may post hints (default
+    ``RateLimit()``: 1 per second, bursts of 30)."""
+    hints_limiter = hints_rate if hints_rate is not None else RateLimiter(RateLimit())
     app = FastAPI(title="Pollux scheduler", version=__version__,
                   description="Submit, watch and cancel elastic training jobs.",
                   docs_url=None, redoc_url=None)
@@ -178,6 +184,14 @@ def create_app(service: SchedulerService, auth: ApiAuth) -> FastAPI:
             if not allowed:
                 raise ApiError(403, f"this token may not post hints for job {job_id}",
                                "Authorization")
+        wait_s = hints_limiter.take(job_id)
+        if wait_s > 0:
+            response = error_response(
+                429, f"job {job_id} posts hints too often (at most {hints_limiter.limit.per_s:g}"
+                     f" per second, bursts of {hints_limiter.limit.burst}); retry in "
+                     f"{wait_s:.1f} s", "hints")
+            response.headers["Retry-After"] = str(max(1, math.ceil(wait_s)))
+            return response
         service.post_hints(job_id, await json_body(request))
         return Response(status_code=204)
 
