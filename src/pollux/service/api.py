@@ -20,6 +20,7 @@ from typing import Any
 from fastapi import FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
+from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from pollux import __version__
@@ -159,7 +160,8 @@ def create_app(service: SchedulerService, auth: ApiAuth,
 
     @app.post("/api/jobs", status_code=201, openapi_extra=SUBMIT_OPENAPI)
     async def submit(request: Request) -> dict[str, Any]:
-        return service.submit(await json_body(request))
+        body = await json_body(request)
+        return await run_in_threadpool(service.submit, body)  # a store write: off the loop
 
     @app.get("/api/jobs/{ref}")
     def describe(ref: str) -> dict[str, Any]:
@@ -192,7 +194,8 @@ def create_app(service: SchedulerService, auth: ApiAuth,
                      f"{wait_s:.1f} s", "hints")
             response.headers["Retry-After"] = str(max(1, math.ceil(wait_s)))
             return response
-        service.post_hints(job_id, await json_body(request))
+        body = await json_body(request)
+        await run_in_threadpool(service.post_hints, job_id, body)
         return Response(status_code=204)
 
     @app.get("/api/jobs/{ref}/logs")
