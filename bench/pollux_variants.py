@@ -80,10 +80,24 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "alpha2-rr-g20big-whole": ("pollux", {
         "remaining_weight": 2.0, "remaining_restart": True, "min_restart_gain": 0.2,
         "min_restart_gain_replicas": 4, "shrink_whole_nodes": True}),
+    "paper-x4": ("pollux", {"exploration_factor": 4.0}),
+    "alpha0.5-rr-g20-whole-x4": ("pollux", {
+        "remaining_weight": 0.5, "remaining_restart": True, "min_restart_gain": 0.2,
+        "shrink_whole_nodes": True, "exploration_factor": 4.0}),
+    "alpha1-rr-g20-whole-x4": ("pollux", {
+        "remaining_weight": 1.0, "remaining_restart": True, "min_restart_gain": 0.2,
+        "shrink_whole_nodes": True, "exploration_factor": 4.0}),
+    "alpha1-rr-g20big-whole-x4": ("pollux", {
+        "remaining_weight": 1.0, "remaining_restart": True, "min_restart_gain": 0.2,
+        "min_restart_gain_replicas": 4, "shrink_whole_nodes": True, "exploration_factor": 4.0}),
     "milp": ("milp", {}),
     "milp-w0.5": ("milp", {"remaining_exponent": 0.5}),
     "milp-w1": ("milp", {"remaining_exponent": 1.0}),
     "milp-p1-w0.5": ("milp", {"p": -1.0, "remaining_exponent": 0.5}),
+    "milp-w0.5-guard": ("milp", {"remaining_exponent": 0.5, "lambda_n": 50.0}),
+    "milp-w1-guard": ("milp", {"remaining_exponent": 1.0, "lambda_n": 50.0}),
+    "milp-w0.5-both-guard": ("milp", {"remaining_exponent": 0.5, "lambda_n": 50.0,
+                                      "move_discount": "both", "weighted_moves": True}),
     "ga": ("pollux-ga", {}),
     "ga-alpha1": ("pollux-ga", {"remaining_weight": 1.0}),
     "ga-submission": ("pollux-ga", {"least_service_first": False, "small_first": True}),
@@ -92,12 +106,13 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
 
 
 def run_one(variant: str, options: dict[str, Any], optimizer: str, workload: Workload,
-            traces: str | None, config: ClusterConfig, seed: int) -> RunRecord:
+            traces: str | None, config: ClusterConfig, seed: int,
+            job_knowledge: str = "measured") -> RunRecord:
     apps = load_applications(traces)
     classes: dict[str, type[Policy]] = {"pollux": PolluxPolicy, "pollux-ga": PolluxGAPolicy,
                                         "milp": OneTypeMilpPolicy}
     policy = classes[optimizer](seed=seed, **options)
-    result = run_simulation(workload, apps, policy, config)
+    result = run_simulation(workload, apps, policy, config, job_knowledge=job_knowledge)
     record = summarize_run(result, apps)
     return RunRecord(**{**record.__dict__, "policy": variant})
 
@@ -118,6 +133,8 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--processes", type=int, default=2)
     parser.add_argument("--json", default=None)
+    parser.add_argument("--job-knowledge", default="measured", choices=["measured", "oracle"],
+                        help="oracle: jobs know their true throughput and goodput models")
     args = parser.parse_args()
     traces = str(Path(args.artifact) / "traces")
     apps = load_applications(traces)
@@ -130,7 +147,8 @@ def main() -> int:
     else:
         workloads = [generate_workload(int(round(20 * args.hours * args.load)), args.hours,
                                        seed=s) for s in range(args.num_generated)]
-    tasks = [(v, VARIANTS[v][1], VARIANTS[v][0], w, traces, config, args.seed)
+    tasks = [(v, VARIANTS[v][1], VARIANTS[v][0], w, traces, config, args.seed,
+              args.job_knowledge)
              for w in workloads for v in args.variants.split(",")]
     start = time.perf_counter()
     records = []

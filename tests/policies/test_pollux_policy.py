@@ -164,6 +164,11 @@ def test_bad_options_name_the_field() -> None:
         PolluxPolicy(fair_share="median")
     with pytest.raises(ConfigError, match="population_size"):
         PolluxGAPolicy(population_size=1)
+    with pytest.raises(ConfigError, match="exploration_factor"):
+        PolluxPolicy(exploration_factor=0.5)
+    assert PolluxPolicy(exploration_factor=4).exploration_factor == 4.0
+    assert PolluxPolicy().exploration_factor is None  # the paper's rule
+    assert PolluxGAPolicy().exploration_factor is None
     with pytest.raises(ConfigError, match="JobInfo"):
         PolluxPolicy().optimize([job("a", seed=None), job("a", seed=None)], nodes(1), {})
 

@@ -32,6 +32,23 @@ def test_adaptive_jobs_explore_within_twice_their_largest_run() -> None:
     assert max(k * b for (_, k, b) in job.profile.observations) >= 256
 
 
+class FastGrowingPolicy(GreedyPolicy):
+    name = "greedy-x4"
+    exploration_factor = 4.0
+
+
+@pytest.mark.parametrize(("policy", "expected"), [(GreedyPolicy(), [1, 2, 4, 8, 16]),
+                                                  (FastGrowingPolicy(), [1, 4, 16, 16, 16])])
+def test_a_policy_may_let_jobs_grow_faster(policy: GreedyPolicy, expected: list[int]) -> None:
+    # the driver applies the policy's own exploration factor, and accepts its decisions
+    apps = {"toy": ToyApplication(epochs=40, ratio=200.0)}
+    result = run_simulation(toy_workload(("a", 0.0, 1)), apps, policy,
+                            ClusterConfig(num_nodes=4, gpus_per_node=4))
+    (job,) = result.jobs
+    assert not job.events and job.completion_time_s is not None
+    assert [r.gpus["a"] for r in result.rounds if "a" in r.gpus][:5] == expected
+
+
 def test_ncf_stays_pinned_under_adaptive_policies() -> None:
     apps = load_builtin_applications()
     workload = Workload("w", (JobSpec("ncf-0", 0.0, "ncf", 4, 4096),))

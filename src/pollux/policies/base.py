@@ -110,6 +110,10 @@ class Policy(ABC):
     """A scheduling policy. Instances may keep state across rounds (e.g. a GA population)."""
 
     name: ClassVar[str]
+    exploration_factor: float | None = None
+    """How fast the drivers let a job with hints grow: at most this times the most
+    replicas it has profiled (:func:`pollux.policies.snapshot.exploration_bound`); None:
+    the paper's rule (twice)."""
 
     def __init__(self, *, seed: int | None = None) -> None:  # noqa: B027 - optional hook
         """Every policy is built with an explicit seed (see

@@ -11,6 +11,7 @@ module alone turns reports into the policy's :class:`~pollux.policies.base.JobIn
   its batch sizes for throughput reports gradient statistics for which every batch is
   fully efficient, so its speedup is its throughput speedup;
 * the exploration bound: a job with hints gets at most :data:`EXPLORATION_FACTOR` times
+  (or the policy's own :attr:`~pollux.policies.base.Policy.exploration_factor`)
   the most replicas it has profiled (at least one, at most
   :data:`MAX_EXPLORATION_REPLICAS`, never less than it holds), no more than could each
   get its smallest atomic batch of the largest total batch, and never more than its
@@ -228,16 +229,19 @@ class SpeedupCache:
 
 
 def exploration_bound(report: JobReport, max_profiled_replicas: int | None = None,
-                      num_held_replicas: int | None = None) -> int:
+                      num_held_replicas: int | None = None,
+                      factor: float = EXPLORATION_FACTOR) -> int:
     """The most replicas the policy may give the job (module docstring); by default from
-    the replicas its hints profiled and the replicas it holds."""
+    the replicas its hints profiled and the replicas it holds; ``factor``: times the
+    replicas profiled (the policy's :attr:`~pollux.policies.base.Policy.
+    exploration_factor`)."""
     bound = report.max_replicas
     hints = report.hints
     if hints is not None:
         profiled = (hints.max_profiled_replicas if max_profiled_replicas is None
                     else max_profiled_replicas)
         held = report.num_held_replicas if num_held_replicas is None else num_held_replicas
-        explored = min(MAX_EXPLORATION_REPLICAS, max(EXPLORATION_FACTOR * profiled, 1))
+        explored = min(MAX_EXPLORATION_REPLICAS, max(int(np.ceil(factor * profiled)), 1))
         useful = max(1, hints.max_batch_size // max(hints.local_bsz_bounds[0], 1))
         bound = min(bound, max(explored, held), useful)
     return max(bound, report.min_replicas)
@@ -254,9 +258,12 @@ def typed_caps(report: JobReport, hints: JobHints, gpu_types: Sequence[str]
 
 
 def job_info(report: JobReport, now_s: float, cache: SpeedupCache,
-             throughput_speedups: bool = False, gpu_types: Sequence[str] = ()) -> JobInfo:
+             throughput_speedups: bool = False, gpu_types: Sequence[str] = (),
+             exploration_factor: float | None = None) -> JobInfo:
     """The policy's record of one job (module docstring); ``gpu_types``: the cluster's
-    GPU types (a typed model is built from the hints when there are several)."""
+    GPU types (a typed model is built from the hints when there are several);
+    ``exploration_factor``: the policy's growth factor (None: :data:`EXPLORATION_FACTOR`)."""
+    factor = EXPLORATION_FACTOR if exploration_factor is None else exploration_factor
     speedup = throughput = None
     typed_goodput, caps = report.typed_goodput, report.max_replicas_by_type
     max_replicas = None
@@ -266,7 +273,7 @@ def job_info(report: JobReport, now_s: float, cache: SpeedupCache,
             if len(gpu_types) > 1 and typed_goodput is None:
                 typed_goodput = cache.typed(report.name, report.hints)
                 caps = typed_caps(report, report.hints, gpu_types)
-                max_replicas = max(exploration_bound(report), *caps.values())
+                max_replicas = max(exploration_bound(report, factor=factor), *caps.values())
         except Exception as exc:  # a model that refuses the hints stays with its job
             logger.warning("job %s: ignoring hints that cannot be evaluated: %s",
                            report.name, exc)
@@ -288,7 +295,8 @@ def job_info(report: JobReport, now_s: float, cache: SpeedupCache,
         name=report.name,
         resources=report.resources,
         min_replicas=report.min_replicas,
-        max_replicas=exploration_bound(report) if max_replicas is None else max_replicas,
+        max_replicas=(exploration_bound(report, factor=factor) if max_replicas is None
+                      else max_replicas),
         preemptible=report.preemptible,
         submission_time_s=report.submission_time_s,
         age_s=max(0.0, now_s - report.submission_time_s),
@@ -317,10 +325,11 @@ def without_models(jobs: Sequence[JobInfo]) -> tuple[JobInfo, ...]:
 
 
 def job_infos(reports: Sequence[JobReport], now_s: float, cache: SpeedupCache,
-              throughput_speedups: bool = False, gpu_types: Sequence[str] = ()
-              ) -> tuple[JobInfo, ...]:
+              throughput_speedups: bool = False, gpu_types: Sequence[str] = (),
+              exploration_factor: float | None = None) -> tuple[JobInfo, ...]:
     """The policy's records of ``reports`` (in the driver's order); ``cache`` forgets the
-    jobs no longer reported. ``gpu_types``: the cluster's GPU types (see job_info)."""
-    jobs = tuple(job_info(r, now_s, cache, throughput_speedups, gpu_types) for r in reports)
+    jobs no longer reported. ``gpu_types``, ``exploration_factor``: see job_info."""
+    jobs = tuple(job_info(r, now_s, cache, throughput_speedups, gpu_types, exploration_factor)
+                 for r in reports)
     cache.forget(r.name for r in reports)
     return jobs

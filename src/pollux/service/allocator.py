@@ -139,7 +139,8 @@ class Allocator:
         nodes = tuple(self.backend.nodes())
         jobs = job_infos(job_reports(records, self._hints), now, self._speedups,
                          throughput_speedups=self.autoscaler is not None,
-                         gpu_types=tuple(gpu_types_of(nodes)))
+                         gpu_types=tuple(gpu_types_of(nodes)),
+                         exploration_factor=self.policy.exploration_factor)
         if not jobs and self.autoscaler is None:
             return
         if self.autoscaler is not None:

@@ -159,7 +159,8 @@ class RoundLoop(ABC, Generic[J]):
         before the policy (e.g. resizing the cluster); the policy asked on the nodes there
         are then; its decision checked and applied."""
         infos = job_infos([self._report(job) for job in jobs], now, self._speedups,
-                          throughput_speedups=self.throughput_speedups)
+                          throughput_speedups=self.throughput_speedups,
+                          exploration_factor=self.policy.exploration_factor)
         self._before_policy(jobs, infos, now)
         if not jobs:
             return RoundLog(now, 0)

@@ -130,8 +130,15 @@ class PolluxPolicy(_PolluxPolicyBase):
     optimizer_name = "marginal"
 
     def __init__(self, *, fill_free: bool = True, shrink_whole_nodes: bool = False,
-                 **options: Any) -> None:
+                 exploration_factor: float = 0.0, **options: Any) -> None:
         super().__init__(**options)
+        if not (np.isfinite(exploration_factor)
+                and (exploration_factor == 0 or exploration_factor >= 1)):
+            raise ConfigError("exploration_factor", exploration_factor,
+                              "use 0 (the paper's growth rule) or a factor >= 1, e.g. 4")
+        self.exploration_factor = float(exploration_factor) or None
+        """A job with hints may grow to this times the replicas it has profiled (the
+        drivers apply it); None: the paper's rule, twice."""
         self.optimizer = MarginalGainOptimizer(self.interference_avoidance, bool(fill_free),
                                                shrink_whole_nodes=bool(shrink_whole_nodes))
 
