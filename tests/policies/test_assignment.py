@@ -158,3 +158,28 @@ def test_highs_prints_nothing_to_stdout(capfd: pytest.CaptureFixture[str]) -> No
     """HiGHS printf()s a debug line on this instance (seed 2) unless silenced."""
     solve_exact(*instance(2, 7, 3), mip_rel_gap=1e-9)
     assert capfd.readouterr().out == ""
+
+
+def test_solves_in_two_threads_leave_stdout_working(capfd: pytest.CaptureFixture[str]
+                                                    ) -> None:
+    """The second thread to silence stdout saved the first one's /dev/null and put it
+    back last: stdout stayed silenced for the rest of the process."""
+    import os
+    import threading
+    import time
+
+    from pollux.policies.assignment import _highs_printf_silenced
+
+    def hold(delay_s: float, hold_s: float) -> None:
+        time.sleep(delay_s)
+        with _highs_printf_silenced():
+            time.sleep(hold_s)
+
+    threads = [threading.Thread(target=hold, args=(0.0, 0.2)),
+               threading.Thread(target=hold, args=(0.05, 0.3))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    os.write(1, b"still here\n")
+    assert capfd.readouterr().out == "still here\n"

@@ -32,6 +32,7 @@ from __future__ import annotations
 import ctypes
 import os
 import sys
+import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
@@ -53,6 +54,9 @@ LP_MAX_ENTRIES = 6000
 of solving the relaxation (HiGHS takes ~15 ms at 1,000 entries, ~400 ms at 18,000)."""
 _BISECTION_STEPS = 25
 _MAX_CYCLES = 8
+_STDOUT_SWAP = threading.Lock()
+"""Held while file descriptor 1 points at /dev/null: two threads solving at once would
+otherwise save each other's /dev/null and leave stdout silenced for good."""
 
 
 def _check(values: ArrayLike, kind: ArrayLike, size: ArrayLike, capacity: ArrayLike,
@@ -134,23 +138,25 @@ def _highs_printf_silenced() -> Iterator[None]:
     (``HighsMipSolverData::transformNewIntegerFeasibleSolution tmpSolver.run();``) to the
     process's stdout whatever its output options: point file descriptor 1 at /dev/null
     while it runs (C's buffer flushed before it is restored). Other threads' writes to
-    stdout during a solve are lost too; the library logs to stderr."""
-    try:
-        libc = ctypes.CDLL(None)
-        saved = os.dup(1)
-    except OSError:  # no C library or no descriptor 1: nothing to silence
-        yield
-        return
-    sys.stdout.flush()
-    null = os.open(os.devnull, os.O_WRONLY)
-    try:
-        os.dup2(null, 1)
-        yield
-    finally:
-        libc.fflush(None)
-        os.dup2(saved, 1)
-        os.close(saved)
-        os.close(null)
+    stdout during a solve are lost too; the library logs to stderr. Solves in several
+    threads take turns (``_STDOUT_SWAP``), so stdout always comes back."""
+    with _STDOUT_SWAP:
+        try:
+            libc = ctypes.CDLL(None)
+            saved = os.dup(1)
+        except OSError:  # no C library or no descriptor 1: nothing to silence
+            yield
+            return
+        sys.stdout.flush()
+        null = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(null, 1)
+            yield
+        finally:
+            libc.fflush(None)
+            os.dup2(saved, 1)
+            os.close(saved)
+            os.close(null)
 
 
 def solve_fast(values: ArrayLike, kind: ArrayLike, size: ArrayLike, capacity: ArrayLike,
