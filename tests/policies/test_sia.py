@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from types import MappingProxyType
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -112,3 +113,21 @@ def test_sia_solves_exactly_and_pollux_fast_and_an_unknown_solver_is_refused() -
     assert HeteroPolluxPolicy().solver == "fast"
     with pytest.raises(ConfigError, match="choose from: milp, fast"):
         SiaPolicy(solver="cplex")
+
+
+def test_a_job_without_an_application_is_charged_its_own_restart_delay() -> None:
+    """The service's jobs name no application: Sia's table (others 30 s) does not apply,
+    the job's own restart delay does; simulated jobs keep the table."""
+    from dataclasses import replace
+
+    policy = SiaPolicy()
+    configs = [Config("aws", 1, 1), Config("aws", 1, 2)]
+    old = job("a", age_s=1000.0, restarts=2)  # cifar10: 30 s in Sia's table
+    row = np.array([2.0, 3.0])
+    moved = policy._discount_moves(old, configs, row, 0)
+    assert moved[1] == pytest.approx(3.0 * restart_factor(old, 30.0)) and moved[0] == 2.0
+    own = replace(old, extras={}, restart_delay_s=300.0)
+    assert policy._discount_moves(own, configs, row, 0)[1] == pytest.approx(
+        3.0 * restart_factor(old, 300.0))
+    tabled = replace(old, restart_delay_s=300.0)  # an application: the table wins
+    assert policy._discount_moves(tabled, configs, row, 0)[1] == moved[1]

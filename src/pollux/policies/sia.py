@@ -10,7 +10,8 @@ elsewhere) and solves one integer program:
   more than 1 GPU for a job with no model anywhere) are ``1e-4``;
 * restart factor: every entry except last round's configuration is multiplied by
   ``max(age - restarts x S, 0) / (age + S)`` (1 while ``age < S``), ``S`` the job's
-  restart penalty (Sia's table by application);
+  restart penalty (Sia's table by application; a job without one, as the service's,
+  its own ``restart_delay_s``);
 * ``A = round(G ** p, 2)`` with ``p = -0.5`` (capped at 3000);
 * minimize ``sum X[i, c] A[i, c] + lambda_n x (jobs - sum X)``, ``lambda_n = 1.1``, over
   binary ``X`` with at most one configuration per job, the GPUs of each type within its
@@ -113,8 +114,12 @@ class SiaPolicy(Policy):
 
     # -- the goodput matrix --------------------------------------------------------------
     def _penalty_s(self, job: JobInfo) -> float:
-        app = str(job.extras.get("application", ""))
-        return self.restart_penalty_s.get(app, DEFAULT_RESTART_PENALTY_S)
+        """Sia's table by application (others 30 s, as published); a job that names no
+        application (the service's) is charged its own restart delay."""
+        app = job.extras.get("application")
+        if app is None:
+            return float(job.restart_delay_s)
+        return self.restart_penalty_s.get(str(app), DEFAULT_RESTART_PENALTY_S)
 
     def goodput_row(self, job: JobInfo, configs: Sequence[Config]) -> np.ndarray:
         """Normalized goodput of ``job`` at each configuration (invalid: 1e-4)."""
