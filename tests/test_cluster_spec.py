@@ -76,3 +76,22 @@ def test_an_allocation_never_spans_types() -> None:
         allocation_gpu_type(("aws-0", "rtx-0"), nodes)
     with pytest.raises(PolluxError, match="unknown node 'gpu-9'"):
         allocation_gpu_type(("gpu-9",), nodes)
+
+
+def test_type_speeds_parse_and_bad_entries_name_the_flag() -> None:
+    from pollux.cluster_spec import parse_type_speeds
+
+    assert parse_type_speeds("t4=1, a100=6.9,dgx-ext=12") == {"t4": 1.0, "a100": 6.9,
+                                                             "dgx-ext": 12.0}
+    for bad in ("", "t4", "t4=0", "t4=-1", "t4=inf", "t4=nan", "t4=fast", "=2",
+                "t4=1,t4=2", "a b=1"):
+        with pytest.raises(ConfigError) as error:
+            parse_type_speeds(bad, "--gpu-type-speeds")
+        assert error.value.field == "--gpu-type-speeds", bad
+
+
+def test_a_server_with_bad_type_speeds_does_not_start(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from pollux.service.server import ServerConfig
+
+    with pytest.raises(ConfigError, match="type=SPEED"):
+        ServerConfig(data_dir=tmp_path, gpu_type_speeds="a100:6.9")

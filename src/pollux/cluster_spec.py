@@ -20,7 +20,7 @@ from pollux.resources import DEFAULT_GPU_TYPE, GPU, NodeInfo
 
 __all__ = [
     "ClusterSpec", "MixedGpuTypesError", "NodeGroup", "allocation_gpu_type", "gpu_types_of",
-    "parse_cluster_spec",
+    "parse_cluster_spec", "parse_type_speeds",
 ]
 
 _GROUP = re.compile(r"^(?:(?P<type>[^:]+):)?(?P<nodes>\d+)x(?P<gpus>\d+)$")
@@ -142,3 +142,30 @@ def gpu_types_of(nodes: Sequence[NodeInfo]) -> dict[str, tuple[NodeInfo, ...]]:
     for node in nodes:
         by_type.setdefault(node.gpu_type, []).append(node)
     return {gpu_type: tuple(group) for gpu_type, group in by_type.items()}
+
+
+SPEEDS_FIELD = "gpu_type_speeds"
+SPEEDS_EXAMPLE = "t4=1,a100=6.9"
+
+
+def parse_type_speeds(text: str, field: str = SPEEDS_FIELD) -> dict[str, float]:
+    """``type=SPEED,...`` (e.g. ``t4=1,a100=6.9``): how fast one GPU of each type trains
+    relative to the others (only ratios matter)."""
+    speeds: dict[str, float] = {}
+    for part in (p.strip() for p in text.split(",") if p.strip()):
+        name, sep, value = part.partition("=")
+        name = name.strip()
+        if not sep or not _TYPE_NAME.match(name):
+            raise ConfigError(field, part, f"each entry is type=SPEED, e.g. {SPEEDS_EXAMPLE}")
+        try:
+            speed = float(value)
+        except ValueError:
+            speed = float("nan")
+        if not (speed > 0 and speed < float("inf")):
+            raise ConfigError(field, part, "a speed is a finite number > 0")
+        if name in speeds:
+            raise ConfigError(field, part, f"GPU type {name!r} appears twice")
+        speeds[name] = speed
+    if not speeds:
+        raise ConfigError(field, text, f"give type=SPEED entries, e.g. {SPEEDS_EXAMPLE}")
+    return speeds

@@ -197,3 +197,39 @@ def test_a_job_must_fit_within_one_type_to_be_accepted(make_service, fake_backen
             as info:
         service.submit(make_spec("five", min_replicas=5, max_replicas=8).to_dict())
     assert info.value.field == "min_replicas"
+
+
+def test_a_job_gets_a_model_on_types_it_has_not_run_on(make_service, fake_backend):
+    """Without type speeds a job that ran only on ``a`` had no model on ``b`` (Sia's rule:
+    one GPU there). A job that ran on both measured ``a`` 3x as fast as ``b``: the other
+    job's model is projected onto ``b`` by that ratio; a declared speed wins."""
+    from pollux.models.typed import project_params
+
+    fake_backend._nodes = typed_nodes()
+    service = make_service()
+    policy = RecordingPolicy()
+    service.allocator.policy = policy
+    both = service.submit(make_spec("both", max_replicas=4).to_dict())["id"]
+    only_a = service.submit(make_spec("only-a", max_replicas=4).to_dict())["id"]
+    slow_b = project_params(FAST, 1 / 3)
+    service.post_hints(both, JobHints(
+        init_batch_size=32, max_batch_size=512, local_bsz_bounds=(16, 128),
+        throughput_params=FAST, max_profiled_replicas=2, gpu_type="a",
+        type_profiles={"a": TypeProfile(FAST, 2), "b": TypeProfile(slow_b, 1)}).to_dict())
+    service.post_hints(only_a, JobHints(
+        init_batch_size=32, max_batch_size=512, local_bsz_bounds=(16, 128),
+        throughput_params=SLOW, max_profiled_replicas=2, gpu_type="a").to_dict())
+    service.allocator.tick(1.0)
+    info = {job.name: job for job in policy.seen[-1][0]}[only_a]
+    model = info.typed_goodput
+    assert model is not None and set(model.gpu_types) == {"a", "b"}
+    assert model.projected_from == {"b": "a"}
+    ratio = float(model.goodput("b", 1, 1)) / float(model.goodput("a", 1, 1))
+    assert ratio == pytest.approx(1 / 3, rel=0.011)
+
+    # declared speeds win over the learned ones (same store: both jobs still report)
+    declared = make_service(gpu_type_speeds="a=1,b=2")
+    declared.allocator.policy = policy
+    declared.allocator.tick(2.0)
+    model = {job.name: job for job in policy.seen[-1][0]}[only_a].typed_goodput
+    assert float(model.goodput("b", 1, 1)) / float(model.goodput("a", 1, 1)) == pytest.approx(2.0)

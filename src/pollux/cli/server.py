@@ -31,7 +31,7 @@ CONFIG_FLAGS: Mapping[str, str] = MappingProxyType({
     "token_file": "--token-file", "tls_cert": "--tls-cert", "tls_key": "--tls-key",
     "policy": "--policy", "interval_s": "--interval",
     "backend": "--backend", "num_nodes": "--nodes", "slots_per_node": "--slots-per-node",
-    "virtual_nodes": "--virtual-nodes",
+    "virtual_nodes": "--virtual-nodes", "gpu_type_speeds": "--gpu-type-speeds",
     "device": "--device", "stop_grace_s": "--stop-grace",
     "advertise_host": "--advertise-address", "autoscaler": "--autoscaler",
     "min_nodes": "--min-nodes", "max_nodes": "--max-nodes",
@@ -78,7 +78,8 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
                                  else str(Path(args.token_file).resolve())),
         policy=args.policy, interval_s=args.interval, backend=args.backend,
         num_nodes=args.nodes, slots_per_node=args.slots_per_node,
-        virtual_nodes=args.virtual_nodes, device=args.device,
+        virtual_nodes=args.virtual_nodes, gpu_type_speeds=args.gpu_type_speeds,
+        device=args.device,
         stop_grace_s=args.stop_grace, backend_options=backend_options_from_args(args),
         advertise_host=args.advertise_address, autoscaler=args.autoscaler,
         min_nodes=args.min_nodes, max_nodes=args.max_nodes,
@@ -132,6 +133,11 @@ def add_server_arguments(parser: argparse.ArgumentParser) -> None:
                         metavar="SPEC",
                         help="local backend: typed virtual nodes, type:NODESxSLOTS groups, "
                              "e.g. aws:2x2,rtx:1x4 (instead of --nodes/--slots-per-node)")
+    parser.add_argument("--gpu-type-speeds", default=config_default("gpu_type_speeds"),
+                        metavar="TYPE=SPEED,...",
+                        help="relative speed of one GPU of each type, e.g. t4=1,a100=6.9: "
+                             "projects a job's model onto types it has not run on (types "
+                             "not given are learned from jobs that ran on several)")
     parser.add_argument("--device", default=config_default("device"),
                         choices=("auto", "gpu", "cpu"),
                         help="local backend: slots are GPUs or CPU slots (default: auto)")

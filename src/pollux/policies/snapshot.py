@@ -44,6 +44,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from pollux.models.hints import JobHints
+from pollux.models.type_speeds import estimate_type_speeds, one_gpu_speed
 from pollux.models.typed import TypedGoodput
 from pollux.policies.autoscaling.utility import (
     THROUGHPUT_SPEEDUP_KEY,
@@ -194,14 +195,17 @@ class SpeedupCache:
         self._entries[name] = (key, speedup, throughput)
         return speedup, throughput
 
-    def typed(self, name: str, hints: JobHints) -> TypedGoodput | None:
+    def typed(self, name: str, hints: JobHints,
+              type_speeds: Mapping[str, float] | None = None) -> TypedGoodput | None:
         """The job's goodput per GPU type from its hints' per-type profiles (None without
-        a profile), rebuilt only when they change. Raises what the models raise."""
-        key = (speedup_key(hints), tuple(sorted(hints.profiles_by_type().items())))
+        a profile), projected onto the other types of ``type_speeds``; rebuilt only when
+        they change. Raises what the models raise."""
+        key = (speedup_key(hints), tuple(sorted(hints.profiles_by_type().items())),
+               tuple(sorted((type_speeds or {}).items())))
         cached = self._typed.get(name)
         if cached is not None and cached[0] == key:
             return cached[1]
-        model = hints.typed_goodput()
+        model = hints.typed_goodput(type_speeds)
         self._typed[name] = (key, model)
         return model
 
@@ -257,12 +261,36 @@ def typed_caps(report: JobReport, hints: JobHints, gpu_types: Sequence[str]
         for gpu_type in gpu_types}
 
 
+def learned_type_speeds(reports: Sequence[JobReport],
+                        declared: Mapping[str, float] | None = None) -> dict[str, float]:
+    """Relative speed per GPU type from the 1-GPU speeds the jobs' hints imply on each
+    type they ran on (:mod:`pollux.models.type_speeds`), ``declared`` ones kept as given.
+    Hints whose models cannot be evaluated are left out (they stay with their job)."""
+    per_job = []
+    for report in reports:
+        hints = report.hints
+        if hints is None:
+            continue
+        local_bsz = min(hints.local_bsz_bounds[1], hints.max_batch_size)
+        try:
+            with np.errstate(all="ignore"):
+                per_job.append({t: one_gpu_speed(p.throughput_params, local_bsz)
+                                for t, p in hints.profiles_by_type().items()
+                                if p.throughput_params is not None})
+        except Exception:  # one job's model never fails the others
+            continue
+    return estimate_type_speeds(per_job, declared)
+
+
 def job_info(report: JobReport, now_s: float, cache: SpeedupCache,
              throughput_speedups: bool = False, gpu_types: Sequence[str] = (),
-             exploration_factor: float | None = None) -> JobInfo:
+             exploration_factor: float | None = None,
+             type_speeds: Mapping[str, float] | None = None) -> JobInfo:
     """The policy's record of one job (module docstring); ``gpu_types``: the cluster's
     GPU types (a typed model is built from the hints when there are several);
-    ``exploration_factor``: the policy's growth factor (None: :data:`EXPLORATION_FACTOR`)."""
+    ``exploration_factor``: the policy's growth factor (None: :data:`EXPLORATION_FACTOR`);
+    ``type_speeds``: relative GPU type speeds that project the typed model onto types the
+    job has not run on."""
     factor = EXPLORATION_FACTOR if exploration_factor is None else exploration_factor
     speedup = throughput = None
     typed_goodput, caps = report.typed_goodput, report.max_replicas_by_type
@@ -271,7 +299,7 @@ def job_info(report: JobReport, now_s: float, cache: SpeedupCache,
         try:
             speedup, throughput = cache.speedups(report.name, report.hints)
             if len(gpu_types) > 1 and typed_goodput is None:
-                typed_goodput = cache.typed(report.name, report.hints)
+                typed_goodput = cache.typed(report.name, report.hints, type_speeds)
                 caps = typed_caps(report, report.hints, gpu_types)
                 max_replicas = max(exploration_bound(report, factor=factor), *caps.values())
         except Exception as exc:  # a model that refuses the hints stays with its job
@@ -326,10 +354,17 @@ def without_models(jobs: Sequence[JobInfo]) -> tuple[JobInfo, ...]:
 
 def job_infos(reports: Sequence[JobReport], now_s: float, cache: SpeedupCache,
               throughput_speedups: bool = False, gpu_types: Sequence[str] = (),
-              exploration_factor: float | None = None) -> tuple[JobInfo, ...]:
+              exploration_factor: float | None = None,
+              declared_type_speeds: Mapping[str, float] | None = None
+              ) -> tuple[JobInfo, ...]:
     """The policy's records of ``reports`` (in the driver's order); ``cache`` forgets the
-    jobs no longer reported. ``gpu_types``, ``exploration_factor``: see job_info."""
-    jobs = tuple(job_info(r, now_s, cache, throughput_speedups, gpu_types, exploration_factor)
-                 for r in reports)
+    jobs no longer reported. ``gpu_types``, ``exploration_factor``: see job_info. On a
+    typed cluster the type speeds are learned from the reports' hints
+    (:func:`learned_type_speeds`), ``declared_type_speeds`` kept as given."""
+    typed_from_hints = len(gpu_types) > 1 and any(
+        r.hints is not None and r.typed_goodput is None for r in reports)
+    speeds = learned_type_speeds(reports, declared_type_speeds) if typed_from_hints else None
+    jobs = tuple(job_info(r, now_s, cache, throughput_speedups, gpu_types, exploration_factor,
+                          speeds) for r in reports)
     cache.forget(r.name for r in reports)
     return jobs

@@ -19,7 +19,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from pollux.backends.base import Backend, rank_order
@@ -60,6 +60,9 @@ class AllocatorConfig:
     """Wait before relaunching a job after its first failure; doubled after each more."""
     relaunch_backoff_max_s: float = 60.0
     """Longest wait before relaunching a failed job."""
+    gpu_type_speeds: Mapping[str, float] = field(default_factory=dict)
+    """Declared relative GPU type speeds; the others are learned from the jobs' hints
+    (:func:`pollux.policies.snapshot.learned_type_speeds`)."""
 
 
 class Allocator:
@@ -140,7 +143,8 @@ class Allocator:
         jobs = job_infos(job_reports(records, self._hints), now, self._speedups,
                          throughput_speedups=self.autoscaler is not None,
                          gpu_types=tuple(gpu_types_of(nodes)),
-                         exploration_factor=self.policy.exploration_factor)
+                         exploration_factor=self.policy.exploration_factor,
+                         declared_type_speeds=self.config.gpu_type_speeds)
         if not jobs and self.autoscaler is None:
             return
         if self.autoscaler is not None:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from pollux.backends.base import Backend
 from pollux.backends.registry import make_backend
-from pollux.cluster_spec import parse_cluster_spec
+from pollux.cluster_spec import parse_cluster_spec, parse_type_speeds
 from pollux.errors import ConfigError, JobSpecError, UnknownJobError
 from pollux.job_spec import JobSpec
 from pollux.models.hints import JobHints
@@ -75,6 +75,10 @@ class ServerConfig:
     virtual_nodes: str | None = None
     """Local backend: typed virtual nodes as a cluster spec (``aws:2x2,rtx:1x4``) instead
     of ``num_nodes`` x ``slots_per_node``."""
+    gpu_type_speeds: str | None = None
+    """Relative speed of one GPU of each type, ``t4=1,a100=6.9``: projects a job's model
+    onto types it has not run on (types not given are learned from jobs that ran on
+    several)."""
     device: str = "auto"
     stop_grace_s: float = 60.0
     poll_interval_s: float = 0.5
@@ -108,6 +112,8 @@ class ServerConfig:
                 raise ConfigError(name, path, "no such readable file")
         if self.interval_s <= 0:
             raise ConfigError("interval", self.interval_s, "must be > 0 seconds")
+        if self.gpu_type_speeds is not None:
+            parse_type_speeds(self.gpu_type_speeds, "--gpu-type-speeds")
         if self.virtual_nodes is not None:
             if self.backend != "local":
                 raise ConfigError("virtual_nodes", self.virtual_nodes,
@@ -292,7 +298,10 @@ def build_service(config: ServerConfig, hints_url: str | None,
     allocator = Allocator(store, backend, policy, AllocatorConfig(
         data_dir=config.data_dir, interval_s=config.interval_s,
         poll_interval_s=config.poll_interval_s, stop_grace_s=config.stop_grace_s,
-        hints_url=hints_url), autoscaler=autoscaler_for(config, backend.nodes()),
+        hints_url=hints_url,
+        gpu_type_speeds=({} if config.gpu_type_speeds is None
+                         else parse_type_speeds(config.gpu_type_speeds, "--gpu-type-speeds"))),
+        autoscaler=autoscaler_for(config, backend.nodes()),
         on_round=recorder)
     return SchedulerService(store, backend, allocator, config.data_dir, config.policy,
                             autoscaler=config.autoscaler, history=history, metrics=metrics)
