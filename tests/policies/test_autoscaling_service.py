@@ -88,7 +88,7 @@ def test_the_service_hands_the_desired_size_to_the_backend_every_round(tmp_path:
     service = build_service(config, None, backend)
     try:
         assert service.cluster() == {"autoscaler": "pollux", "num_nodes": 2,
-                                     "desired_num_nodes": None}
+                                     "desired_num_nodes": None, "gpu_type_speeds": {}}
         job = service.submit(make_spec("a", working_dir=str(tmp_path), max_replicas=8).to_dict())
         for second in range(0, 50, 10):  # a window of 5 rounds before the size changes
             service.allocator.tick(float(second))

@@ -233,3 +233,17 @@ def test_a_job_gets_a_model_on_types_it_has_not_run_on(make_service, fake_backen
     declared.allocator.tick(2.0)
     model = {job.name: job for job in policy.seen[-1][0]}[only_a].typed_goodput
     assert float(model.goodput("b", 1, 1)) / float(model.goodput("a", 1, 1)) == pytest.approx(2.0)
+
+
+def test_the_speeds_in_use_are_shown(client, service, fake_backend):
+    from pollux.cli.job_tables import cluster_line
+
+    fake_backend._nodes = typed_nodes()
+    job = service.submit(make_spec("j", max_replicas=4).to_dict())["id"]
+    post_typed_hints(service, job)  # FAST on a, SLOW on b
+    assert client.get("/api/cluster").json()["gpu_type_speeds"] == {}
+    service.allocator.tick(1.0)
+    speeds = client.get("/api/cluster").json()["gpu_type_speeds"]
+    assert set(speeds) == {"a", "b"} and speeds["b"] == 1.0 and speeds["a"] > 1.0
+    line = cluster_line(client.get("/api/cluster").json())
+    assert line is not None and line.startswith("GPU type speeds (1 GPU, relative): b 1, a ")

@@ -63,7 +63,12 @@ def jobs_table(rows: list[dict[str, Any]], title: str | None = None) -> Table:
 
 
 def cluster_line(cluster: dict[str, Any]) -> str | None:
-    """One line on the autoscaler's latest wish; None without an autoscaler."""
+    """The autoscaler's latest wish and the GPU type speeds in use; None without either."""
+    lines = [line for line in (_autoscaler_line(cluster), _speeds_line(cluster)) if line]
+    return "\n".join(lines) or None
+
+
+def _autoscaler_line(cluster: dict[str, Any]) -> str | None:
     name = cluster.get("autoscaler") or "none"
     if name == "none":
         return None
@@ -77,6 +82,14 @@ def cluster_line(cluster: dict[str, Any]) -> str | None:
     if cluster.get("price_per_hour") is not None:
         line += f", {cluster['price_per_hour']:.2f}/hour"
     return line
+
+
+def _speeds_line(cluster: dict[str, Any]) -> str | None:
+    speeds = cluster.get("gpu_type_speeds") or {}
+    if not speeds:
+        return None
+    return "GPU type speeds (1 GPU, relative): " + ", ".join(
+        f"{name} {speed:.3g}" for name, speed in sorted(speeds.items(), key=lambda kv: kv[1]))
 
 
 def nodes_table(nodes: list[dict[str, Any]]) -> Table:

@@ -355,16 +355,11 @@ def without_models(jobs: Sequence[JobInfo]) -> tuple[JobInfo, ...]:
 def job_infos(reports: Sequence[JobReport], now_s: float, cache: SpeedupCache,
               throughput_speedups: bool = False, gpu_types: Sequence[str] = (),
               exploration_factor: float | None = None,
-              declared_type_speeds: Mapping[str, float] | None = None
-              ) -> tuple[JobInfo, ...]:
+              type_speeds: Mapping[str, float] | None = None) -> tuple[JobInfo, ...]:
     """The policy's records of ``reports`` (in the driver's order); ``cache`` forgets the
-    jobs no longer reported. ``gpu_types``, ``exploration_factor``: see job_info. On a
-    typed cluster the type speeds are learned from the reports' hints
-    (:func:`learned_type_speeds`), ``declared_type_speeds`` kept as given."""
-    typed_from_hints = len(gpu_types) > 1 and any(
-        r.hints is not None and r.typed_goodput is None for r in reports)
-    speeds = learned_type_speeds(reports, declared_type_speeds) if typed_from_hints else None
+    jobs no longer reported. ``gpu_types``, ``exploration_factor``, ``type_speeds``: see
+    job_info (a driver learns the speeds with :func:`learned_type_speeds`)."""
     jobs = tuple(job_info(r, now_s, cache, throughput_speedups, gpu_types, exploration_factor,
-                          speeds) for r in reports)
+                          type_speeds) for r in reports)
     cache.forget(r.name for r in reports)
     return jobs

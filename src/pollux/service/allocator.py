@@ -27,7 +27,13 @@ from pollux.cluster_spec import gpu_types_of
 from pollux.policies.autoscaling import Autoscaler, ScalingDecision
 from pollux.policies.base import Allocation, JobInfo, Policy, PolicyDecision
 from pollux.policies.decision import check_decision
-from pollux.policies.snapshot import Snapshot, SpeedupCache, job_infos, without_models
+from pollux.policies.snapshot import (
+    Snapshot,
+    SpeedupCache,
+    job_infos,
+    learned_type_speeds,
+    without_models,
+)
 from pollux.service.explain import hints_of, rescale_reason
 from pollux.service.launches import LaunchSupervisor, StopCause
 from pollux.service.records import JobRecord
@@ -87,6 +93,8 @@ class Allocator:
         self.last_snapshot: Snapshot | None = None
         self.last_decision: PolicyDecision | None = None
         self.last_scaling: ScalingDecision | None = None
+        self.type_speeds: dict[str, float] = dict(config.gpu_type_speeds)
+        """GPU type -> relative speed used in the latest round (declared and learned)."""
         self._hints = HintsCache()
         self._speedups = SpeedupCache(guarded=True)
         self._infeasible: dict[str, str] = {}
@@ -140,11 +148,14 @@ class Allocator:
         checked (infeasible allocations become job events) and applied."""
         records = active_records(self.store.list_jobs(ACTIVE_STATES))
         nodes = tuple(self.backend.nodes())
-        jobs = job_infos(job_reports(records, self._hints), now, self._speedups,
-                         throughput_speedups=self.autoscaler is not None,
-                         gpu_types=tuple(gpu_types_of(nodes)),
+        reports = job_reports(records, self._hints)
+        types = tuple(gpu_types_of(nodes))
+        if len(types) > 1:
+            self.type_speeds = learned_type_speeds(reports, self.config.gpu_type_speeds)
+        jobs = job_infos(reports, now, self._speedups,
+                         throughput_speedups=self.autoscaler is not None, gpu_types=types,
                          exploration_factor=self.policy.exploration_factor,
-                         declared_type_speeds=self.config.gpu_type_speeds)
+                         type_speeds=self.type_speeds if len(types) > 1 else None)
         if not jobs and self.autoscaler is None:
             return
         if self.autoscaler is not None:

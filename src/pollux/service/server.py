@@ -218,12 +218,14 @@ class SchedulerService:
         return node_views(self.backend.nodes(), self.store.list_jobs())
 
     def cluster(self) -> dict[str, Any]:
-        """Nodes now and, with an autoscaler, the size it asked for in the latest round."""
+        """Nodes now and, with an autoscaler, the size it asked for in the latest round;
+        the GPU type speeds the latest round used (declared and learned)."""
         autoscaler, scaling = self.allocator.autoscaler, self.allocator.last_scaling
         view = ({} if autoscaler is None or scaling is None
                 else scaling_view(autoscaler, scaling))
         view.update(autoscaler=self.autoscaler_name, num_nodes=len(self.backend.nodes()),
-                    desired_num_nodes=None if scaling is None else scaling.num_nodes)
+                    desired_num_nodes=None if scaling is None else scaling.num_nodes,
+                    gpu_type_speeds=dict(self.allocator.type_speeds))
         return view
 
     def health(self) -> dict[str, Any]:
