@@ -247,3 +247,27 @@ def test_the_speeds_in_use_are_shown(client, service, fake_backend):
     assert set(speeds) == {"a", "b"} and speeds["b"] == 1.0 and speeds["a"] > 1.0
     line = cluster_line(client.get("/api/cluster").json())
     assert line is not None and line.startswith("GPU type speeds (1 GPU, relative): b 1, a ")
+
+
+def test_invented_gpu_types_in_one_jobs_hints_reach_no_other_job(make_service, fake_backend):
+    """Hints may carry 64 type profiles: types the cluster does not have must not become
+    speeds that every other job's model is projected onto (64 models per job)."""
+    fake_backend._nodes = typed_nodes()
+    service = make_service()
+    policy = RecordingPolicy()
+    service.allocator.policy = policy
+    liar = service.submit(make_spec("liar", max_replicas=4).to_dict())["id"]
+    honest = service.submit(make_spec("honest", max_replicas=4).to_dict())["id"]
+    invented = {f"fake-{i}": TypeProfile(FAST, 1) for i in range(60)}
+    service.post_hints(liar, JobHints(
+        init_batch_size=32, max_batch_size=512, local_bsz_bounds=(16, 128),
+        throughput_params=FAST, max_profiled_replicas=2, gpu_type="a",
+        type_profiles={"a": TypeProfile(FAST, 2), "b": TypeProfile(SLOW, 1),
+                       **invented}).to_dict())
+    service.post_hints(honest, JobHints(
+        init_batch_size=32, max_batch_size=512, local_bsz_bounds=(16, 128),
+        throughput_params=SLOW, max_profiled_replicas=2, gpu_type="a").to_dict())
+    service.allocator.tick(1.0)
+    assert set(service.allocator.type_speeds) == {"a", "b"}
+    info = {job.name: job for job in policy.seen[-1][0]}[honest]
+    assert set(info.typed_goodput.gpu_types) == {"a", "b"}

@@ -261,11 +261,14 @@ def typed_caps(report: JobReport, hints: JobHints, gpu_types: Sequence[str]
         for gpu_type in gpu_types}
 
 
-def learned_type_speeds(reports: Sequence[JobReport],
+def learned_type_speeds(reports: Sequence[JobReport], gpu_types: Sequence[str],
                         declared: Mapping[str, float] | None = None) -> dict[str, float]:
-    """Relative speed per GPU type from the 1-GPU speeds the jobs' hints imply on each
-    type they ran on (:mod:`pollux.models.type_speeds`), ``declared`` ones kept as given.
-    Hints whose models cannot be evaluated are left out (they stay with their job)."""
+    """Relative speed per GPU type of the cluster (``gpu_types``) from the 1-GPU speeds
+    the jobs' hints imply on each such type they ran on (:mod:`pollux.models.type_speeds`;
+    profiles of other types, which a job may invent by the dozen, are ignored), with
+    ``declared`` ones kept as given. Hints whose models cannot be evaluated are left out
+    (they stay with their job)."""
+    cluster = set(gpu_types)
     per_job = []
     for report in reports:
         hints = report.hints
@@ -276,7 +279,7 @@ def learned_type_speeds(reports: Sequence[JobReport],
             with np.errstate(all="ignore"):
                 per_job.append({t: one_gpu_speed(p.throughput_params, local_bsz)
                                 for t, p in hints.profiles_by_type().items()
-                                if p.throughput_params is not None})
+                                if t in cluster and p.throughput_params is not None})
         except Exception:  # one job's model never fails the others
             continue
     return estimate_type_speeds(per_job, declared)

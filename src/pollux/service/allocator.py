@@ -151,7 +151,7 @@ class Allocator:
         reports = job_reports(records, self._hints)
         types = tuple(gpu_types_of(nodes))
         if len(types) > 1:
-            self.type_speeds = learned_type_speeds(reports, self.config.gpu_type_speeds)
+            self.type_speeds = learned_type_speeds(reports, types, self.config.gpu_type_speeds)
         jobs = job_infos(reports, now, self._speedups,
                          throughput_speedups=self.autoscaler is not None, gpu_types=types,
                          exploration_factor=self.policy.exploration_factor,
