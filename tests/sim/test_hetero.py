@@ -211,3 +211,19 @@ def test_a_policy_sets_the_growth_cap_of_its_jobs(apps: dict[str, TypedApplicati
     assert ran  # ran on 1 dgx-ext GPU: caps from that, 1 on the types it never ran on
     assert ran[-1].max_replicas_by_type == {"aws": 1, "dgx-ext": cap, "rtx": 1}
     assert ran[-1].max_replicas == cap
+
+
+@needs_sia
+def test_projection_speeds_from_other_applications(apps: dict[str, TypedApplication]) -> None:
+    """``others``: the table a cluster learns from the other applications (leave one
+    out), not the job's own ratios; yolov3 runs 0.42x a T4 on an RTX, the others 1.4x+."""
+    from pollux.errors import ConfigError
+    from pollux.sim.hetero.simulator import projection_speeds
+
+    own = projection_speeds(apps, "own")
+    others = projection_speeds(apps, "others")
+    assert own["yolov3"]["rtx"] / own["yolov3"]["aws"] == pytest.approx(0.42, abs=0.005)
+    assert others["yolov3"]["rtx"] / others["yolov3"]["aws"] > 1.3
+    assert set(others["yolov3"]) == set(SPEC.gpu_types)
+    with pytest.raises(ConfigError, match="speeds_from"):
+        HeteroConfig(SPEC, speeds_from="mine")

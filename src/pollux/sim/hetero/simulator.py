@@ -27,6 +27,7 @@ from typing import Any
 
 from pollux.cluster_spec import ClusterSpec, allocation_gpu_type
 from pollux.errors import ConfigError
+from pollux.models.type_speeds import estimate_type_speeds
 from pollux.policies.base import Allocation, Policy, TunedConfig
 from pollux.policies.snapshot import EXPLORATION_FACTOR, JobReport
 from pollux.sim.adaptive import FitCache
@@ -48,11 +49,32 @@ class HeteroConfig:
     max_time_s: float = 90 * 86400.0
     project_unseen_types: bool = True
     """Jobs project their model onto types they have not run on (Sia's bootstrap)."""
+    speeds_from: str = "own"
+    """Speed ratios the projection uses: ``own``, each application's own 1-GPU ratios (Sia:
+    every application profiled on every type); ``others``, the speeds learned across the
+    *other* applications (:mod:`pollux.models.type_speeds`, what a service without
+    per-application profiling learns from other jobs)."""
 
     def __post_init__(self) -> None:
         for name in ("interval_s", "max_time_s"):
             if not getattr(self, name) > 0:
                 raise ConfigError(name, getattr(self, name), "use a number of seconds > 0")
+        if self.speeds_from not in SPEEDS_FROM:
+            raise ConfigError("speeds_from", self.speeds_from,
+                              f"choose from: {', '.join(SPEEDS_FROM)}")
+
+
+SPEEDS_FROM = ("own", "others")
+
+
+def projection_speeds(applications: Mapping[str, TypedApplication], speeds_from: str
+                      ) -> dict[str, dict[str, float]]:
+    """Application -> the type speeds its jobs project with (see ``HeteroConfig``)."""
+    own = {name: app.type_speeds() for name, app in applications.items()}
+    if speeds_from == "own":
+        return own
+    return {name: estimate_type_speeds([s for other, s in own.items() if other != name])
+            for name in own}
 
 
 @dataclass(frozen=True)
@@ -85,7 +107,7 @@ class HeteroSimulator(RoundLoop[HeteroJob]):
         self.nodes = config.cluster.node_infos()
         self._by_name = {node.name: node for node in self.nodes}
         self.fits = FitCache()
-        speeds = {name: app.type_speeds() for name, app in applications.items()}
+        speeds = projection_speeds(applications, config.speeds_from)
         aware = bool(getattr(type(policy), "heterogeneity_aware", True))
         pooled_type = getattr(type(policy), "pooled_limits_type", None)
         self.adaptive_jobs = bool(getattr(type(policy), "adaptive_jobs", True))

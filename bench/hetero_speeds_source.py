@@ -1,0 +1,69 @@
+"""What the projection onto unseen GPU types is worth, by where its speed ratios come from.
+
+A job that has not run on a type gets its model there projected from a type it has run
+on, by the ratio of the types' 1-GPU speeds. Sia knows each application's own ratios (it
+profiles every application on every type); the service learns one table from the jobs
+that ran on several types (:mod:`pollux.models.type_speeds`), which for a new kind of job
+is the other applications' speeds. Variants, per policy, on the Sia artifact's Philly
+workloads (``aws:6x4,dgx-ext:2x8,rtx:3x8``, 60 s rounds):
+
+* ``own``: each application's own ratios (Sia's setting; the default of the simulator);
+* ``others``: the speeds learned across the other applications (leave one out);
+* ``none``: no projection: a type a job has not run on has no model (1 GPU there).
+
+    python bench/hetero_speeds_source.py --policies pollux,sia --workloads 1,7
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+
+from pollux.cluster_spec import parse_cluster_spec
+from pollux.policies.registry import make_policy
+from pollux.sim.hetero.runner import load_for
+from pollux.sim.hetero.simulator import HeteroConfig, HeteroSimulator, summarize_hetero
+from pollux.sim.workload import read_workload
+
+CLUSTER = "aws:6x4,dgx-ext:2x8,rtx:3x8"
+SIA = Path(__file__).resolve().parents[1].parent / "shared" / "sia-artifact"
+VARIANTS = {"own": {"speeds_from": "own"}, "others": {"speeds_from": "others"},
+            "none": {"project_unseen_types": False}}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--policies", default="pollux,sia")
+    parser.add_argument("--workloads", default="1,7")
+    parser.add_argument("--variants", default="own,others,none")
+    parser.add_argument("--traces", default=str(SIA / "traces"))
+    args = parser.parse_args()
+    apps = load_for(CLUSTER, args.traces)
+    spec = parse_cluster_spec(CLUSTER)
+    workloads = [read_workload(SIA / "workloads" / "philly" / f"workload-{w}.csv", set(apps))
+                 for w in args.workloads.split(",")]
+    print(f"{'policy':<8} {'speeds':<7} {'avg JCT s':>10} {'p99 h':>6} {'GPU-h/job':>9} "
+          f"{'restarts/job':>12}  per workload", flush=True)
+    for policy in args.policies.split(","):
+        for variant in args.variants.split(","):
+            jcts: list[float] = []
+            gpu_h = restarts = 0.0
+            per_workload = []
+            for workload in workloads:
+                config = HeteroConfig(spec, **VARIANTS[variant])  # type: ignore[arg-type]
+                record = summarize_hetero(HeteroSimulator(
+                    workload, apps, make_policy(policy, seed=0), config).run())
+                jcts += [job.jct_s for job in record.jobs if job.jct_s is not None]
+                gpu_h += record.gpu_hours_per_job * record.num_jobs
+                restarts += record.restarts_per_job * record.num_jobs
+                per_workload.append(f"{record.avg_jct_s:,.0f}")
+            n = len(jcts)
+            print(f"{policy:<8} {variant:<7} {np.mean(jcts):>10,.0f} "
+                  f"{np.percentile(jcts, 99) / 3600:>6.2f} {gpu_h / n:>9.2f} "
+                  f"{restarts / n:>12.2f}  {' / '.join(per_workload)}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
