@@ -10,9 +10,11 @@ from collections.abc import Sequence
 from types import MappingProxyType
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from pollux.backends.fake import FakeBackend
-from pollux.errors import JobSpecError
+from pollux.errors import ConfigError, JobSpecError
 from pollux.models.hints import JobHints
 from pollux.models.throughput import ThroughputParams
 from pollux.models.typed import TypeProfile
@@ -20,6 +22,7 @@ from pollux.policies.base import Allocations, JobInfo, NodeInfo, Policy, PolicyD
 from pollux.service.allocator import Allocator, AllocatorConfig
 from pollux.service.states import JobState
 from pollux.service.store import JobStore
+from tests.address_space import address_space_limited
 from tests.service.service_builders import make_spec
 from tests.service.service_test_policies import EqualSharePolicy
 
@@ -271,3 +274,44 @@ def test_invented_gpu_types_in_one_jobs_hints_reach_no_other_job(make_service, f
     assert set(service.allocator.type_speeds) == {"a", "b"}
     info = {job.name: job for job in policy.seen[-1][0]}[honest]
     assert set(info.typed_goodput.gpu_types) == {"a", "b"}
+
+_seconds = st.one_of(st.floats(0.0, 1e6), st.sampled_from([0.0, 1e-300, 1e6]))
+_params = st.fixed_dictionaries({
+    "alpha_c": _seconds, "beta_c": _seconds, "alpha_n": _seconds, "beta_n": _seconds,
+    "alpha_r": _seconds, "beta_r": _seconds, "gamma": st.floats(0.0, 1e6)})
+_profile = st.fixed_dictionaries({"throughput_params": st.one_of(st.none(), _params),
+                                  "max_profiled_replicas": st.integers(0, 2**30)})
+typed_hints = st.fixed_dictionaries(
+    {"init_batch_size": st.integers(1, 2**30), "max_batch_size": st.integers(1, 2**30),
+     "local_bsz_bounds": st.lists(st.integers(1, 2**30), min_size=2, max_size=2)},
+    optional={"throughput_params": _params, "gpu_type": st.sampled_from(["a", "b", "zz"]),
+              "max_profiled_replicas": st.integers(0, 2**30),
+              "grad_stats": st.fixed_dictionaries({"sqr": st.floats(0, 1e30),
+                                                   "var": st.floats(0, 1e30)}),
+              "type_profiles": st.dictionaries(st.sampled_from(["a", "b", "zz", "q"]),
+                                               _profile, max_size=4)})
+
+
+@settings(max_examples=30, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(hints=st.lists(typed_hints, min_size=1, max_size=3),
+       policy=st.sampled_from(["pollux", "sia"]))
+def test_no_typed_hints_stall_the_allocation_loop(make_service, fake_backend, hints, policy):
+    """Any per-type profiles a job may post (in bounds) on a typed cluster: every round
+    completes within a bounded address space and every job is decided."""
+    fake_backend._nodes = typed_nodes()
+    service = make_service(policy=policy)
+    ids = [service.submit(make_spec(f"j{i}", max_replicas=4).to_dict())["id"]
+           for i in range(len(hints))]
+    for job_id, raw in zip(ids, hints):
+        try:
+            service.post_hints(job_id, raw)
+        except ConfigError:
+            continue  # refused at the door, naming the field
+    service.allocator.request_round()
+    with address_space_limited(1 << 30):
+        service.allocator.tick(1000.0 + service.allocator.num_rounds)
+    decision = service.allocator.last_decision
+    assert decision is not None and set(ids) <= set(decision.allocations)
+    for allocation in decision.allocations.values():
+        assert len({node[0] for node in allocation}) <= 1  # never spans a/b
