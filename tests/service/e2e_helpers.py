@@ -58,14 +58,14 @@ class ServerProcess:
     typed virtual nodes of ``virtual_nodes``, e.g. ``a:2x1,b:1x1``)."""
 
     def __init__(self, data_dir: Path, policy: str = EQUAL_SHARE, interval_s: float = 1.0,
-                 virtual_nodes: str | None = None) -> None:
+                 virtual_nodes: str | None = None, extra_args: tuple[str, ...] = ()) -> None:
         self.data_dir = data_dir
         nodes = (["--nodes", "2", "--slots-per-node", "2"] if virtual_nodes is None
                  else ["--virtual-nodes", virtual_nodes])
         self.args = [sys.executable, "-m", "pollux.cli.main", "server", "--data-dir",
                      str(data_dir), "--port", "0", *nodes,
                      "--device", "cpu", "--interval", str(interval_s), "--policy", policy,
-                     "--stop-grace", "30"]
+                     "--stop-grace", "30", *extra_args]
         self.process: subprocess.Popen[bytes] | None = None
         self.clients: list[PolluxClient] = []
         self.starts = 0

@@ -112,3 +112,19 @@ def test_docs_render_with_the_network_cut(server):
         resources = driver.execute_script(
             "return performance.getEntriesByType('resource').map(r => r.name)")
         assert resources and all(r.startswith(url) for r in resources), resources
+
+
+def test_a_typed_cluster_shows_its_gpu_type_speeds(tmp_path):
+    """Declared speeds are in use from the start; the header says which, slowest first."""
+    process = ServerProcess(tmp_path / "data", virtual_nodes="a:1x2,b:1x2",
+                            extra_args=("--gpu-type-speeds", "b=2.5,a=1"))
+    try:
+        client = process.start()
+        with headless_chromium() as driver:
+            driver.get(page_url(client, "/", refresh_s="0.5"))
+            text = wait_until(lambda: "GPU type speeds" in (
+                driver.find_element("id", "health").text or "") and
+                driver.find_element("id", "health").text, 30, "the speeds in the header")
+            assert "GPU type speeds a 1, b 2.5" in text, text
+    finally:
+        process.cleanup()

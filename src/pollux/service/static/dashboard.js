@@ -58,9 +58,13 @@
   function renderHealth(health, cluster) {
     const scaling = cluster.desired_num_nodes !== null && cluster.desired_num_nodes !== undefined
       ? ` · autoscaler ${cluster.autoscaler} wants ${cluster.desired_num_nodes} nodes` : "";
+    const speeds = Object.entries(cluster.gpu_type_speeds || {}).sort((a, b) => a[1] - b[1]);
+    const typed = speeds.length
+      ? ` · GPU type speeds ${speeds.map(([t, s]) => `${t} ${+s.toPrecision(3)}`).join(", ")}`
+      : "";
     document.getElementById("health").textContent =
       `policy ${health.policy} · backend ${health.backend} · round every ` +
-      `${health.interval_s} s · ${health.rounds} rounds${scaling}`;
+      `${health.interval_s} s · ${health.rounds} rounds${scaling}${typed}`;
   }
 
   function renderCards(view) {
