@@ -90,6 +90,52 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "alpha1-rr-g20big-whole-x4": ("pollux", {
         "remaining_weight": 1.0, "remaining_restart": True, "min_restart_gain": 0.2,
         "min_restart_gain_replicas": 4, "shrink_whole_nodes": True, "exploration_factor": 4.0}),
+    "alpha0.5-rr-g20-whole-x4-guard": ("pollux", {
+        "remaining_weight": 0.5, "remaining_restart": True, "min_restart_gain": 0.2,
+        "shrink_whole_nodes": True, "exploration_factor": 4.0, "remaining_guard": True}),
+    "alpha1-rr-g20-whole-x4-guard": ("pollux", {
+        "remaining_weight": 1.0, "remaining_restart": True, "min_restart_gain": 0.2,
+        "shrink_whole_nodes": True, "exploration_factor": 4.0, "remaining_guard": True}),
+    "alpha2-rr-g20-whole-x4-guard": ("pollux", {
+        "remaining_weight": 2.0, "remaining_restart": True, "min_restart_gain": 0.2,
+        "shrink_whole_nodes": True, "exploration_factor": 4.0, "remaining_guard": True}),
+    "alpha0.5-rr-g20-whole-x4-uw": ("pollux", {
+        "remaining_weight": 0.5, "remaining_restart": True, "min_restart_gain": 0.2,
+        "shrink_whole_nodes": True, "exploration_factor": 4.0, "unweighted_restarts": True}),
+    "alpha1-rr-g20-whole-x4-uw": ("pollux", {
+        "remaining_weight": 1.0, "remaining_restart": True, "min_restart_gain": 0.2,
+        "shrink_whole_nodes": True, "exploration_factor": 4.0, "unweighted_restarts": True}),
+    "alpha1-rr-g20big-whole-x4-uw": ("pollux", {
+        "remaining_weight": 1.0, "remaining_restart": True, "min_restart_gain": 0.2,
+        "min_restart_gain_replicas": 4, "shrink_whole_nodes": True, "exploration_factor": 4.0,
+        "unweighted_restarts": True}),
+    "alpha1-rr-g20-whole-uw": ("pollux", {
+        "remaining_weight": 1.0, "remaining_restart": True, "min_restart_gain": 0.2,
+        "shrink_whole_nodes": True, "unweighted_restarts": True}),
+    "alpha1-rr-g20-whole-x4-cap10": ("pollux", {
+        "remaining_weight": 1.0, "remaining_restart": True, "min_restart_gain": 0.2,
+        "shrink_whole_nodes": True, "exploration_factor": 4.0, "remaining_max_ratio": 10.0}),
+    "alpha1-rr-g20-whole-x4-cap30": ("pollux", {
+        "remaining_weight": 1.0, "remaining_restart": True, "min_restart_gain": 0.2,
+        "shrink_whole_nodes": True, "exploration_factor": 4.0, "remaining_max_ratio": 30.0}),
+    "alpha1-rr-g20-whole-x4-eff0.5": ("pollux", {
+        "remaining_weight": 1.0, "remaining_restart": True, "min_restart_gain": 0.2,
+        "shrink_whole_nodes": True, "exploration_factor": 4.0, "efficient_boost": 0.5}),
+    "alpha1-rr-g20-whole-x4-eff0.7": ("pollux", {
+        "remaining_weight": 1.0, "remaining_restart": True, "min_restart_gain": 0.2,
+        "shrink_whole_nodes": True, "exploration_factor": 4.0, "efficient_boost": 0.7}),
+    "alpha1-rr-g20-whole-x4-eff0.5-uw": ("pollux", {
+        "remaining_weight": 1.0, "remaining_restart": True, "min_restart_gain": 0.2,
+        "shrink_whole_nodes": True, "exploration_factor": 4.0, "efficient_boost": 0.5,
+        "unweighted_restarts": True}),
+    "alpha0.75-rr-g20-whole-x4-eff0.5-uw": ("pollux", {
+        "remaining_weight": 0.75, "remaining_restart": True, "min_restart_gain": 0.2,
+        "shrink_whole_nodes": True, "exploration_factor": 4.0, "efficient_boost": 0.5,
+        "unweighted_restarts": True}),
+    "alpha0.5-rr-g20-whole-x4-eff0.5-uw": ("pollux", {
+        "remaining_weight": 0.5, "remaining_restart": True, "min_restart_gain": 0.2,
+        "shrink_whole_nodes": True, "exploration_factor": 4.0, "efficient_boost": 0.5,
+        "unweighted_restarts": True}),
     "milp": ("milp", {}),
     "milp-w0.5": ("milp", {"remaining_exponent": 0.5}),
     "milp-w1": ("milp", {"remaining_exponent": 1.0}),

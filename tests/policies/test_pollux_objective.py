@@ -181,6 +181,96 @@ def test_remaining_guard_rounding_and_admission() -> None:
         ObjectiveConfig(remaining_step=-2.0)
 
 
+@pytest.mark.parametrize("p", [-1.0, -0.5])
+def test_remaining_guard_keeps_long_jobs_weight_up_to_their_fair_share(p: float) -> None:
+    # 3 jobs on 16 GPUs: a fair share of 5.33 replicas; 1-2 replicas are below it, 6-8
+    # on two nodes above it
+    jobs = [job("short", seed=1, remaining_s=100.0), job("mid", seed=1, remaining_s=1_000.0),
+            job("long", seed=1, remaining_s=10_000.0)]
+    config = {"p": p, "epsilon": 1e-12}
+    paper = _objective(jobs, nodes(4, 4), {}, **config)
+    weighted = _objective(jobs, nodes(4, 4), {}, remaining_weight=1.0, **config)
+    guarded = _objective(jobs, nodes(4, 4), {}, remaining_weight=1.0, remaining_guard=True,
+                         **config)
+    index = {q.name: i for i, q in enumerate(guarded.problem.jobs)}
+
+    def gain(obj: PolluxObjective, name: str, k0: int, k1: int, n: int = 1) -> float:
+        j = index[name]
+        return float(obj.utility(obj.speedup(j, n, k1)) - obj.utility(obj.speedup(j, n, k0)))
+
+    long = index["long"]
+    assert float(paper.speedup(long, 1, 2)) < 1 < float(paper.speedup(long, 2, 6))
+    # below its fair share the long job gains what the paper's objective gives it ...
+    assert gain(guarded, "long", 1, 2) == pytest.approx(gain(paper, "long", 1, 2))
+    assert gain(guarded, "long", 1, 2) > 2 * gain(weighted, "long", 1, 2)
+    # ... beyond it, what the weights make of it (its scale is 10: 10^p of the paper's)
+    assert gain(guarded, "long", 6, 8, n=2) == pytest.approx(
+        10 ** p * gain(paper, "long", 6, 8, n=2))
+    # the short job (scale < 1) and the median job are weighted as without the guard
+    for name in ("short", "mid"):
+        assert gain(guarded, name, 1, 3) == pytest.approx(gain(weighted, name, 1, 3))
+
+
+def test_unweighted_restarts_charge_long_jobs_the_papers_loss() -> None:
+    jobs = [job("short", seed=1, remaining_s=100.0), job("mid", seed=1, remaining_s=1_000.0),
+            job("long", seed=1, remaining_s=10_000.0)]
+    config = {"min_restart_gain": 0.2, "epsilon": 1e-12}  # every change keeps 80%
+    paper = _objective(jobs, nodes(4, 4), {}, **config)
+    weighted = _objective(jobs, nodes(4, 4), {}, remaining_weight=1.0, **config)
+    fixed = _objective(jobs, nodes(4, 4), {}, remaining_weight=1.0, unweighted_restarts=True,
+                       **config)
+    index = {q.name: i for i, q in enumerate(fixed.problem.jobs)}
+
+    def loss(obj: PolluxObjective, name: str) -> float:
+        j = index[name]
+        return float(obj.utility(obj.speedup(j, 1, 2, False))
+                     - obj.utility(obj.speedup(j, 1, 2, True)))
+
+    assert loss(paper, "long") > 0
+    # the weights cut the long job's restart cost 10x; the option restores the paper's
+    assert loss(weighted, "long") == pytest.approx(loss(paper, "long") / 10)
+    assert loss(fixed, "long") == pytest.approx(loss(paper, "long"))
+    # unchanged allocations and the other jobs are as the weights make them
+    j = index["long"]
+    assert float(fixed.speedup(j, 1, 2)) == pytest.approx(float(weighted.speedup(j, 1, 2)))
+    for name in ("short", "mid"):
+        assert loss(fixed, name) == pytest.approx(loss(weighted, name))
+
+
+def test_efficient_boost_weights_a_short_job_up_to_its_efficient_size_only() -> None:
+    def sqrt_speedup(num_nodes: object, replicas: object) -> np.ndarray:
+        return np.sqrt(np.asarray(replicas, dtype=np.float64))  # per replica: 1 / sqrt(k)
+
+    jobs = [job(name, speedup_fn=sqrt_speedup, remaining_s=t)
+            for name, t in (("short", 100.0), ("mid", 1_000.0), ("long", 10_000.0))]
+    config = {"remaining_weight": 1.0, "epsilon": 1e-12}
+    paper = _objective(jobs, nodes(4, 4), {}, epsilon=1e-12)
+    weighted = _objective(jobs, nodes(4, 4), {}, **config)
+    capped = _objective(jobs, nodes(4, 4), {}, efficient_boost=0.5, **config)
+    index = {q.name: i for i, q in enumerate(capped.problem.jobs)}
+
+    def gain(obj: PolluxObjective, name: str, k0: int, k1: int) -> float:
+        j = index[name]
+        n0, n1 = -(-k0 // 4), -(-k1 // 4)
+        return float(obj.utility(obj.speedup(j, n1, k1)) - obj.utility(obj.speedup(j, n0, k0)))
+
+    # efficient size: 4 replicas (sqrt(4) / 4 = 0.5); the limit is its fair-share speedup
+    short = index["short"]
+    assert capped.boost_limit[short] == pytest.approx(2.0 / capped.fair_speedup[short])
+    assert np.isinf(capped.boost_limit[index["mid"]])
+    assert np.isinf(capped.boost_limit[index["long"]])
+    # up to 4 replicas the short job is favoured as the weights say ...
+    assert gain(capped, "short", 1, 4) == pytest.approx(gain(weighted, "short", 1, 4))
+    # ... beyond, its gains count as in the paper's objective (10x less than weighted)
+    assert gain(capped, "short", 6, 8) == pytest.approx(gain(paper, "short", 6, 8))
+    assert gain(weighted, "short", 6, 8) == pytest.approx(10 * gain(paper, "short", 6, 8))
+    assert gain(capped, "short", 4, 5) < gain(weighted, "short", 4, 5)
+    for name in ("mid", "long"):
+        assert gain(capped, name, 1, 8) == pytest.approx(gain(weighted, name, 1, 8))
+    with pytest.raises(ConfigError, match="efficient_boost"):
+        ObjectiveConfig(efficient_boost=1.5)
+
+
 def test_remaining_restart_factor_spares_jobs_close_to_done() -> None:
     # two identical jobs on one node each, old enough that Pollux's own factor is ~1; the
     # one with 60 s of training left would lose half its remaining time to a 30 s restart

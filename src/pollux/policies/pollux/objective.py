@@ -103,6 +103,22 @@ class ObjectiveConfig:
     """A changed allocation's speedup is scaled by at most ``1 - min_restart_gain``: no
     restart for less than this relative gain (hysteresis for long-running jobs, whose
     age-based restart factor tends to 1)."""
+    remaining_guard: bool = False
+    """A job the remaining-time weight demotes (``T_j > T_median``) keeps the paper's
+    utility up to its fair share (speedup 1): only what it gets beyond counts less
+    (``u(x) = u(1) + scale^p (u(s) - u(1))`` for ``s > 1``), so the longest jobs are
+    not pushed below their fair share to speed up short ones. For ``p < 0`` only."""
+    unweighted_restarts: bool = False
+    """A job the remaining-time weight demotes (scale > 1) pays for a change what the
+    paper's objective charges it (``u(s) - u(s * factor)``, unweighted), not that loss
+    scaled down by its weight: the weights must not make moving the longest jobs cheap
+    (each change restarts all their GPUs). For ``p < 0`` only."""
+    efficient_boost: float = 0.0
+    """If > 0, a job the remaining-time weight favours (scale < 1) is favoured only up to
+    its efficient size: the most replicas at which its speedup per replica is at least
+    this fraction of one replica's (on the fewest nodes); what it gains beyond counts as
+    in the paper's objective (unweighted). Short jobs are then not grown to sizes where
+    they waste GPU-time the longest jobs need. For ``p < 0`` only."""
     remaining_step: float = 0.0
     """If > 1, the ratio ``T_j / T_median`` is rounded to a power of this number, so that
     a job's weight moves in steps (fewer reallocations) rather than every round."""
@@ -127,6 +143,9 @@ class ObjectiveConfig:
         if self.min_restart_gain_replicas < 0:
             raise ConfigError("min_restart_gain_replicas", self.min_restart_gain_replicas,
                               "use a replica count >= 0 (0: every job)")
+        if not 0 <= self.efficient_boost < 1:
+            raise ConfigError("efficient_boost", self.efficient_boost,
+                              "use 0 (off) or a fraction in (0, 1), e.g. 0.5")
         if not (np.isfinite(self.remaining_step) and self.remaining_step >= 0):
             raise ConfigError("remaining_step", self.remaining_step,
                               "use 0 (no rounding) or a factor > 1, e.g. 2")
@@ -205,6 +224,8 @@ class PolluxObjective:
                                    for job in problem.jobs], dtype=np.float64)
         """(J,) seconds of training left at one replica; NaN where unknown."""
         self.delays = delays
+        self.boost_limit = self._boost_limits()
+        """(J,) fair-share speedup beyond which a favoured job's gains are unweighted."""
 
     # -- speedups ------------------------------------------------------------------------
 
@@ -304,6 +325,23 @@ class PolluxObjective:
         scale[known] = np.clip(ratio, MIN_REMAINING_RATIO, upper) ** alpha
         return scale
 
+    def _boost_limits(self) -> FloatArray:
+        """Each favoured job's fair-share speedup at its efficient size (inf: no limit)."""
+        limits = np.full(self.problem.num_jobs, np.inf)
+        theta, p = self.config.efficient_boost, self.config.p
+        if theta <= 0 or p >= 0:
+            return limits
+        for j in np.flatnonzero(self.job_scale < 1):
+            counts = candidate_counts(self.problem, int(j))[1:]
+            if counts.size == 0:
+                continue
+            nodes = -(-counts // max(int(self.problem.node_size[j]), 1))
+            raw = self.raw_speedup(int(j), nodes, counts)
+            efficient = np.flatnonzero(raw >= theta * counts)
+            k = int(efficient[-1]) if efficient.size else 0
+            limits[j] = raw[k] / self.fair_speedup[j]
+        return limits
+
     def _fair_speedup(self, j: int) -> float:
         share, lo, hi = self._fair_counts(j)
         counts = np.array([lo, hi])
@@ -323,11 +361,29 @@ class PolluxObjective:
                 factor = self.max_factor[j]
             factor = np.minimum(factor, left_s / (left_s + self.delays[j]))
         s = raw / self.fair_speedup[j]
+        scale, p = float(self.job_scale[j]), self.config.p
+        if self.config.unweighted_restarts and scale > 1 and p < 0:
+            eps = self.config.epsilon
+            kept = s * scale + eps
+            loss = utility(s + eps, p) - utility(s * factor + eps, p)  # the paper's
+            moved = mean_of(utility(kept, p) - loss, p) - eps
+            return np.asarray(np.where(changed, moved, kept - eps))
         s = np.where(changed, s * factor, s)
         if self.config.remaining_admission:  # scales speedup + eps; stays > -eps
             eps = self.config.epsilon
             return np.asarray((s + eps) * self.job_scale[j] - eps)
-        return np.asarray(s * self.job_scale[j])
+        limit = float(self.boost_limit[j])
+        if scale < 1 and np.isfinite(limit):  # gains beyond the efficient size: unweighted
+            eps = self.config.epsilon
+            over = np.maximum(s, limit)
+            beyond = mean_of(utility(scale * limit + eps, p) + utility(over + eps, p)
+                             - utility(limit + eps, p), p) - eps
+            return np.asarray(np.where(s > limit, beyond, s * scale))
+        if self.config.remaining_guard and scale > 1 and p < 0:
+            above = np.maximum(s, 1.0)  # u(x) = u(1) + scale^p (u(s) - u(1)) for s > 1
+            return np.asarray(np.where(s > 1, (1 + scale ** p * (above ** p - 1)) ** (1 / p),
+                                       s))
+        return np.asarray(s * scale)
 
     def state_speedups(self, states: IntArray) -> FloatArray:
         """(P, J) penalized fair-share speedups of states shaped (P, J, N)."""

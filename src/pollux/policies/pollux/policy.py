@@ -50,6 +50,9 @@ class _PolluxPolicyBase(Policy):
         min_restart_gain: float = 0.0,
         age_restart_factor: bool = True,
         min_restart_gain_replicas: int = 0,
+        remaining_guard: bool = False,
+        unweighted_restarts: bool = False,
+        efficient_boost: float = 0.0,
     ) -> None:
         try:
             rounding = FairShareRounding(fair_share)
@@ -67,7 +70,10 @@ class _PolluxPolicyBase(Policy):
             remaining_restart=bool(remaining_restart),
             min_restart_gain=float(min_restart_gain),
             age_restart_factor=bool(age_restart_factor),
-            min_restart_gain_replicas=int(min_restart_gain_replicas))
+            min_restart_gain_replicas=int(min_restart_gain_replicas),
+            remaining_guard=bool(remaining_guard),
+            unweighted_restarts=bool(unweighted_restarts),
+            efficient_boost=float(efficient_boost))
         self.interference_avoidance = bool(interference_avoidance)
         self.rng = np.random.default_rng(seed)
         self._typed: Policy | None = None
