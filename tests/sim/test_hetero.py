@@ -227,3 +227,24 @@ def test_projection_speeds_from_other_applications(apps: dict[str, TypedApplicat
     assert set(others["yolov3"]) == set(SPEC.gpu_types)
     with pytest.raises(ConfigError, match="speeds_from"):
         HeteroConfig(SPEC, speeds_from="mine")
+
+
+@needs_sia
+def test_typed_cli_refuses_options_it_would_ignore_and_writes_json_to_stdout(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from pollux.cli.main import main
+    from pollux.sim.workload import write_workload
+
+    path = tmp_path / "three.csv"
+    write_workload(workload(), path)
+    typed = ["simulate", str(path), "--cluster", str(SPEC), "--traces", str(SIA / "traces"),
+             "--policy", "sia", "--processes", "1"]
+    for extra in (["--plot", str(tmp_path)], ["--restart-delay", "10"],
+                  ["--autoscaler", "pollux"], ["--job-knowledge", "oracle"], ["--nodes", "4"]):
+        assert main([*typed, *extra]) != 0, extra
+        assert "not available with a typed --cluster" in capsys.readouterr().err, extra
+    assert not list(tmp_path.glob("*.png"))
+    assert main([*typed, "--json", "-"]) == 0
+    out = capsys.readouterr().out
+    assert json.loads(out)["runs"][0]["num_completed"] == 3
+    assert not (Path.cwd() / "-").exists()

@@ -301,4 +301,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--html", metavar="OUT",
                         help="write one self-contained HTML page with the tables and every "
                              "figure (embedded; shareable as a single file)")
-    parser.set_defaults(func=run)
+    from pollux.cli.simulate_typed import TYPED_UNSUPPORTED
+
+    parser.set_defaults(func=run, typed_unsupported_defaults={
+        dest: parser.get_default(dest) for dest in TYPED_UNSUPPORTED})

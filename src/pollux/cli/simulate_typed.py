@@ -22,12 +22,36 @@ from pollux.sim.hetero.runner import HeteroTask, load_for, run_hetero_tasks
 from pollux.sim.metrics import RunRecord, report
 from pollux.sim.workload import read_workload, workload_files
 
+TYPED_UNSUPPORTED = {
+    "nodes": "--nodes", "gpus_per_node": "--gpus-per-node",
+    "restart_delay": "--restart-delay", "interference": "--interference",
+    "job_knowledge": "--job-knowledge", "autoscaler": "--autoscaler",
+    "min_nodes": "--min-nodes", "max_nodes": "--max-nodes", "node_price": "--node-price",
+    "utility_band": "--utility-band", "provision_delay_s": "--provision-delay-s",
+    "jobs": "--jobs", "hours": "--hours", "plot": "--plot", "html": "--html",
+}
+"""Options of ``pollux simulate`` (argparse dest -> flag) the typed simulator does not
+take: the cluster comes from the spec, restart delays are per application (the
+reference's), and workloads are given, not generated. Given with a typed ``--cluster``
+they are refused rather than silently ignored."""
+
+
+def check_typed_options(args: argparse.Namespace) -> None:
+    """ConfigError naming the first option given that a typed cluster does not take."""
+    defaults = getattr(args, "typed_unsupported_defaults", {})
+    for dest, flag in TYPED_UNSUPPORTED.items():
+        if dest in defaults and getattr(args, dest, None) != defaults[dest]:
+            raise ConfigError(flag, getattr(args, dest), "not available with a typed "
+                              "--cluster (the typed simulator takes --policy, --traces, "
+                              "--interval, --seed, --processes and --json)")
+
 
 def run_typed(args: argparse.Namespace, spec: ClusterSpec, policies: list[str],
               console: Console) -> int:
     """Run every (workload, policy) on the typed cluster ``spec``; print and save."""
     from pollux.cli.simulate import _policy_table, _rich, _workload_table
 
+    check_typed_options(args)
     if not args.traces:
         raise ConfigError("traces", None, "a typed --cluster needs per-type traces, e.g. "
                           "--traces ../shared/sia-artifact/traces")
@@ -52,7 +76,9 @@ def run_typed(args: argparse.Namespace, spec: ClusterSpec, policies: list[str],
     console.print(_rich(_policy_table(records)))
     if len(workloads) > 1:
         console.print(_rich(_workload_table(records)))
-    if args.json:
+    if args.json == "-":
+        print(json.dumps(report(records), indent=1))
+    elif args.json:
         Path(args.json).write_text(json.dumps(report(records), indent=1) + "\n")
         console.print(f"wrote {args.json}", highlight=False)
     return 0
