@@ -230,7 +230,7 @@ def test_projection_speeds_from_other_applications(apps: dict[str, TypedApplicat
 
 
 @needs_sia
-def test_typed_cli_refuses_options_it_would_ignore_and_writes_json_to_stdout(
+def test_typed_cli_refuses_options_it_would_ignore_and_writes_every_output(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from pollux.cli.main import main
     from pollux.sim.workload import write_workload
@@ -239,12 +239,15 @@ def test_typed_cli_refuses_options_it_would_ignore_and_writes_json_to_stdout(
     write_workload(workload(), path)
     typed = ["simulate", str(path), "--cluster", str(SPEC), "--traces", str(SIA / "traces"),
              "--policy", "sia", "--processes", "1"]
-    for extra in (["--plot", str(tmp_path)], ["--restart-delay", "10"],
+    for extra in (["--restart-delay", "10"],
                   ["--autoscaler", "pollux"], ["--job-knowledge", "oracle"], ["--nodes", "4"]):
         assert main([*typed, *extra]) != 0, extra
         assert "not available with a typed --cluster" in capsys.readouterr().err, extra
-    assert not list(tmp_path.glob("*.png"))
-    assert main([*typed, "--json", "-"]) == 0
+    assert main([*typed, "--json", "-", "--plot", str(tmp_path / "plots"),
+                 "--html", str(tmp_path / "report.html")]) == 0
     out = capsys.readouterr().out
     assert json.loads(out)["runs"][0]["num_completed"] == 3
     assert not (Path.cwd() / "-").exists()
+    assert {p.name for p in (tmp_path / "plots").glob("*.png")} == {"jct_cdf.png",
+                                                                  "avg_jct.png"}
+    assert "typed cluster" in (tmp_path / "report.html").read_text()

@@ -28,7 +28,7 @@ TYPED_UNSUPPORTED = {
     "job_knowledge": "--job-knowledge", "autoscaler": "--autoscaler",
     "min_nodes": "--min-nodes", "max_nodes": "--max-nodes", "node_price": "--node-price",
     "utility_band": "--utility-band", "provision_delay_s": "--provision-delay-s",
-    "jobs": "--jobs", "hours": "--hours", "plot": "--plot", "html": "--html",
+    "jobs": "--jobs", "hours": "--hours",
 }
 """Options of ``pollux simulate`` (argparse dest -> flag) the typed simulator does not
 take: the cluster comes from the spec, restart delays are per application (the
@@ -43,7 +43,7 @@ def check_typed_options(args: argparse.Namespace) -> None:
         if dest in defaults and getattr(args, dest, None) != defaults[dest]:
             raise ConfigError(flag, getattr(args, dest), "not available with a typed "
                               "--cluster (the typed simulator takes --policy, --traces, "
-                              "--interval, --seed, --processes and --json)")
+                              "--interval, --seed, --processes, --json, --plot and --html)")
 
 
 def run_typed(args: argparse.Namespace, spec: ClusterSpec, policies: list[str],
@@ -73,12 +73,27 @@ def run_typed(args: argparse.Namespace, spec: ClusterSpec, policies: list[str],
 
     records = with_typed_lower_bounds(run_hetero_tasks(tasks, processes, done), workloads,
                                       apps, spec, args.interval)
-    console.print(_rich(_policy_table(records)))
-    if len(workloads) > 1:
-        console.print(_rich(_workload_table(records)))
+    tables = [_policy_table(records)] + ([_workload_table(records)] if len(workloads) > 1
+                                         else [])
+    for table in tables:
+        console.print(_rich(table))
     if args.json == "-":
         print(json.dumps(report(records), indent=1))
     elif args.json:
         Path(args.json).write_text(json.dumps(report(records), indent=1) + "\n")
         console.print(f"wrote {args.json}", highlight=False)
+    no_timelines = [None] * len(records)  # the typed simulator keeps no per-round timeline
+    if args.plot:
+        from pollux.sim.plots import save_plots
+
+        paths = save_plots(records, no_timelines, args.plot)
+        console.print(f"wrote {len(paths)} plots to {args.plot}", highlight=False)
+    if args.html:
+        from pollux.sim.report import write_report
+
+        write_report(args.html, "Pollux simulation on a typed cluster",
+                     f"{len(workloads)} workload(s) on {spec} ({spec.num_gpus} GPUs), "
+                     f"applications from {args.traces}, seed {args.seed}", tables, records,
+                     no_timelines)
+        console.print(f"wrote {args.html}", highlight=False)
     return 0
