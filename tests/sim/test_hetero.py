@@ -248,6 +248,6 @@ def test_typed_cli_refuses_options_it_would_ignore_and_writes_every_output(
     out = capsys.readouterr().out
     assert json.loads(out)["runs"][0]["num_completed"] == 3
     assert not (Path.cwd() / "-").exists()
-    assert {p.name for p in (tmp_path / "plots").glob("*.png")} == {"jct_cdf.png",
-                                                                  "avg_jct.png"}
+    assert {p.name for p in (tmp_path / "plots").glob("*.png")} == {
+        "jct_cdf.png", "avg_jct.png", "timeline-sia-three.png", "gpus-three.png"}
     assert "typed cluster" in (tmp_path / "report.html").read_text()

@@ -18,8 +18,9 @@ from rich.console import Console
 from pollux.cluster_spec import ClusterSpec
 from pollux.errors import ConfigError
 from pollux.sim.hetero.lower_bound import with_typed_lower_bounds
-from pollux.sim.hetero.runner import HeteroTask, load_for, run_hetero_tasks
-from pollux.sim.metrics import RunRecord, report
+from pollux.sim.hetero.runner import HeteroTask, load_for, run_hetero_outcomes
+from pollux.sim.metrics import report
+from pollux.sim.runner import RunOutcome
 from pollux.sim.workload import read_workload, workload_files
 
 TYPED_UNSUPPORTED = {
@@ -60,19 +61,24 @@ def run_typed(args: argparse.Namespace, spec: ClusterSpec, policies: list[str],
                           "--cluster, e.g. ../shared/sia-artifact/workloads/philly")
     apps = load_for(str(spec), args.traces)
     workloads = [read_workload(path, set(apps)) for path in workload_files(args.workloads)]
-    tasks = [HeteroTask(policy, workload, str(spec), args.traces, args.interval, args.seed)
+    timelines_wanted = bool(args.plot or args.html)
+    tasks = [HeteroTask(policy, workload, str(spec), args.traces, args.interval, args.seed,
+                        timeline=timelines_wanted)
              for workload in workloads for policy in policies]
     processes = args.processes or min(len(tasks), os.cpu_count() or 1)
     console.print(f"{len(workloads)} workload(s) x {len(policies)} policies on {spec} "
                   f"({spec.num_gpus} GPUs), applications from {args.traces}, "
                   f"{processes} process(es)", highlight=False)
 
-    def done(record: RunRecord) -> None:
+    def done(outcome: RunOutcome) -> None:
+        record = outcome.record
         console.print(f"  {record.policy} on {record.workload}: {record.avg_jct_s:,.0f} s "
                       f"avg JCT", highlight=False)
 
-    records = with_typed_lower_bounds(run_hetero_tasks(tasks, processes, done), workloads,
-                                      apps, spec, args.interval)
+    outcomes = run_hetero_outcomes(tasks, processes, done)
+    records = with_typed_lower_bounds([o.record for o in outcomes], workloads, apps, spec,
+                                      args.interval)
+    timelines = [o.timeline for o in outcomes]
     tables = [_policy_table(records)] + ([_workload_table(records)] if len(workloads) > 1
                                          else [])
     for table in tables:
@@ -82,11 +88,10 @@ def run_typed(args: argparse.Namespace, spec: ClusterSpec, policies: list[str],
     elif args.json:
         Path(args.json).write_text(json.dumps(report(records), indent=1) + "\n")
         console.print(f"wrote {args.json}", highlight=False)
-    no_timelines = [None] * len(records)  # the typed simulator keeps no per-round timeline
     if args.plot:
         from pollux.sim.plots import save_plots
 
-        paths = save_plots(records, no_timelines, args.plot)
+        paths = save_plots(records, timelines, args.plot)
         console.print(f"wrote {len(paths)} plots to {args.plot}", highlight=False)
     if args.html:
         from pollux.sim.report import write_report
@@ -94,6 +99,6 @@ def run_typed(args: argparse.Namespace, spec: ClusterSpec, policies: list[str],
         write_report(args.html, "Pollux simulation on a typed cluster",
                      f"{len(workloads)} workload(s) on {spec} ({spec.num_gpus} GPUs), "
                      f"applications from {args.traces}, seed {args.seed}", tables, records,
-                     no_timelines)
+                     timelines)
         console.print(f"wrote {args.html}", highlight=False)
     return 0

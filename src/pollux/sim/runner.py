@@ -26,6 +26,9 @@ from pollux.policies.autoscaling import (
 from pollux.policies.base import GPU, Policy
 from pollux.policies.registry import POLICY_CLASSES, make_policy
 from pollux.sim.applications import Application, load_trace_applications
+from pollux.sim.cluster import ClusterSize
+from pollux.sim.job import TrainingJob
+from pollux.sim.loop import RoundLog
 from pollux.sim.metrics import RunRecord, summarize_run
 from pollux.sim.simulator import ClusterConfig, SimulationResult, run_simulation
 from pollux.sim.workload import Workload
@@ -111,9 +114,16 @@ def build_policy(name: str, seed: int) -> Policy:
 
 def timeline_of(result: SimulationResult) -> Timeline:
     """Change points of every job's GPU count, and the cluster total per round."""
-    points: dict[str, tuple[list[float], list[int]]] = {job.name: ([], []) for job in result.jobs}
+    return timeline_from(result.rounds, result.jobs, result.config.num_gpus,
+                         result.cluster_sizes, result.autoscaler)
+
+
+def timeline_from(rounds: Sequence[RoundLog], jobs: Sequence[TrainingJob], num_gpus: int,
+                  sizes: Sequence[ClusterSize] = (), autoscaler: str = "none") -> Timeline:
+    """:func:`timeline_of` from a run's round log and jobs (any simulator's)."""
+    points: dict[str, tuple[list[float], list[int]]] = {job.name: ([], []) for job in jobs}
     last: dict[str, int] = {}
-    for rnd in result.rounds:
+    for rnd in rounds:
         for name in set(last) | set(rnd.gpus):
             gpus = rnd.gpus.get(name, 0)
             if last.get(name, 0) != gpus or name not in last:
@@ -122,21 +132,20 @@ def timeline_of(result: SimulationResult) -> Timeline:
             last[name] = gpus
         for name in [n for n, g in last.items() if g == 0]:
             del last[name]
-    jobs = tuple(JobTimeline(job.name, job.spec.application, job.spec.submission_time_s,
-                             job.completion_time_s, tuple(points[job.name][0]),
-                             tuple(points[job.name][1])) for job in result.jobs)
-    times = tuple(r.time_s for r in result.rounds)
-    sizes = result.cluster_sizes
+    job_lines = tuple(JobTimeline(job.name, job.spec.application, job.spec.submission_time_s,
+                                  job.completion_time_s, tuple(points[job.name][0]),
+                                  tuple(points[job.name][1])) for job in jobs)
+    times = tuple(r.time_s for r in rounds)
     starts = [size.time_s for size in sizes]
     at = [sizes[i] if (i := bisect_right(starts, t) - 1) >= 0 else None for t in times]
     return Timeline(
-        num_gpus=result.config.num_gpus,
+        num_gpus=num_gpus,
         times_s=times,
-        gpus_allocated=tuple(sum(r.gpus.values()) for r in result.rounds),
-        jobs=jobs,
+        gpus_allocated=tuple(sum(r.gpus.values()) for r in rounds),
+        jobs=job_lines,
         num_nodes=tuple(0 if s is None else s.num_nodes for s in at),
         num_billed_nodes=tuple(0 if s is None else s.num_billed_nodes for s in at),
-        autoscaler=result.autoscaler,
+        autoscaler=autoscaler,
     )
 
 

@@ -16,7 +16,7 @@ from pollux.policies.registry import POLICY_CLASSES, make_policy
 from pollux.sim.hetero.apps import TypedApplication, load_typed_applications
 from pollux.sim.hetero.simulator import HeteroConfig, HeteroSimulator, summarize_hetero
 from pollux.sim.metrics import RunRecord
-from pollux.sim.runner import build_policy, run_each
+from pollux.sim.runner import RunOutcome, build_policy, run_each, timeline_from
 from pollux.sim.workload import Workload
 
 
@@ -32,6 +32,8 @@ class HeteroTask:
     """Per-type traces (``<app>/placements-<type>.csv``, the Sia artifact's layout)."""
     interval_s: float = 60.0
     seed: int = 0
+    timeline: bool = False
+    """Keep the run's per-job GPU timeline (for plots)."""
 
 
 def load_for(cluster: str, traces_dir: str | Path) -> dict[str, TypedApplication]:
@@ -40,7 +42,7 @@ def load_for(cluster: str, traces_dir: str | Path) -> dict[str, TypedApplication
 
 
 def execute_hetero(task: HeteroTask, index: int = 0,
-                   applications: Mapping[str, TypedApplication] | None = None) -> RunRecord:
+                   applications: Mapping[str, TypedApplication] | None = None) -> RunOutcome:
     """Run one task in this process."""
     try:
         apps = applications if applications is not None else load_for(task.cluster,
@@ -50,12 +52,15 @@ def execute_hetero(task: HeteroTask, index: int = 0,
         result = HeteroSimulator(task.workload, apps, policy, config).run()
     except PolluxError as exc:  # re-raised plainly so it survives pickling
         raise PolluxError(f"{task.policy} on {task.workload.name}: {exc}") from None
-    return summarize_hetero(result)
+    timeline = (timeline_from(result.rounds, result.jobs, config.cluster.num_gpus)
+                if task.timeline else None)
+    return RunOutcome(index, summarize_hetero(result), timeline)
 
 
-def run_hetero_tasks(tasks: Sequence[HeteroTask], processes: int = 1,
-                     on_done: Callable[[RunRecord], None] | None = None) -> list[RunRecord]:
-    """Run every task (in ``processes`` worker processes when > 1), records in task order."""
+def run_hetero_outcomes(tasks: Sequence[HeteroTask], processes: int = 1,
+                        on_done: Callable[[RunOutcome], None] | None = None
+                        ) -> list[RunOutcome]:
+    """Run every task (in ``processes`` worker processes when > 1), in task order."""
     for task in tasks:
         if task.policy not in POLICY_CLASSES:
             make_policy(task.policy)  # raises with the valid choices
@@ -63,3 +68,10 @@ def run_hetero_tasks(tasks: Sequence[HeteroTask], processes: int = 1,
     return run_each(tasks, execute_hetero,
                     lambda task: load_for(task.cluster, task.traces_dir),
                     lambda task: (task.cluster, task.traces_dir), processes, on_done)
+
+
+def run_hetero_tasks(tasks: Sequence[HeteroTask], processes: int = 1,
+                     on_done: Callable[[RunRecord], None] | None = None) -> list[RunRecord]:
+    """:func:`run_hetero_outcomes`' run records."""
+    report = None if on_done is None else (lambda outcome: on_done(outcome.record))
+    return [o.record for o in run_hetero_outcomes(tasks, processes, report)]
