@@ -315,3 +315,19 @@ def test_no_typed_hints_stall_the_allocation_loop(make_service, fake_backend, hi
     assert decision is not None and set(ids) <= set(decision.allocations)
     for allocation in decision.allocations.values():
         assert len({node[0] for node in allocation}) <= 1  # never spans a/b
+
+
+def test_the_policys_exploration_factor_sets_the_typed_caps(make_service, fake_backend):
+    """The same growth rule on every type as on one: a policy that lets jobs grow 4x the
+    replicas they profiled gets caps of 4x per type, not the default 2x."""
+    fake_backend._nodes = typed_nodes()
+    service = make_service()
+    policy = RecordingPolicy()
+    policy.exploration_factor = 4.0
+    service.allocator.policy = policy
+    job = service.submit(make_spec("j", max_replicas=16).to_dict())["id"]
+    post_typed_hints(service, job)  # profiled 2 replicas on a, 1 on b
+    service.allocator.tick(1.0)
+    info = policy.seen[-1][0][0]
+    assert dict(info.max_replicas_by_type) == {"a": 8, "b": 4}
+    assert info.max_replicas == 8

@@ -251,14 +251,14 @@ def exploration_bound(report: JobReport, max_profiled_replicas: int | None = Non
     return max(bound, report.min_replicas)
 
 
-def typed_caps(report: JobReport, hints: JobHints, gpu_types: Sequence[str]
-               ) -> dict[str, int]:
+def typed_caps(report: JobReport, hints: JobHints, gpu_types: Sequence[str],
+               factor: float = EXPLORATION_FACTOR) -> dict[str, int]:
     """The job's growth cap on each of ``gpu_types``, from what ``hints`` (the report's)
-    say it profiled there."""
+    say it profiled there (``factor``: see :func:`exploration_bound`)."""
     profiles = hints.profiles_by_type()
     return {gpu_type: exploration_bound(
-        report, profiles[gpu_type].max_profiled_replicas if gpu_type in profiles else 0, 0)
-        for gpu_type in gpu_types}
+        report, profiles[gpu_type].max_profiled_replicas if gpu_type in profiles else 0, 0,
+        factor) for gpu_type in gpu_types}
 
 
 def learned_type_speeds(reports: Sequence[JobReport], gpu_types: Sequence[str],
@@ -303,7 +303,7 @@ def job_info(report: JobReport, now_s: float, cache: SpeedupCache,
             speedup, throughput = cache.speedups(report.name, report.hints)
             if len(gpu_types) > 1 and typed_goodput is None:
                 typed_goodput = cache.typed(report.name, report.hints, type_speeds)
-                caps = typed_caps(report, report.hints, gpu_types)
+                caps = typed_caps(report, report.hints, gpu_types, factor)
                 max_replicas = max(exploration_bound(report, factor=factor), *caps.values())
         except Exception as exc:  # a model that refuses the hints stays with its job
             logger.warning("job %s: ignoring hints that cannot be evaluated: %s",
