@@ -115,3 +115,40 @@ def test_fast_growth_only_for_jobs_a_restart_matters_to() -> None:
     assert len(decision.allocations["long"]) <= 8
     with pytest.raises(ConfigError, match="fast_growth_share"):
         HeteroPolluxPolicy(fast_growth_share=-1.0)
+
+
+def test_tail_jobs_keep_at_least_the_tail_weight() -> None:
+    jobs = [replace(job(f"short{i}", age_s=100.0), remaining_s=100.0) for i in range(8)]
+    jobs += [replace(job("long", age_s=100.0), remaining_s=1e6),
+             replace(job("old", age_s=1e6), remaining_s=300.0)]
+    before = {j.name: (f"aws-{i % 6}",) for i, j in enumerate(jobs)}
+    policy = HeteroPolluxPolicy(remaining_exponent=0.5, tail_share=0.2)
+    # latest predicted completions (age + remaining at the current allocation)
+    tail = policy._tail_jobs(jobs, NODES, before)
+    assert tail == {"long", "old"}
+    plain = policy._job_weights(jobs)
+    assert plain[-2] == 0.25  # Smith's weight of the long job
+    policy._tail = tail
+    weights = policy._job_weights(jobs)
+    assert weights[-2] == 1.0 and weights[-1] == 1.0 > plain[-1]  # both raised to 1
+    assert list(weights[:8]) == list(plain[:8])
+    assert policy._tail_jobs(jobs, NODES, {}) == frozenset()  # nothing allocated: no tail
+    for name, bad in (("tail_share", 1.0), ("tail_weight", 0.0), ("gpu_price", -1.0),
+                      ("restart_scale", 0.0)):
+        with pytest.raises(ConfigError, match=name):
+            HeteroPolluxPolicy(**{name: bad})
+
+
+def test_a_gpu_price_trims_allocations_that_buy_little() -> None:
+    jobs = [replace(job(f"j{i}", age_s=600.0), remaining_s=1e4) for i in range(3)]
+    free = sum(len(a) for a in HeteroPolluxPolicy().optimize(jobs, NODES, {})
+               .allocations.values())
+    priced = sum(len(a) for a in HeteroPolluxPolicy(gpu_price=0.02).optimize(jobs, NODES, {})
+                 .allocations.values())
+    assert 3 <= priced < free
+
+
+def test_the_restart_scale_multiplies_the_restart_delay_counted() -> None:
+    lone = replace(job("a"), restart_delay_s=50.0)
+    assert HeteroPolluxPolicy()._penalty_s(lone) == 50.0
+    assert HeteroPolluxPolicy(restart_scale=3.0)._penalty_s(lone) == 150.0

@@ -38,7 +38,7 @@ On a cluster of one type it is the plain Pollux policy (``pollux.policies.pollux
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 import numpy as np
@@ -61,7 +61,9 @@ class HeteroPolluxPolicy(SiaPolicy):
                  remaining_exponent: float = 0.0, max_weight_ratio: float = 4.0,
                  min_weight: float | None = None, weighted_moves: bool = False,
                  move_discount: str = "age", growth_factor: int = EXPLORATION_FACTOR,
-                 fast_growth_share: float = 0.0,
+                 fast_growth_share: float = 0.0, gpu_price: float = 0.0,
+                 tail_share: float = 0.0, tail_weight: float = 1.0,
+                 restart_scale: float = 1.0,
                  seed: int | None = None, solver: str = "fast") -> None:
         super().__init__(p=p, lambda_n=lambda_n, seed=seed, solver=solver)
         if move_discount not in MOVE_DISCOUNTS:
@@ -83,6 +85,26 @@ class HeteroPolluxPolicy(SiaPolicy):
         self.fast_growth_share = float(fast_growth_share)
         """With ``growth_factor`` above 2: only a job whose restart delay is at least this
         share of its remaining time where it runs may use it; others grow 2x."""
+        if not (np.isfinite(gpu_price) and gpu_price >= 0):
+            raise ConfigError("gpu_price", gpu_price, "use a cost >= 0 per GPU")
+        self.gpu_price = float(gpu_price)
+        """Added to the objective per GPU of a configuration (unweighted): a GPU must buy
+        at least this much of the objective."""
+        if not (np.isfinite(tail_share) and 0 <= tail_share < 1):
+            raise ConfigError("tail_share", tail_share, "use a share in [0, 1)")
+        if not (np.isfinite(tail_weight) and tail_weight > 0):
+            raise ConfigError("tail_weight", tail_weight, "use a weight > 0")
+        self.tail_share = float(tail_share)
+        self.tail_weight = float(tail_weight)
+        """The ``tail_share`` of jobs (with a prediction) whose predicted completion
+        (age + remaining time at their current allocation) is latest weigh at least
+        ``tail_weight``: Smith's weights do not slow the jobs that make the p99."""
+        if not (np.isfinite(restart_scale) and restart_scale > 0):
+            raise ConfigError("restart_scale", restart_scale, "use a factor > 0")
+        self.restart_scale = float(restart_scale)
+        """Both move factors count a job's restart delay times this."""
+        self._tail: frozenset[str] = frozenset()
+        """This round's tail jobs (``tail_share``), set by :meth:`optimize`."""
         self.weighted_moves = bool(weighted_moves)
         self._move_weights: dict[str, float] = {}
         """This round's job weights below 1 (``weighted_moves``), set by :meth:`optimize`."""
@@ -99,6 +121,9 @@ class HeteroPolluxPolicy(SiaPolicy):
             ratio = np.median(remaining[known]) / remaining[known]
             weights[known] = np.clip(ratio ** self.remaining_exponent,
                                      self.min_weight, self.max_weight_ratio)
+        if self._tail:
+            tail = np.array([job.name in self._tail for job in jobs], dtype=bool)
+            weights[tail] = np.maximum(weights[tail], self.tail_weight)
         return weights
 
     def optimize(self, jobs: Sequence[JobInfo], nodes: Sequence[NodeInfo],
@@ -107,6 +132,8 @@ class HeteroPolluxPolicy(SiaPolicy):
         delay counted as ``S / w``, so its move costs what a weight-1 job's would."""
         if self.fast_growth_share and self.growth_factor > EXPLORATION_FACTOR:
             jobs = self._slow_growth_for_long_jobs(jobs, nodes, previous_allocations)
+        if self.tail_share:
+            self._tail = self._tail_jobs(jobs, nodes, previous_allocations)
         if self.weighted_moves:
             weights = self._job_weights(jobs)
             self._move_weights = {job.name: float(w) for job, w in zip(jobs, weights)
@@ -115,6 +142,37 @@ class HeteroPolluxPolicy(SiaPolicy):
             return super().optimize(jobs, nodes, previous_allocations)
         finally:
             self._move_weights = {}
+            self._tail = frozenset()
+
+    def _tail_jobs(self, jobs: Sequence[JobInfo], nodes: Sequence[NodeInfo],
+                   previous_allocations: Allocations) -> frozenset[str]:
+        """Names of the ``tail_share`` of jobs predicted to complete latest after their
+        submission (age + remaining time at the current allocation)."""
+        type_of = {node.name: node.gpu_type for node in nodes}
+        predicted = {}
+        for job in jobs:
+            left_s = self._left_s(job, tuple(previous_allocations.get(job.name, ())),
+                                  type_of)
+            if left_s is not None:
+                predicted[job.name] = job.age_s + left_s
+        if not predicted:
+            return frozenset()
+        cut = float(np.quantile(list(predicted.values()), 1.0 - self.tail_share))
+        return frozenset(name for name, jct_s in predicted.items() if jct_s >= cut)
+
+    @staticmethod
+    def _left_s(job: JobInfo, prev: Allocation, type_of: Mapping[str, str | None]
+                ) -> float | None:
+        """The job's remaining seconds at its current allocation ``prev`` by its model;
+        None without an allocation, a model there or a remaining-work estimate."""
+        model = job.typed_goodput
+        if not prev or model is None or not job.remaining_s:
+            return None
+        gpu_type = type_of.get(prev[0])
+        if gpu_type is None or not model.has_model(gpu_type):
+            return None
+        rate = float(model.goodput(gpu_type, len(set(prev)), len(prev)))
+        return job.remaining_s * model.reference_goodput / max(rate, 1e-12)
 
     def _slow_growth_for_long_jobs(self, jobs: Sequence[JobInfo], nodes: Sequence[NodeInfo],
                                    previous_allocations: Allocations) -> list[JobInfo]:
@@ -127,13 +185,8 @@ class HeteroPolluxPolicy(SiaPolicy):
         for job in jobs:
             prev = tuple(previous_allocations.get(job.name, ()))
             model = job.typed_goodput
-            fast = False
-            if prev and model is not None and job.remaining_s and job.max_replicas_by_type:
-                gpu_type = type_of.get(prev[0])
-                if gpu_type is not None and model.has_model(gpu_type):
-                    rate = float(model.goodput(gpu_type, len(set(prev)), len(prev)))
-                    left_s = job.remaining_s * model.reference_goodput / max(rate, 1e-12)
-                    fast = job.restart_delay_s >= self.fast_growth_share * left_s
+            left_s = self._left_s(job, prev, type_of)
+            fast = left_s is not None and job.restart_delay_s >= self.fast_growth_share * left_s
             if not fast and model is not None and job.max_replicas_by_type:
                 caps = {t: min(cap, max(EXPLORATION_FACTOR * (
                     model.profiles[t].max_profiled_replicas if t in model.profiles else 0), 1))
@@ -142,8 +195,18 @@ class HeteroPolluxPolicy(SiaPolicy):
             out.append(job)
         return out
 
+    def _solve(self, jobs: Sequence[JobInfo], configs: Sequence[Config], cost: np.ndarray,
+               previous_config: Sequence[int | None],
+               groups: Mapping[str, Sequence[NodeInfo]]) -> list[int | None]:
+        """Sia's program, each configuration charged ``gpu_price`` per GPU."""
+        if self.gpu_price:
+            size = np.array([c.num_gpus for c in configs], dtype=np.float64)
+            cost = cost + self.gpu_price * size[None, :] / self._job_weights(jobs)[:, None]
+        return super()._solve(jobs, configs, cost, previous_config, groups)
+
     def _penalty_s(self, job: JobInfo) -> float:
-        return float(job.restart_delay_s) / self._move_weights.get(job.name, 1.0)
+        return (self.restart_scale * float(job.restart_delay_s)
+                / self._move_weights.get(job.name, 1.0))
 
     def _discount_moves(self, job: JobInfo, configs: Sequence[Config], row: np.ndarray,
                         prev_index: int) -> np.ndarray:
