@@ -72,10 +72,17 @@ VARIANTS: dict[str, Callable[[], Policy]] = {
     **{f"wm-g4r{scale}": (lambda scale=scale: HeteroPolluxPolicy(
         move_discount="both", remaining_exponent=0.5, weighted_moves=True, growth_factor=4,
         restart_scale=scale)) for scale in (2, 4)},
+    **{f"wm-g4t20w{weight}": (lambda weight=weight: HeteroPolluxPolicy(
+        move_discount="both", remaining_exponent=0.5, weighted_moves=True, growth_factor=4,
+        tail_share=0.2, tail_weight=weight)) for weight in (2, 4)},
+    **{f"wm-g4t{share}r2": (lambda share=share: HeteroPolluxPolicy(
+        move_discount="both", remaining_exponent=0.5, weighted_moves=True, growth_factor=4,
+        tail_share=share / 100, restart_scale=2.0)) for share in (10, 20)},
     "age-g4": lambda: HeteroPolluxPolicy(growth_factor=4),
 }
 """Variant name -> policy factory; ``oracle-<variant>`` runs it with oracle models,
-``linear-<variant>`` with the per-term linear bootstrap."""
+``linear-<variant>`` with the per-term linear bootstrap, ``norestart-<variant>`` with
+every restart delay 0 (a ceiling)."""
 
 
 def _oracle_models(traces_dir: str) -> dict[tuple[str, str], Any]:
@@ -193,6 +200,10 @@ def run_one(variant: str, workload_path: str, traces_dir: str) -> dict[str, Any]
     elif variant.startswith("linear-"):
         base = variant.removeprefix("linear-")
         _install_linear(traces_dir)
+    elif variant.startswith("norestart-"):  # a ceiling: every restart free
+        from pollux.sim.hetero.apps import TypedApplication
+        base = variant.removeprefix("norestart-")
+        TypedApplication.restart_delay_s = property(lambda self: 0.0)  # type: ignore
     apps = load_for(CLUSTER, traces_dir)
     config = HeteroConfig(parse_cluster_spec(CLUSTER), interval_s=60.0)
     workload = read_workload(workload_path)
