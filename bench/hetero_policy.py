@@ -78,6 +78,9 @@ VARIANTS: dict[str, Callable[[], Policy]] = {
     **{f"wm-g4t{share}r2": (lambda share=share: HeteroPolluxPolicy(
         move_discount="both", remaining_exponent=0.5, weighted_moves=True, growth_factor=4,
         tail_share=share / 100, restart_scale=2.0)) for share in (10, 20)},
+    **{f"wm-g4i{start}": (lambda start=start: HeteroPolluxPolicy(
+        move_discount="both", remaining_exponent=0.5, weighted_moves=True, growth_factor=4,
+        initial_replicas=start)) for start in (2, 4, 8)},
     "age-g4": lambda: HeteroPolluxPolicy(growth_factor=4),
 }
 """Variant name -> policy factory; ``oracle-<variant>`` runs it with oracle models,

@@ -8,7 +8,7 @@ import pytest
 
 from pollux.cluster_spec import allocation_gpu_type, parse_cluster_spec
 from pollux.errors import ConfigError
-from pollux.policies.hetero_pollux import HeteroPolluxPolicy
+from pollux.policies.hetero_pollux import TYPE_SPEEDS_KEY, HeteroPolluxPolicy
 from pollux.policies.pollux import PolluxPolicy
 from tests.policies.test_sia import BY_NAME, NODES, job
 
@@ -152,3 +152,16 @@ def test_the_restart_scale_multiplies_the_restart_delay_counted() -> None:
     lone = replace(job("a"), restart_delay_s=50.0)
     assert HeteroPolluxPolicy()._penalty_s(lone) == 50.0
     assert HeteroPolluxPolicy(restart_scale=3.0)._penalty_s(lone) == 150.0
+
+
+def test_a_new_job_starts_big_on_its_fastest_type_when_allowed() -> None:
+    speeds = {"aws": 1.0, "dgx-ext": 6.9, "rtx": 2.27}
+    new = replace(job("new", modelled=False, cap=4),
+                  extras={"application": "cifar10", TYPE_SPEEDS_KEY: speeds})
+    start = HeteroPolluxPolicy(initial_replicas=4).optimize([new], NODES, {}).allocations
+    assert len(start["new"]) == 4
+    assert allocation_gpu_type(start["new"], BY_NAME) == "dgx-ext"
+    # the reference: a job without a model gets 1 GPU, with or without its speeds
+    assert len(HeteroPolluxPolicy().optimize([new], NODES, {}).allocations["new"]) == 1
+    with pytest.raises(ConfigError, match="initial_replicas"):
+        HeteroPolluxPolicy(initial_replicas=0)

@@ -251,3 +251,26 @@ def test_typed_cli_refuses_options_it_would_ignore_and_writes_every_output(
     assert {p.name for p in (tmp_path / "plots").glob("*.png")} == {
         "jct_cdf.png", "avg_jct.png", "timeline-sia-three.png", "gpus-three.png"}
     assert "typed cluster" in (tmp_path / "report.html").read_text()
+
+
+class BigStartPolicy(PinnedPolicy):
+    """PinnedPolicy that lets a job that has not run yet start with 4 replicas."""
+
+    initial_replicas = 4
+
+
+@needs_sia
+def test_a_policy_sets_how_many_replicas_a_new_job_may_start_with(
+        apps: dict[str, TypedApplication]) -> None:
+    from pollux.policies.hetero_pollux import TYPE_SPEEDS_KEY
+
+    for policy, first_cap in ((PinnedPolicy(), 1), (BigStartPolicy(), 4)):
+        one = Workload("one", (JobSpec("cifar10-0", 0.0, "cifar10", 1, 128),))
+        HeteroSimulator(one, apps, policy, HeteroConfig(SPEC, max_time_s=600.0)).run()
+        first = policy.seen[0][1]
+        assert first.typed_goodput is None
+        assert first.max_replicas_by_type == dict.fromkeys(SPEC.gpu_types, first_cap)
+        assert first.extras[TYPE_SPEEDS_KEY] == apps["cifar10"].type_speeds()
+        ran = [job for _, job in policy.seen if job.typed_goodput is not None][-1]
+        # once it has run (1 dgx-ext GPU here), the growth rule alone
+        assert ran.max_replicas_by_type == {"aws": 1, "dgx-ext": 2, "rtx": 1}

@@ -49,6 +49,9 @@ from pollux.policies.sia import INVALID_GOODPUT, MAX_COST, Config, SiaPolicy, re
 from pollux.policies.snapshot import EXPLORATION_FACTOR
 
 MOVE_DISCOUNTS = ("age", "remaining", "both")
+TYPE_SPEEDS_KEY = "type_speeds"
+"""``JobInfo.extras`` key: the job's 1-GPU speed per GPU type (any unit), known before it
+has a model (Sia profiles it on arrival); used with ``initial_replicas``."""
 
 
 class HeteroPolluxPolicy(SiaPolicy):
@@ -63,7 +66,7 @@ class HeteroPolluxPolicy(SiaPolicy):
                  move_discount: str = "age", growth_factor: int = EXPLORATION_FACTOR,
                  fast_growth_share: float = 0.0, gpu_price: float = 0.0,
                  tail_share: float = 0.0, tail_weight: float = 1.0,
-                 restart_scale: float = 1.0,
+                 restart_scale: float = 1.0, initial_replicas: int = 1,
                  seed: int | None = None, solver: str = "fast") -> None:
         super().__init__(p=p, lambda_n=lambda_n, seed=seed, solver=solver)
         if move_discount not in MOVE_DISCOUNTS:
@@ -103,6 +106,13 @@ class HeteroPolluxPolicy(SiaPolicy):
             raise ConfigError("restart_scale", restart_scale, "use a factor > 0")
         self.restart_scale = float(restart_scale)
         """Both move factors count a job's restart delay times this."""
+        if isinstance(initial_replicas, bool) or not isinstance(initial_replicas, int) \
+                or initial_replicas < 1:
+            raise ConfigError("initial_replicas", initial_replicas, "use a whole number >= 1")
+        self.initial_replicas = initial_replicas
+        """A job that has not run yet may start with this many replicas (the reference:
+        1; the simulator reads it): without a model, its goodput is taken to scale
+        perfectly from its 1-GPU speed on each type (``extras[TYPE_SPEEDS_KEY]``)."""
         self._tail: frozenset[str] = frozenset()
         """This round's tail jobs (``tail_share``), set by :meth:`optimize`."""
         self.weighted_moves = bool(weighted_moves)
@@ -194,6 +204,24 @@ class HeteroPolluxPolicy(SiaPolicy):
                 job = replace(job, max_replicas_by_type=caps)
             out.append(job)
         return out
+
+    def goodput_matrix(self, jobs: Sequence[JobInfo], configs: Sequence[Config]) -> np.ndarray:
+        """Sia's matrix; with ``initial_replicas`` above 1, a job without a model that
+        reports its 1-GPU speed per type scales perfectly from it, up to its cap."""
+        matrix = super().goodput_matrix(jobs, configs)
+        if self.initial_replicas <= 1:
+            return matrix
+        num_gpus = np.array([c.num_gpus for c in configs], dtype=np.float64)
+        for j, job in enumerate(jobs):
+            speeds = job.extras.get(TYPE_SPEEDS_KEY)
+            if job.typed_goodput is not None or not speeds:
+                continue
+            slowest = min(speeds.values())
+            cap = max(max(job.max_replicas_by_type.values(), default=job.max_replicas), 1)
+            row = np.array([speeds.get(c.gpu_type, 0.0) / slowest for c in configs]) * num_gpus
+            valid = (num_gpus <= cap) & (row > 0)
+            matrix[j] = np.where(valid, row, INVALID_GOODPUT)
+        return matrix
 
     def _solve(self, jobs: Sequence[JobInfo], configs: Sequence[Config], cost: np.ndarray,
                previous_config: Sequence[int | None],

@@ -16,7 +16,10 @@ and the Optimus oracle of remaining time. A policy whose class sets
 jobs, as Sia's artifact runs Pollux: one throughput model pooled over every type, a plain
 ``speedup_fn`` with the batch limits of the policy's ``pooled_limits_type``. A policy
 with a ``growth_factor`` attribute lets each job grow to that many times the replicas it
-has run with on a type (the reference, and every other policy: 2).
+has run with on a type (the reference, and every other policy: 2); one with an
+``initial_replicas`` attribute lets a job that has not run yet start with that many (the
+reference: 1). Jobs that project unseen types also report their application's 1-GPU
+speed per type (``extras[TYPE_SPEEDS_KEY]``, what Sia profiles on arrival).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from pollux.cluster_spec import ClusterSpec, allocation_gpu_type
 from pollux.errors import ConfigError
 from pollux.models.type_speeds import estimate_type_speeds
 from pollux.policies.base import Allocation, Policy, TunedConfig
+from pollux.policies.hetero_pollux import TYPE_SPEEDS_KEY
 from pollux.policies.snapshot import EXPLORATION_FACTOR, JobReport
 from pollux.sim.adaptive import FitCache
 from pollux.sim.hetero.apps import TypedApplication
@@ -112,6 +116,7 @@ class HeteroSimulator(RoundLoop[HeteroJob]):
         pooled_type = getattr(type(policy), "pooled_limits_type", None)
         self.adaptive_jobs = bool(getattr(type(policy), "adaptive_jobs", True))
         self._growth_factor = int(getattr(policy, "growth_factor", EXPLORATION_FACTOR))
+        self._initial_replicas = int(getattr(policy, "initial_replicas", 1))
         self.jobs = tuple(
             HeteroJob(spec, applications[spec.application], self.fits,
                       speeds[spec.application] if config.project_unseen_types else None,
@@ -155,7 +160,8 @@ class HeteroSimulator(RoundLoop[HeteroJob]):
             return self._typed_report(
                 job, max_replicas=max(1, spec.max_batch_size // spec.min_local_bsz),
                 tuned=tuned, hints=job.pooled.hints())
-        caps = {t: job.max_replicas(t, self._growth_factor) for t in job.app.by_type}
+        caps = {t: job.max_replicas(t, self._growth_factor, self._initial_replicas)
+                for t in job.app.by_type}
         model = job.typed_goodput()
         return self._typed_report(job, max_replicas=max(caps.values()), tuned=tuned,
                                   typed_goodput=model, remaining_s=job.remaining_s(model),
@@ -164,9 +170,12 @@ class HeteroSimulator(RoundLoop[HeteroJob]):
     def _typed_report(self, job: HeteroJob, **fields: Any) -> JobReport:
         """:func:`~pollux.sim.loop.job_report` with the application's restart delay, the
         restart delay left and the application's name (Sia's restart penalties)."""
+        extras: dict[str, Any] = {"application": job.app.name}
+        if job.type_speeds is not None:
+            extras[TYPE_SPEEDS_KEY] = job.type_speeds
         return job_report(job, job.app.restart_delay_s,
                           restart_left_s=job.restart_left_s if job.placement else 0.0,
-                          extras={"application": job.app.name}, **fields)
+                          extras=extras, **fields)
 
     def _advance(self, active: Sequence[HeteroJob], now_s: float) -> None:
         for job in active:
