@@ -81,6 +81,15 @@ VARIANTS: dict[str, Callable[[], Policy]] = {
     **{f"wm-g4i{start}": (lambda start=start: HeteroPolluxPolicy(
         move_discount="both", remaining_exponent=0.5, weighted_moves=True, growth_factor=4,
         initial_replicas=start)) for start in (2, 4, 8)},
+    "wm-g4i4r2": lambda: HeteroPolluxPolicy(
+        move_discount="both", remaining_exponent=0.5, weighted_moves=True, growth_factor=4,
+        initial_replicas=4, restart_scale=2.0),
+    "wm-g4i4t20r2": lambda: HeteroPolluxPolicy(
+        move_discount="both", remaining_exponent=0.5, weighted_moves=True, growth_factor=4,
+        initial_replicas=4, tail_share=0.2, restart_scale=2.0),
+    **{f"wm-g4i4t20w{weight}": (lambda weight=weight: HeteroPolluxPolicy(
+        move_discount="both", remaining_exponent=0.5, weighted_moves=True, growth_factor=4,
+        initial_replicas=4, tail_share=0.2, tail_weight=weight / 100)) for weight in (50, 100)},
     "age-g4": lambda: HeteroPolluxPolicy(growth_factor=4),
 }
 """Variant name -> policy factory; ``oracle-<variant>`` runs it with oracle models,
