@@ -54,43 +54,43 @@ VARIANTS: dict[str, Callable[[], Policy]] = {
     "both-boost": lambda: HeteroPolluxPolicy(move_discount="both", remaining_exponent=0.5,
                                              min_weight=1.0),
     "wm-g4": lambda: HeteroPolluxPolicy(move_discount="both", remaining_exponent=0.5,
-                                        weighted_moves=True, growth_factor=4),
+                                        weighted_moves=True, exploration_factor=4),
     "wm-g8": lambda: HeteroPolluxPolicy(move_discount="both", remaining_exponent=0.5,
-                                        weighted_moves=True, growth_factor=8),
+                                        weighted_moves=True, exploration_factor=8),
     "wm-g4s2": lambda: HeteroPolluxPolicy(move_discount="both", remaining_exponent=0.5,
-                                          weighted_moves=True, growth_factor=4,
+                                          weighted_moves=True, exploration_factor=4,
                                           fast_growth_share=0.02),
     "wm-g8s2": lambda: HeteroPolluxPolicy(move_discount="both", remaining_exponent=0.5,
-                                          weighted_moves=True, growth_factor=8,
+                                          weighted_moves=True, exploration_factor=8,
                                           fast_growth_share=0.02),
     **{f"wm-g4p{price}": (lambda price=price: HeteroPolluxPolicy(
-        move_discount="both", remaining_exponent=0.5, weighted_moves=True, growth_factor=4,
+        move_discount="both", remaining_exponent=0.5, weighted_moves=True, exploration_factor=4,
         gpu_price=price / 1000)) for price in (2, 5, 10, 20)},
     **{f"wm-g4t{share}": (lambda share=share: HeteroPolluxPolicy(
-        move_discount="both", remaining_exponent=0.5, weighted_moves=True, growth_factor=4,
+        move_discount="both", remaining_exponent=0.5, weighted_moves=True, exploration_factor=4,
         tail_share=share / 100)) for share in (5, 10, 20)},
     **{f"wm-g4r{scale}": (lambda scale=scale: HeteroPolluxPolicy(
-        move_discount="both", remaining_exponent=0.5, weighted_moves=True, growth_factor=4,
+        move_discount="both", remaining_exponent=0.5, weighted_moves=True, exploration_factor=4,
         restart_scale=scale)) for scale in (2, 4)},
     **{f"wm-g4t20w{weight}": (lambda weight=weight: HeteroPolluxPolicy(
-        move_discount="both", remaining_exponent=0.5, weighted_moves=True, growth_factor=4,
+        move_discount="both", remaining_exponent=0.5, weighted_moves=True, exploration_factor=4,
         tail_share=0.2, tail_weight=weight)) for weight in (2, 4)},
     **{f"wm-g4t{share}r2": (lambda share=share: HeteroPolluxPolicy(
-        move_discount="both", remaining_exponent=0.5, weighted_moves=True, growth_factor=4,
+        move_discount="both", remaining_exponent=0.5, weighted_moves=True, exploration_factor=4,
         tail_share=share / 100, restart_scale=2.0)) for share in (10, 20)},
     **{f"wm-g4i{start}": (lambda start=start: HeteroPolluxPolicy(
-        move_discount="both", remaining_exponent=0.5, weighted_moves=True, growth_factor=4,
+        move_discount="both", remaining_exponent=0.5, weighted_moves=True, exploration_factor=4,
         initial_replicas=start)) for start in (2, 4, 8)},
     "wm-g4i4r2": lambda: HeteroPolluxPolicy(
-        move_discount="both", remaining_exponent=0.5, weighted_moves=True, growth_factor=4,
+        move_discount="both", remaining_exponent=0.5, weighted_moves=True, exploration_factor=4,
         initial_replicas=4, restart_scale=2.0),
     "wm-g4i4t20r2": lambda: HeteroPolluxPolicy(
-        move_discount="both", remaining_exponent=0.5, weighted_moves=True, growth_factor=4,
+        move_discount="both", remaining_exponent=0.5, weighted_moves=True, exploration_factor=4,
         initial_replicas=4, tail_share=0.2, restart_scale=2.0),
     **{f"wm-g4i4t20w{weight}": (lambda weight=weight: HeteroPolluxPolicy(
-        move_discount="both", remaining_exponent=0.5, weighted_moves=True, growth_factor=4,
+        move_discount="both", remaining_exponent=0.5, weighted_moves=True, exploration_factor=4,
         initial_replicas=4, tail_share=0.2, tail_weight=weight / 100)) for weight in (50, 100)},
-    "age-g4": lambda: HeteroPolluxPolicy(growth_factor=4),
+    "age-g4": lambda: HeteroPolluxPolicy(exploration_factor=4),
 }
 """Variant name -> policy factory; ``oracle-<variant>`` runs it with oracle models,
 ``linear-<variant>`` with the per-term linear bootstrap, ``norestart-<variant>`` with

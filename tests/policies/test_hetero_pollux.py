@@ -88,12 +88,12 @@ def test_weighted_moves_charge_a_light_job_its_restart_as_a_full_weight_job() ->
     assert policy._penalty_s(long) == 250.0  # the round's weights do not outlive it
 
 
-def test_the_growth_factor_is_checked_and_kept_for_the_driver() -> None:
-    assert HeteroPolluxPolicy().growth_factor == 2  # the reference's growth cap
-    assert HeteroPolluxPolicy(growth_factor=4).growth_factor == 4
-    for bad in (1, 2.5, True):
-        with pytest.raises(ConfigError, match="growth_factor"):
-            HeteroPolluxPolicy(growth_factor=bad)  # type: ignore[arg-type]
+def test_the_exploration_factor_is_checked_and_kept_for_the_driver() -> None:
+    assert HeteroPolluxPolicy().exploration_factor is None  # the reference's growth cap
+    assert HeteroPolluxPolicy(exploration_factor=4).exploration_factor == 4.0
+    for bad in (0.5, -2.0, float("nan")):
+        with pytest.raises(ConfigError, match="exploration_factor"):
+            HeteroPolluxPolicy(exploration_factor=bad)
 
 
 def test_fast_growth_only_for_jobs_a_restart_matters_to() -> None:
@@ -104,7 +104,7 @@ def test_fast_growth_only_for_jobs_a_restart_matters_to() -> None:
     long = replace(job("long"), remaining_s=1e7, restart_delay_s=50.0,
                    max_replicas_by_type=caps)
     before = {"short": ("aws-0",) * 4, "long": ("aws-1",) * 4}
-    policy = HeteroPolluxPolicy(growth_factor=4, fast_growth_share=0.02)
+    policy = HeteroPolluxPolicy(exploration_factor=4, fast_growth_share=0.02)
     kept_short, slowed_long = policy._slow_growth_for_long_jobs([short, long], NODES, before)
     assert kept_short.max_replicas_by_type == caps  # its restart is >2% of what is left
     assert slowed_long.max_replicas_by_type == {"aws": 8, "dgx-ext": 1, "rtx": 1}  # 2x

@@ -198,7 +198,7 @@ class FastGrowthPolicy(PinnedPolicy):
     """PinnedPolicy that lets jobs grow 4x the replicas they ran with (not the reference's
     2x)."""
 
-    growth_factor = 4
+    exploration_factor = 4.0
 
 
 @needs_sia

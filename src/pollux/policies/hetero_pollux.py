@@ -63,7 +63,7 @@ class HeteroPolluxPolicy(SiaPolicy):
     def __init__(self, p: float = -0.5, lambda_n: float = 1.1,
                  remaining_exponent: float = 0.0, max_weight_ratio: float = 4.0,
                  min_weight: float | None = None, weighted_moves: bool = False,
-                 move_discount: str = "age", growth_factor: int = EXPLORATION_FACTOR,
+                 move_discount: str = "age", exploration_factor: float = 0.0,
                  fast_growth_share: float = 0.0, gpu_price: float = 0.0,
                  tail_share: float = 0.0, tail_weight: float = 1.0,
                  restart_scale: float = 1.0, initial_replicas: int = 1,
@@ -77,16 +77,17 @@ class HeteroPolluxPolicy(SiaPolicy):
         if not 0 < self.min_weight <= self.max_weight_ratio:
             raise ConfigError("min_weight", min_weight, "use a weight in (0, max_weight_ratio]")
         self.move_discount = move_discount
-        if isinstance(growth_factor, bool) or not isinstance(growth_factor, int) \
-                or growth_factor < 2:
-            raise ConfigError("growth_factor", growth_factor, "use a whole number >= 2")
-        self.growth_factor = growth_factor
-        """A job may grow to this many times the replicas it has run with on a type
-        (the reference's growth cap: 2); the simulator reads it."""
+        if not (np.isfinite(exploration_factor)
+                and (exploration_factor == 0 or exploration_factor >= 1)):
+            raise ConfigError("exploration_factor", exploration_factor,
+                              "use 0 (the reference's growth cap, 2x) or a factor >= 1, e.g. 4")
+        self.exploration_factor = float(exploration_factor) or None
+        """A job may grow to this many times the replicas it has run with on a type (the
+        drivers apply it; None: the reference's growth cap, 2x)."""
         if not (np.isfinite(fast_growth_share) and fast_growth_share >= 0):
             raise ConfigError("fast_growth_share", fast_growth_share, "use a share >= 0")
         self.fast_growth_share = float(fast_growth_share)
-        """With ``growth_factor`` above 2: only a job whose restart delay is at least this
+        """With ``exploration_factor`` above 2: only a job whose restart delay is at least this
         share of its remaining time where it runs may use it; others grow 2x."""
         if not (np.isfinite(gpu_price) and gpu_price >= 0):
             raise ConfigError("gpu_price", gpu_price, "use a cost >= 0 per GPU")
@@ -140,7 +141,7 @@ class HeteroPolluxPolicy(SiaPolicy):
                  previous_allocations: Allocations) -> PolicyDecision:
         """Sia's round; with ``weighted_moves`` a job weighing ``w < 1`` has its restart
         delay counted as ``S / w``, so its move costs what a weight-1 job's would."""
-        if self.fast_growth_share and self.growth_factor > EXPLORATION_FACTOR:
+        if self.fast_growth_share and (self.exploration_factor or 0) > EXPLORATION_FACTOR:
             jobs = self._slow_growth_for_long_jobs(jobs, nodes, previous_allocations)
         if self.tail_share:
             self._tail = self._tail_jobs(jobs, nodes, previous_allocations)

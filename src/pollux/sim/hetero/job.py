@@ -12,6 +12,7 @@ trains at its tuned total batch size on whatever type and allocation it gets.
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 from pollux.errors import PolluxError
@@ -59,17 +60,18 @@ class HeteroJob(TrainingJob):
         return self.app.by_type[self.gpu_type]
 
     # -- what the policy sees ------------------------------------------------------------
-    def max_replicas(self, gpu_type: str, growth_factor: int = EXPLORATION_FACTOR,
+    def max_replicas(self, gpu_type: str, growth_factor: float = EXPLORATION_FACTOR,
                      initial_replicas: int = 1) -> int:
         """Growth cap on a type: ``growth_factor`` (the reference: 2) times the most
-        replicas run there (at least 1; ``initial_replicas`` before the job has run
-        anywhere), at most 64 and the most replicas the largest batch can feed."""
+        replicas run there, rounded up (at least 1; ``initial_replicas`` before the job
+        has run anywhere), at most 64 and the most replicas the largest batch can feed."""
         spec = self.app.by_type[gpu_type].spec
         if spec.pinned_replicas is not None:
             return spec.pinned_replicas
         seen = self.profiles[gpu_type].max_profiled_replicas
         ran = any(p.max_profiled_replicas for p in self.profiles.values())
-        return int(min(max(growth_factor * seen, 1 if ran else initial_replicas), MAX_EXPLORATION_REPLICAS,
+        explored = max(math.ceil(growth_factor * seen), 1 if ran else initial_replicas)
+        return int(min(explored, MAX_EXPLORATION_REPLICAS,
                        spec.max_batch_size // spec.min_local_bsz))
 
     def typed_goodput(self) -> TypedGoodput | None:

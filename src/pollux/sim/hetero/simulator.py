@@ -15,8 +15,9 @@ and the Optimus oracle of remaining time. A policy whose class sets
 ``heterogeneity_aware = False`` gets heterogeneity-unaware
 jobs, as Sia's artifact runs Pollux: one throughput model pooled over every type, a plain
 ``speedup_fn`` with the batch limits of the policy's ``pooled_limits_type``. A policy
-with a ``growth_factor`` attribute lets each job grow to that many times the replicas it
-has run with on a type (the reference, and every other policy: 2); one with an
+with an ``exploration_factor`` (:attr:`~pollux.policies.base.Policy.exploration_factor`)
+lets each job grow to that many times the replicas it has run with on a type (None, the
+reference: 2); one with an
 ``initial_replicas`` attribute lets a job that has not run yet start with that many (the
 reference: 1). Jobs that project unseen types also report their application's 1-GPU
 speed per type (``extras[TYPE_SPEEDS_KEY]``, what Sia profiles on arrival).
@@ -115,7 +116,7 @@ class HeteroSimulator(RoundLoop[HeteroJob]):
         aware = bool(getattr(type(policy), "heterogeneity_aware", True))
         pooled_type = getattr(type(policy), "pooled_limits_type", None)
         self.adaptive_jobs = bool(getattr(type(policy), "adaptive_jobs", True))
-        self._growth_factor = int(getattr(policy, "growth_factor", EXPLORATION_FACTOR))
+        self._growth_factor = policy.exploration_factor or EXPLORATION_FACTOR
         self._initial_replicas = int(getattr(policy, "initial_replicas", 1))
         self.jobs = tuple(
             HeteroJob(spec, applications[spec.application], self.fits,
