@@ -92,13 +92,13 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
         "min_restart_gain_replicas": 4, "shrink_whole_nodes": True, "exploration_factor": 4.0}),
     "alpha0.5-rr-g20-whole-x4-guard": ("pollux", {
         "remaining_weight": 0.5, "remaining_restart": True, "min_restart_gain": 0.2,
-        "shrink_whole_nodes": True, "exploration_factor": 4.0, "remaining_guard": True}),
+        "shrink_whole_nodes": True, "exploration_factor": 4.0, "remaining_guard": 1.0}),
     "alpha1-rr-g20-whole-x4-guard": ("pollux", {
         "remaining_weight": 1.0, "remaining_restart": True, "min_restart_gain": 0.2,
-        "shrink_whole_nodes": True, "exploration_factor": 4.0, "remaining_guard": True}),
+        "shrink_whole_nodes": True, "exploration_factor": 4.0, "remaining_guard": 1.0}),
     "alpha2-rr-g20-whole-x4-guard": ("pollux", {
         "remaining_weight": 2.0, "remaining_restart": True, "min_restart_gain": 0.2,
-        "shrink_whole_nodes": True, "exploration_factor": 4.0, "remaining_guard": True}),
+        "shrink_whole_nodes": True, "exploration_factor": 4.0, "remaining_guard": 1.0}),
     "alpha0.5-rr-g20-whole-x4-uw": ("pollux", {
         "remaining_weight": 0.5, "remaining_restart": True, "min_restart_gain": 0.2,
         "shrink_whole_nodes": True, "exploration_factor": 4.0, "unweighted_restarts": True}),
@@ -136,12 +136,46 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
         "remaining_weight": 0.5, "remaining_restart": True, "min_restart_gain": 0.2,
         "shrink_whole_nodes": True, "exploration_factor": 4.0, "efficient_boost": 0.5,
         "unweighted_restarts": True}),
+    "alpha1-rr-g20-whole-x4-eff0.5-uw-srpt": ("pollux", {
+        "remaining_weight": 1.0, "remaining_restart": True, "min_restart_gain": 0.2,
+        "shrink_whole_nodes": True, "exploration_factor": 4.0, "efficient_boost": 0.5,
+        "unweighted_restarts": True, "remaining_max_ratio": 1e6}),
+    "alpha1-rr-g20-whole-x4-srpt": ("pollux", {
+        "remaining_weight": 1.0, "remaining_restart": True, "min_restart_gain": 0.2,
+        "shrink_whole_nodes": True, "exploration_factor": 4.0, "remaining_max_ratio": 1e6}),
+    "p0.5-alpha1-rr-g20-whole-x4": ("pollux", {
+        "p": -0.5, "remaining_weight": 1.0, "remaining_restart": True,
+        "min_restart_gain": 0.2, "shrink_whole_nodes": True, "exploration_factor": 4.0}),
+    "p0.5-alpha2-rr-g20-whole-x4": ("pollux", {
+        "p": -0.5, "remaining_weight": 2.0, "remaining_restart": True,
+        "min_restart_gain": 0.2, "shrink_whole_nodes": True, "exploration_factor": 4.0}),
+    "p2-alpha0.5-rr-g20-whole-x4": ("pollux", {
+        "p": -2.0, "remaining_weight": 0.5, "remaining_restart": True,
+        "min_restart_gain": 0.2, "shrink_whole_nodes": True, "exploration_factor": 4.0}),
+    "p0.25-alpha4-rr-g20-whole-x4": ("pollux", {
+        "p": -0.25, "remaining_weight": 4.0, "remaining_restart": True,
+        "min_restart_gain": 0.2, "shrink_whole_nodes": True, "exploration_factor": 4.0}),
+    "p0.5-alpha2-rr-g20-whole": ("pollux", {
+        "p": -0.5, "remaining_weight": 2.0, "remaining_restart": True,
+        "min_restart_gain": 0.2, "shrink_whole_nodes": True}),
+    "p0.5-alpha2-rr-g20-whole-x4-guard1": ("pollux", {
+        "p": -0.5, "remaining_weight": 2.0, "remaining_restart": True,
+        "min_restart_gain": 0.2, "shrink_whole_nodes": True, "exploration_factor": 4.0,
+        "remaining_guard": 1.0}),
+    "p0.5-alpha2-rr-g20-whole-x4-guard0.5": ("pollux", {
+        "p": -0.5, "remaining_weight": 2.0, "remaining_restart": True,
+        "min_restart_gain": 0.2, "shrink_whole_nodes": True, "exploration_factor": 4.0,
+        "remaining_guard": 0.5}),
     "milp": ("milp", {}),
     "milp-w0.5": ("milp", {"remaining_exponent": 0.5}),
     "milp-w1": ("milp", {"remaining_exponent": 1.0}),
     "milp-p1-w0.5": ("milp", {"p": -1.0, "remaining_exponent": 0.5}),
     "milp-w0.5-guard": ("milp", {"remaining_exponent": 0.5, "lambda_n": 50.0}),
     "milp-w1-guard": ("milp", {"remaining_exponent": 1.0, "lambda_n": 50.0}),
+    "milp-w0.5-guard-x4": ("milp", {"remaining_exponent": 0.5, "lambda_n": 50.0,
+                                    "exploration_factor": 4.0}),
+    "milp-w1-guard-x4": ("milp", {"remaining_exponent": 1.0, "lambda_n": 50.0,
+                                  "exploration_factor": 4.0}),
     "milp-w0.5-both-guard": ("milp", {"remaining_exponent": 0.5, "lambda_n": 50.0,
                                       "move_discount": "both", "weighted_moves": True}),
     "ga": ("pollux-ga", {}),

@@ -39,3 +39,12 @@ def test_allocations_fit_and_short_jobs_get_more_with_weights() -> None:
     assert len(weighted["short"]) >= len(weighted["long"])
     assert len(weighted["short"]) > len(plain["short"]) or len(weighted["long"]) < len(
         plain["long"])
+
+
+def test_growth_rule_is_an_option() -> None:
+    from pollux.errors import ConfigError
+
+    assert OneTypeMilpPolicy().exploration_factor is None
+    assert OneTypeMilpPolicy(exploration_factor=4).exploration_factor == 4.0
+    with pytest.raises(ConfigError, match="exploration_factor"):
+        OneTypeMilpPolicy(exploration_factor=0.5)

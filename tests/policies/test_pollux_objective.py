@@ -177,6 +177,16 @@ def test_remaining_guard_rounding_and_admission() -> None:
     assert float(empty) == pytest.approx(-1 / (10 * obj.config.epsilon))
     with pytest.raises(ConfigError, match="remaining_max_ratio"):
         ObjectiveConfig(remaining_max_ratio=0.0)
+    # ratios above 100 are clipped by default; a higher bound keeps the longest in order
+    longest = [job(name, seed=1, remaining_s=t) for name, t in
+               (("a", 100.0), ("b", 1_000.0), ("c", 1_000.0), ("d", 2e5), ("e", 4e5))]
+    for extra, expected in (({}, [0.1, 1, 1, 100, 100]),
+                            ({"remaining_max_ratio": 1e6}, [0.1, 1, 1, 200, 400])):
+        obj = _objective(longest, nodes(8, 4), {}, remaining_weight=1.0, **extra)
+        by_name = {q.name: float(v) for q, v in zip(obj.problem.jobs, obj.job_scale)}
+        assert [by_name[n] for n in "abcde"] == pytest.approx(expected)
+    with pytest.raises(ConfigError, match="remaining_max_ratio"):
+        ObjectiveConfig(remaining_max_ratio=1e7)
     with pytest.raises(ConfigError, match="remaining_step"):
         ObjectiveConfig(remaining_step=-2.0)
 
@@ -190,7 +200,7 @@ def test_remaining_guard_keeps_long_jobs_weight_up_to_their_fair_share(p: float)
     config = {"p": p, "epsilon": 1e-12}
     paper = _objective(jobs, nodes(4, 4), {}, **config)
     weighted = _objective(jobs, nodes(4, 4), {}, remaining_weight=1.0, **config)
-    guarded = _objective(jobs, nodes(4, 4), {}, remaining_weight=1.0, remaining_guard=True,
+    guarded = _objective(jobs, nodes(4, 4), {}, remaining_weight=1.0, remaining_guard=1.0,
                          **config)
     index = {q.name: i for i, q in enumerate(guarded.problem.jobs)}
 
@@ -209,6 +219,14 @@ def test_remaining_guard_keeps_long_jobs_weight_up_to_their_fair_share(p: float)
     # the short job (scale < 1) and the median job are weighted as without the guard
     for name in ("short", "mid"):
         assert gain(guarded, name, 1, 3) == pytest.approx(gain(weighted, name, 1, 3))
+    # a guard at a fraction of the fair share: the paper's gains below it, weighted above
+    low = float(paper.speedup(long, 1, 1))
+    half = _objective(jobs, nodes(4, 4), {}, remaining_weight=1.0, remaining_guard=low,
+                      **config)
+    assert gain(half, "long", 1, 2) == pytest.approx(10 ** p * gain(paper, "long", 1, 2))
+    assert float(half.speedup(long, 1, 1)) == pytest.approx(low)
+    with pytest.raises(ConfigError, match="remaining_guard"):
+        ObjectiveConfig(remaining_guard=-1.0)
 
 
 def test_unweighted_restarts_charge_long_jobs_the_papers_loss() -> None:

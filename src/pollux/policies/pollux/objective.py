@@ -47,7 +47,7 @@ from pollux.policies.pollux.problem import (
 )
 
 MIN_REMAINING_RATIO = 1e-2
-"""Remaining times are compared within [1/100, 100] times the median."""
+"""Remaining times are compared within [1/100, remaining_max_ratio] times the median."""
 
 
 class FairShareRounding(str, Enum):
@@ -82,7 +82,9 @@ class ObjectiveConfig:
     remaining_max_ratio: float = 1 / MIN_REMAINING_RATIO
     """Ratios ``T_j / T_median`` above this are lowered to it: with 1, every job longer
     than the median weighs as the median one (short jobs are favoured, long ones are not
-    pushed back further; a guard for the longest jobs' completion times)."""
+    pushed back further; a guard for the longest jobs' completion times); above 100 (up
+    to 1e6), the longest jobs keep their order among themselves (shortest remaining
+    first) where the default clips them all to 100."""
     remaining_admission: bool = False
     """Scale ``speedup + eps`` rather than the speedup alone, so that the cost of leaving
     a job without GPUs (``eps^p``) scales too: when the cluster is saturated, the jobs
@@ -103,11 +105,12 @@ class ObjectiveConfig:
     """A changed allocation's speedup is scaled by at most ``1 - min_restart_gain``: no
     restart for less than this relative gain (hysteresis for long-running jobs, whose
     age-based restart factor tends to 1)."""
-    remaining_guard: bool = False
-    """A job the remaining-time weight demotes (``T_j > T_median``) keeps the paper's
-    utility up to its fair share (speedup 1): only what it gets beyond counts less
-    (``u(x) = u(1) + scale^p (u(s) - u(1))`` for ``s > 1``), so the longest jobs are
-    not pushed below their fair share to speed up short ones. For ``p < 0`` only."""
+    remaining_guard: float = 0.0
+    """If > 0, a job the remaining-time weight demotes (``T_j > T_median``) keeps the
+    paper's utility up to this fraction ``g`` of its fair-share speedup (1: its fair
+    share): only what it gets beyond counts less (``u(x) = u(g) + scale^p (u(s) - u(g))``
+    for ``s > g``), so the longest jobs are not pushed below it to speed up short ones.
+    For ``p < 0`` only."""
     unweighted_restarts: bool = False
     """A job the remaining-time weight demotes (scale > 1) pays for a change what the
     paper's objective charges it (``u(s) - u(s * factor)``, unweighted), not that loss
@@ -134,7 +137,7 @@ class ObjectiveConfig:
         if not (np.isfinite(self.remaining_weight) and 0 <= self.remaining_weight <= 4):
             raise ConfigError("remaining_weight", self.remaining_weight,
                               "use an exponent in [0, 4] (0: ignore remaining time)")
-        if not self.remaining_max_ratio > 0:
+        if not 0 < self.remaining_max_ratio <= 1e6:
             raise ConfigError("remaining_max_ratio", self.remaining_max_ratio,
                               "use a ratio > 0 (1: no job weighs less than the median one)")
         if not 0 <= self.min_restart_gain < 1:
@@ -143,6 +146,9 @@ class ObjectiveConfig:
         if self.min_restart_gain_replicas < 0:
             raise ConfigError("min_restart_gain_replicas", self.min_restart_gain_replicas,
                               "use a replica count >= 0 (0: every job)")
+        if not (np.isfinite(self.remaining_guard) and 0 <= self.remaining_guard <= 10):
+            raise ConfigError("remaining_guard", self.remaining_guard,
+                              "use 0 (off) or a fraction of the fair share, e.g. 1")
         if not 0 <= self.efficient_boost < 1:
             raise ConfigError("efficient_boost", self.efficient_boost,
                               "use 0 (off) or a fraction in (0, 1), e.g. 0.5")
@@ -321,8 +327,8 @@ class PolluxObjective:
         step = self.config.remaining_step
         if step > 1:
             ratio = step ** np.round(np.log(ratio) / np.log(step))
-        upper = min(self.config.remaining_max_ratio, 1 / MIN_REMAINING_RATIO)
-        scale[known] = np.clip(ratio, MIN_REMAINING_RATIO, upper) ** alpha
+        scale[known] = np.clip(ratio, MIN_REMAINING_RATIO, self.config.remaining_max_ratio
+                               ) ** alpha
         return scale
 
     def _boost_limits(self) -> FloatArray:
@@ -379,10 +385,11 @@ class PolluxObjective:
             beyond = mean_of(utility(scale * limit + eps, p) + utility(over + eps, p)
                              - utility(limit + eps, p), p) - eps
             return np.asarray(np.where(s > limit, beyond, s * scale))
-        if self.config.remaining_guard and scale > 1 and p < 0:
-            above = np.maximum(s, 1.0)  # u(x) = u(1) + scale^p (u(s) - u(1)) for s > 1
-            return np.asarray(np.where(s > 1, (1 + scale ** p * (above ** p - 1)) ** (1 / p),
-                                       s))
+        guard = self.config.remaining_guard
+        if guard > 0 and scale > 1 and p < 0:
+            above = np.maximum(s, guard)  # u(x) = u(g) + scale^p (u(s) - u(g)) for s > g
+            return np.asarray(np.where(
+                s > guard, (guard ** p + scale ** p * (above ** p - guard ** p)) ** (1 / p), s))
         return np.asarray(s * scale)
 
     def state_speedups(self, states: IntArray) -> FloatArray:

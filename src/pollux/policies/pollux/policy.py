@@ -50,7 +50,7 @@ class _PolluxPolicyBase(Policy):
         min_restart_gain: float = 0.0,
         age_restart_factor: bool = True,
         min_restart_gain_replicas: int = 0,
-        remaining_guard: bool = False,
+        remaining_guard: float = 0.0,
         unweighted_restarts: bool = False,
         efficient_boost: float = 0.0,
     ) -> None:
@@ -71,7 +71,7 @@ class _PolluxPolicyBase(Policy):
             min_restart_gain=float(min_restart_gain),
             age_restart_factor=bool(age_restart_factor),
             min_restart_gain_replicas=int(min_restart_gain_replicas),
-            remaining_guard=bool(remaining_guard),
+            remaining_guard=float(remaining_guard),
             unweighted_restarts=bool(unweighted_restarts),
             efficient_boost=float(efficient_boost))
         self.interference_avoidance = bool(interference_avoidance)
