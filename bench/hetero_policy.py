@@ -90,6 +90,10 @@ VARIANTS: dict[str, Callable[[], Policy]] = {
     **{f"wm-g4i4t20w{weight}": (lambda weight=weight: HeteroPolluxPolicy(
         move_discount="both", remaining_exponent=0.5, weighted_moves=True, exploration_factor=4,
         initial_replicas=4, tail_share=0.2, tail_weight=weight / 100)) for weight in (50, 100)},
+    **{f"wm{ratio}-g4i4": (lambda ratio=ratio: HeteroPolluxPolicy(
+        move_discount="both", remaining_exponent=0.5, weighted_moves=True,
+        exploration_factor=4, initial_replicas=4, max_weight_ratio=ratio))
+       for ratio in (1.5, 2)},
     "age-g4": lambda: HeteroPolluxPolicy(exploration_factor=4),
 }
 """Variant name -> policy factory; ``oracle-<variant>`` runs it with oracle models,
