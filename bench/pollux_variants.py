@@ -166,6 +166,10 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
         "p": -0.5, "remaining_weight": 2.0, "remaining_restart": True,
         "min_restart_gain": 0.2, "shrink_whole_nodes": True, "exploration_factor": 4.0,
         "remaining_guard": 0.5}),
+    "p0.5-alpha2-rr-g20-whole-x4-eff0.5-uw": ("pollux", {
+        "p": -0.5, "remaining_weight": 2.0, "remaining_restart": True,
+        "min_restart_gain": 0.2, "shrink_whole_nodes": True, "exploration_factor": 4.0,
+        "efficient_boost": 0.5, "unweighted_restarts": True}),
     "milp": ("milp", {}),
     "milp-w0.5": ("milp", {"remaining_exponent": 0.5}),
     "milp-w1": ("milp", {"remaining_exponent": 1.0}),
