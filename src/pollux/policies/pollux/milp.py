@@ -13,11 +13,9 @@ one-type clusters (``bench/pollux_variants.py``, variants ``milp*``).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 
-from pollux.errors import ConfigError
 from pollux.policies.base import JobInfo
 from pollux.policies.hetero_pollux import HeteroPolluxPolicy
 from pollux.policies.sia import INVALID_GOODPUT, Config
@@ -27,15 +25,6 @@ class OneTypeMilpPolicy(HeteroPolluxPolicy):
     """:class:`HeteroPolluxPolicy`'s program with rows from ``JobInfo.speedup_fn``."""
 
     name = "pollux-milp"
-
-    def __init__(self, *, exploration_factor: float | None = None, **options: Any) -> None:
-        super().__init__(**options)
-        if exploration_factor is not None and not (np.isfinite(exploration_factor)
-                                                   and exploration_factor >= 1):
-            raise ConfigError("exploration_factor", exploration_factor,
-                              "use None (the paper's growth rule) or a factor >= 1, e.g. 4")
-        self.exploration_factor = None if exploration_factor is None else float(
-            exploration_factor)
 
     def goodput_row(self, job: JobInfo, configs: Sequence[Config]) -> np.ndarray:
         """Speedup over one replica at each configuration (beyond the cap: 1e-4; a job
