@@ -97,6 +97,10 @@ VARIANTS: dict[str, Callable[[], Policy]] = {
     "wm2-g4i4p0.5": lambda: HeteroPolluxPolicy(
         move_discount="both", remaining_exponent=0.5, weighted_moves=True,
         exploration_factor=4, initial_replicas=4, max_weight_ratio=2.0, gpu_price=0.0005),
+    "wm2-g4i4p0.5t5": lambda: HeteroPolluxPolicy(
+        move_discount="both", remaining_exponent=0.5, weighted_moves=True,
+        exploration_factor=4, initial_replicas=4, max_weight_ratio=2.0, gpu_price=0.0005,
+        tail_share=0.05),
     "age-g4": lambda: HeteroPolluxPolicy(exploration_factor=4),
 }
 """Variant name -> policy factory; ``oracle-<variant>`` runs it with oracle models,
