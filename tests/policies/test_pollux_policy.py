@@ -233,3 +233,15 @@ def test_a_shrinking_distributed_job_keeps_whole_nodes_only() -> None:
         assert not violations([big, *newcomers], cluster, previous, decision.allocations)
         per_node = np.unique(decision.allocations["big"], return_counts=True)[1]
         assert whole is False or set(per_node) == {4}
+
+
+def test_the_growth_rule_on_several_types_is_the_typed_optimizers() -> None:
+    """Drivers ask the policy for its growth rule on the cluster they have: pollux-remaining
+    hands typed clusters to its typed variant, which grows 4x and starts jobs on 4 GPUs."""
+    from pollux.policies.pollux import PolluxRemainingPolicy
+
+    assert PolluxRemainingPolicy().growth_rule(["a", "b"]) == (4.0, 4)
+    assert PolluxRemainingPolicy().growth_rule(["a"]) == (None, 1)
+    assert PolluxPolicy().growth_rule(["a", "b"]) == (None, 1)
+    assert PolluxPolicy(exploration_factor=3).growth_rule(["a", "b"]) == (3.0, 1)
+    assert PolluxGAPolicy().growth_rule(["x", "y"]) == (None, 1)

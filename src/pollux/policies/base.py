@@ -106,6 +106,12 @@ class PolicyDecision:
     """Diagnostics (objective value, optimizer statistics); never required."""
 
 
+TYPE_SPEEDS_KEY = "type_speeds"
+"""``JobInfo.extras`` key: the job's 1-GPU speed per GPU type (any unit; only ratios
+count), known before it has a model: the simulator's from the traces (Sia profiles each
+job on arrival), the service's the types' speeds (declared or learned from other jobs)."""
+
+
 class Policy(ABC):
     """A scheduling policy. Instances may keep state across rounds (e.g. a GA population)."""
 
@@ -114,6 +120,16 @@ class Policy(ABC):
     """How fast the drivers let a job with hints grow: at most this times the most
     replicas it has profiled (:func:`pollux.policies.snapshot.exploration_bound`); None:
     the paper's rule (twice)."""
+    initial_replicas: int = 1
+    """On a cluster of several GPU types, how many replicas the drivers let a job that has
+    not run anywhere start with (its cap on every type until it has run); 1: the paper's
+    and Sia's rule."""
+
+    def growth_rule(self, gpu_types: Sequence[str]) -> tuple[float | None, int]:
+        """``(exploration_factor, initial_replicas)`` the drivers apply to the jobs on a
+        cluster of ``gpu_types``; a policy that hands clusters of several types to another
+        optimizer answers with that one's rule."""
+        return self.exploration_factor, self.initial_replicas
 
     def __init__(self, *, seed: int | None = None) -> None:  # noqa: B027 - optional hook
         """Every policy is built with an explicit seed (see

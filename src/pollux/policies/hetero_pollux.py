@@ -55,14 +55,18 @@ from dataclasses import replace
 import numpy as np
 
 from pollux.errors import ConfigError
-from pollux.policies.base import Allocation, Allocations, JobInfo, NodeInfo, PolicyDecision
+from pollux.policies.base import (
+    TYPE_SPEEDS_KEY,
+    Allocation,
+    Allocations,
+    JobInfo,
+    NodeInfo,
+    PolicyDecision,
+)
 from pollux.policies.sia import INVALID_GOODPUT, MAX_COST, Config, SiaPolicy, restart_factor
 from pollux.policies.snapshot import EXPLORATION_FACTOR
 
 MOVE_DISCOUNTS = ("age", "remaining", "both")
-TYPE_SPEEDS_KEY = "type_speeds"
-"""``JobInfo.extras`` key: the job's 1-GPU speed per GPU type (any unit), known before it
-has a model (Sia profiles it on arrival); used with ``initial_replicas``."""
 
 
 class HeteroPolluxPolicy(SiaPolicy):
@@ -123,7 +127,7 @@ class HeteroPolluxPolicy(SiaPolicy):
             raise ConfigError("initial_replicas", initial_replicas, "use a whole number >= 1")
         self.initial_replicas = initial_replicas
         """A job that has not run yet may start with this many replicas (the reference:
-        1; the simulator reads it): without a model, its goodput is taken to scale
+        1; the drivers apply it, :meth:`~pollux.policies.base.Policy.growth_rule`): without a model, its goodput is taken to scale
         perfectly from its 1-GPU speed on each type (``extras[TYPE_SPEEDS_KEY]``)."""
         self._tail: frozenset[str] = frozenset()
         """This round's tail jobs (``tail_share``), set by :meth:`optimize`."""

@@ -51,6 +51,7 @@ from pollux.policies.autoscaling.utility import (
     throughput_speedup_function,
 )
 from pollux.policies.base import (
+    TYPE_SPEEDS_KEY,
     Allocation,
     JobInfo,
     NodeInfo,
@@ -234,31 +235,36 @@ class SpeedupCache:
 
 def exploration_bound(report: JobReport, max_profiled_replicas: int | None = None,
                       num_held_replicas: int | None = None,
-                      factor: float = EXPLORATION_FACTOR) -> int:
+                      factor: float = EXPLORATION_FACTOR, least: int = 1) -> int:
     """The most replicas the policy may give the job (module docstring); by default from
     the replicas its hints profiled and the replicas it holds; ``factor``: times the
     replicas profiled (the policy's :attr:`~pollux.policies.base.Policy.
-    exploration_factor`)."""
+    exploration_factor`); ``least``: the bound's floor (the policy's initial replicas
+    for a job that has not run anywhere)."""
     bound = report.max_replicas
     hints = report.hints
     if hints is not None:
         profiled = (hints.max_profiled_replicas if max_profiled_replicas is None
                     else max_profiled_replicas)
         held = report.num_held_replicas if num_held_replicas is None else num_held_replicas
-        explored = min(MAX_EXPLORATION_REPLICAS, max(int(np.ceil(factor * profiled)), 1))
+        explored = min(MAX_EXPLORATION_REPLICAS,
+                       max(int(np.ceil(factor * profiled)), 1, least))
         useful = max(1, hints.max_batch_size // max(hints.local_bsz_bounds[0], 1))
         bound = min(bound, max(explored, held), useful)
     return max(bound, report.min_replicas)
 
 
 def typed_caps(report: JobReport, hints: JobHints, gpu_types: Sequence[str],
-               factor: float = EXPLORATION_FACTOR) -> dict[str, int]:
+               factor: float = EXPLORATION_FACTOR, initial_replicas: int = 1
+               ) -> dict[str, int]:
     """The job's growth cap on each of ``gpu_types``, from what ``hints`` (the report's)
-    say it profiled there (``factor``: see :func:`exploration_bound`)."""
+    say it profiled there (``factor``: see :func:`exploration_bound`); before it has run
+    anywhere, ``initial_replicas`` on every type."""
     profiles = hints.profiles_by_type()
+    ran = any(profile.max_profiled_replicas > 0 for profile in profiles.values())
     return {gpu_type: exploration_bound(
         report, profiles[gpu_type].max_profiled_replicas if gpu_type in profiles else 0, 0,
-        factor) for gpu_type in gpu_types}
+        factor, 1 if ran else initial_replicas) for gpu_type in gpu_types}
 
 
 def learned_type_speeds(reports: Sequence[JobReport], gpu_types: Sequence[str],
@@ -288,12 +294,15 @@ def learned_type_speeds(reports: Sequence[JobReport], gpu_types: Sequence[str],
 def job_info(report: JobReport, now_s: float, cache: SpeedupCache,
              throughput_speedups: bool = False, gpu_types: Sequence[str] = (),
              exploration_factor: float | None = None,
-             type_speeds: Mapping[str, float] | None = None) -> JobInfo:
+             type_speeds: Mapping[str, float] | None = None,
+             initial_replicas: int = 1) -> JobInfo:
     """The policy's record of one job (module docstring); ``gpu_types``: the cluster's
     GPU types (a typed model is built from the hints when there are several);
     ``exploration_factor``: the policy's growth factor (None: :data:`EXPLORATION_FACTOR`);
     ``type_speeds``: relative GPU type speeds that project the typed model onto types the
-    job has not run on."""
+    job has not run on (and, for a job without a model, ``extras[TYPE_SPEEDS_KEY]``);
+    ``initial_replicas``: the policy's cap on every type for a job that has not run
+    anywhere (:meth:`~pollux.policies.base.Policy.growth_rule`)."""
     factor = EXPLORATION_FACTOR if exploration_factor is None else exploration_factor
     speedup = throughput = None
     typed_goodput, caps = report.typed_goodput, report.max_replicas_by_type
@@ -303,7 +312,7 @@ def job_info(report: JobReport, now_s: float, cache: SpeedupCache,
             speedup, throughput = cache.speedups(report.name, report.hints)
             if len(gpu_types) > 1 and typed_goodput is None:
                 typed_goodput = cache.typed(report.name, report.hints, type_speeds)
-                caps = typed_caps(report, report.hints, gpu_types, factor)
+                caps = typed_caps(report, report.hints, gpu_types, factor, initial_replicas)
                 max_replicas = max(exploration_bound(report, factor=factor), *caps.values())
         except Exception as exc:  # a model that refuses the hints stays with its job
             logger.warning("job %s: ignoring hints that cannot be evaluated: %s",
@@ -313,13 +322,19 @@ def job_info(report: JobReport, now_s: float, cache: SpeedupCache,
             report = replace(report, hints=None)
             speedup = throughput = typed_goodput = max_replicas = None
             caps = report.max_replicas_by_type
+    extras = report.extras
+    if len(gpu_types) > 1 and typed_goodput is None:  # no model yet (the service's)
+        if not caps and initial_replicas > 1:  # no hints either: caps as before any run
+            caps = {t: min(initial_replicas, report.max_replicas) for t in gpu_types}
+            max_replicas = max(caps.values())
+        if type_speeds and TYPE_SPEEDS_KEY not in extras:
+            extras = {**extras, TYPE_SPEEDS_KEY: dict(type_speeds)}
     remaining_s = report.remaining_s
     if report.remaining_progress is not None and report.hints is not None:
         base = getattr(speedup, "base_goodput", None)
         if base:
             remaining_s = (report.remaining_progress * report.hints.init_batch_size
                            / float(base))
-    extras = report.extras
     if throughput_speedups and throughput is not None:
         extras = {**extras, THROUGHPUT_SPEEDUP_KEY: throughput}
     return JobInfo(
@@ -358,11 +373,14 @@ def without_models(jobs: Sequence[JobInfo]) -> tuple[JobInfo, ...]:
 def job_infos(reports: Sequence[JobReport], now_s: float, cache: SpeedupCache,
               throughput_speedups: bool = False, gpu_types: Sequence[str] = (),
               exploration_factor: float | None = None,
-              type_speeds: Mapping[str, float] | None = None) -> tuple[JobInfo, ...]:
+              type_speeds: Mapping[str, float] | None = None,
+              initial_replicas: int = 1) -> tuple[JobInfo, ...]:
     """The policy's records of ``reports`` (in the driver's order); ``cache`` forgets the
-    jobs no longer reported. ``gpu_types``, ``exploration_factor``, ``type_speeds``: see
-    job_info (a driver learns the speeds with :func:`learned_type_speeds`)."""
+    jobs no longer reported. ``gpu_types``, ``exploration_factor``, ``type_speeds``,
+    ``initial_replicas``: see job_info (a driver learns the speeds with
+    :func:`learned_type_speeds`, the growth rule from the policy's
+    :meth:`~pollux.policies.base.Policy.growth_rule`)."""
     jobs = tuple(job_info(r, now_s, cache, throughput_speedups, gpu_types, exploration_factor,
-                          type_speeds) for r in reports)
+                          type_speeds, initial_replicas) for r in reports)
     cache.forget(r.name for r in reports)
     return jobs

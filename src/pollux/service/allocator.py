@@ -152,9 +152,10 @@ class Allocator:
         types = tuple(gpu_types_of(nodes))
         if len(types) > 1:
             self.type_speeds = learned_type_speeds(reports, types, self.config.gpu_type_speeds)
+        factor, initial = self.policy.growth_rule(types)
         jobs = job_infos(reports, now, self._speedups,
                          throughput_speedups=self.autoscaler is not None, gpu_types=types,
-                         exploration_factor=self.policy.exploration_factor,
+                         exploration_factor=factor, initial_replicas=initial,
                          type_speeds=self.type_speeds if len(types) > 1 else None)
         if not jobs and self.autoscaler is None:
             return

@@ -28,6 +28,7 @@ from typing import Any, Generic, TypeVar
 
 from threadpoolctl import threadpool_limits
 
+from pollux.cluster_spec import gpu_types_of
 from pollux.policies.base import GPU, Allocation, JobInfo, NodeInfo, Policy
 from pollux.policies.decision import check_decision
 from pollux.policies.snapshot import JobReport, Snapshot, SpeedupCache, job_infos
@@ -160,7 +161,8 @@ class RoundLoop(ABC, Generic[J]):
         are then; its decision checked and applied."""
         infos = job_infos([self._report(job) for job in jobs], now, self._speedups,
                           throughput_speedups=self.throughput_speedups,
-                          exploration_factor=self.policy.exploration_factor)
+                          exploration_factor=self.policy.growth_rule(
+                              tuple(gpu_types_of(self.nodes)))[0])
         self._before_policy(jobs, infos, now)
         if not jobs:
             return RoundLog(now, 0)

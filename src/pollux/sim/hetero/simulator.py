@@ -32,8 +32,7 @@ from typing import Any
 from pollux.cluster_spec import ClusterSpec, allocation_gpu_type
 from pollux.errors import ConfigError
 from pollux.models.type_speeds import estimate_type_speeds
-from pollux.policies.base import Allocation, Policy, TunedConfig
-from pollux.policies.hetero_pollux import TYPE_SPEEDS_KEY
+from pollux.policies.base import TYPE_SPEEDS_KEY, Allocation, Policy, TunedConfig
 from pollux.policies.snapshot import EXPLORATION_FACTOR, JobReport
 from pollux.sim.adaptive import FitCache
 from pollux.sim.hetero.apps import TypedApplication
@@ -116,8 +115,8 @@ class HeteroSimulator(RoundLoop[HeteroJob]):
         aware = bool(getattr(type(policy), "heterogeneity_aware", True))
         pooled_type = getattr(type(policy), "pooled_limits_type", None)
         self.adaptive_jobs = bool(getattr(type(policy), "adaptive_jobs", True))
-        self._growth_factor = policy.exploration_factor or EXPLORATION_FACTOR
-        self._initial_replicas = int(getattr(policy, "initial_replicas", 1))
+        factor, self._initial_replicas = policy.growth_rule(config.cluster.gpu_types)
+        self._growth_factor = factor or EXPLORATION_FACTOR
         self.jobs = tuple(
             HeteroJob(spec, applications[spec.application], self.fits,
                       speeds[spec.application] if config.project_unseen_types else None,
