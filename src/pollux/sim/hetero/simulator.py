@@ -14,13 +14,13 @@ fixed-batch jobs at their tuned batch size; each reports, per GPU type, its repl
 and the Optimus oracle of remaining time. A policy whose class sets
 ``heterogeneity_aware = False`` gets heterogeneity-unaware
 jobs, as Sia's artifact runs Pollux: one throughput model pooled over every type, a plain
-``speedup_fn`` with the batch limits of the policy's ``pooled_limits_type``. A policy
-with an ``exploration_factor`` (:attr:`~pollux.policies.base.Policy.exploration_factor`)
-lets each job grow to that many times the replicas it has run with on a type (None, the
-reference: 2); one with an
-``initial_replicas`` attribute lets a job that has not run yet start with that many (the
-reference: 1). Jobs that project unseen types also report their application's 1-GPU
-speed per type (``extras[TYPE_SPEEDS_KEY]``, what Sia profiles on arrival).
+``speedup_fn`` with the batch limits of the policy's ``pooled_limits_type``. The
+policy's growth rule on the cluster's types
+(:meth:`~pollux.policies.base.Policy.growth_rule`, as the service applies it) sets the
+caps: a job grows to ``exploration_factor`` times the replicas it has run with on a type
+(None, the reference: 2) and starts with ``initial_replicas`` (the reference: 1). Jobs
+that project unseen types also report their application's 1-GPU speed per type
+(``extras[TYPE_SPEEDS_KEY]``, what Sia profiles on arrival).
 """
 
 from __future__ import annotations
