@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 from pollux.policies.base import Allocation, JobInfo, NodeInfo
 from pollux.policies.pollux import GAConfig, GeneticOptimizer, build_problem, repair
 from pollux.policies.pollux.ga import PopulationFitness
-from pollux.policies.pollux.objective import ObjectiveConfig, PolluxObjective
+from pollux.policies.pollux.objective import PolluxObjective
+from pollux.policies.pollux.objective_config import ObjectiveConfig
 from pollux.policies.pollux.problem import AllocationProblem, IntArray, count_along
 from tests.policies.pollux_builders import snapshots
 

@@ -11,13 +11,8 @@ from __future__ import annotations
 from pollux.policies.pollux.constraints import repair, violations
 from pollux.policies.pollux.ga import GAConfig, GeneticOptimizer
 from pollux.policies.pollux.marginal import MarginalGainOptimizer
-from pollux.policies.pollux.objective import (
-    FairShareRounding,
-    ObjectiveConfig,
-    PolluxObjective,
-    power_mean,
-    restart_factor,
-)
+from pollux.policies.pollux.objective import PolluxObjective, power_mean, restart_factor
+from pollux.policies.pollux.objective_config import FairShareRounding, ObjectiveConfig
 from pollux.policies.pollux.policy import PolluxGAPolicy, PolluxPolicy, PolluxRemainingPolicy
 from pollux.policies.pollux.problem import AllocationProblem, build_problem
 

@@ -15,11 +15,8 @@ from pollux.errors import ConfigError
 from pollux.policies.base import Allocations, JobInfo, NodeInfo, Policy, PolicyDecision
 from pollux.policies.pollux.ga import GAConfig, GeneticOptimizer
 from pollux.policies.pollux.marginal import MarginalGainOptimizer
-from pollux.policies.pollux.objective import (
-    FairShareRounding,
-    ObjectiveConfig,
-    PolluxObjective,
-)
+from pollux.policies.pollux.objective import PolluxObjective
+from pollux.policies.pollux.objective_config import FairShareRounding, ObjectiveConfig
 from pollux.policies.pollux.problem import AllocationProblem, IntArray, build_problem
 
 logger = logging.getLogger(__name__)
