@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -108,10 +108,10 @@ VARIANTS: dict[str, Callable[[], Policy]] = {
 every restart delay 0 (a ceiling)."""
 
 
-def _oracle_models(traces_dir: str) -> dict[tuple[str, str], Any]:
-    """(application, type) -> throughput params fitted to every placement measured."""
+def _typed_traces(traces_dir: str) -> Iterator[tuple[Any, str]]:
+    """(trace, GPU type) of every application directory measured on each of the
+    cluster's types (an application without a type is skipped)."""
     from pollux.sim.traces import read_trace_dir
-    fits = {}
     for app_dir in sorted(Path(traces_dir).iterdir()):
         if not app_dir.is_dir():
             continue
@@ -120,13 +120,20 @@ def _oracle_models(traces_dir: str) -> dict[tuple[str, str], Any]:
                 trace = read_trace_dir(app_dir, gpu_type)
             except Exception:  # noqa: BLE001 - an application without this type
                 continue
-            rows = []
-            for placement, data in trace.placements.items():
-                nodes, replicas = sum(1 for c in placement if c), sum(placement)
-                for bsz, step, sync in zip(data.local_bsz, data.step_time, data.sync_time):
-                    rows.append((float(nodes), float(replicas), float(bsz),
-                                 max(float(step - sync), 1e-9), float(step)))
-            fits[trace.name, gpu_type] = fit_throughput_params(rows)
+            yield trace, gpu_type
+
+
+def _oracle_models(traces_dir: str) -> dict[tuple[str, str], Any]:
+    """(application, type) -> throughput params fitted to every placement measured."""
+    fits = {}
+    for trace, gpu_type in _typed_traces(traces_dir):
+        rows = []
+        for placement, data in trace.placements.items():
+            nodes, replicas = sum(1 for c in placement if c), sum(placement)
+            for bsz, step, sync in zip(data.local_bsz, data.step_time, data.sync_time):
+                rows.append((float(nodes), float(replicas), float(bsz),
+                             max(float(step - sync), 1e-9), float(step)))
+        fits[trace.name, gpu_type] = fit_throughput_params(rows)
     return fits
 
 
@@ -158,23 +165,15 @@ def _install_oracle(traces_dir: str) -> None:
 def _one_gpu_lines(traces_dir: str) -> dict[tuple[str, str], tuple[float, float]]:
     """(application, type) -> least-squares (intercept s, slope s/sample) of the 1-GPU
     step time over the local batch (what profiling one GPU at two batches gives)."""
-    from pollux.sim.traces import read_trace_dir
     lines = {}
-    for app_dir in sorted(Path(traces_dir).iterdir()):
-        if not app_dir.is_dir():
-            continue
-        for gpu_type in parse_cluster_spec(CLUSTER).gpu_types:
-            try:
-                trace = read_trace_dir(app_dir, gpu_type)
-            except Exception:  # noqa: BLE001 - an application without this type
-                continue
-            bsz, step = [], []
-            for placement, data in trace.placements.items():
-                if sum(placement) == 1:
-                    bsz += [float(b) for b in data.local_bsz]
-                    step += [float(t) for t in data.step_time]
-            slope, intercept = np.polyfit(bsz, step, 1)
-            lines[trace.name, gpu_type] = (max(float(intercept), 1e-6), max(float(slope), 1e-9))
+    for trace, gpu_type in _typed_traces(traces_dir):
+        bsz, step = [], []
+        for placement, data in trace.placements.items():
+            if sum(placement) == 1:
+                bsz += [float(b) for b in data.local_bsz]
+                step += [float(t) for t in data.step_time]
+        slope, intercept = np.polyfit(bsz, step, 1)
+        lines[trace.name, gpu_type] = (max(float(intercept), 1e-6), max(float(slope), 1e-9))
     return lines
 
 

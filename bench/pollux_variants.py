@@ -33,6 +33,14 @@ from pollux.sim.workload import Workload, read_workload, workload_files
 
 ARTIFACT = Path(__file__).resolve().parents[1].parent / "shared" / "pollux-artifact"
 
+def _remaining(weight: float, **more: Any) -> tuple[str, dict[str, Any]]:
+    """``pollux`` with the remaining-time ingredients of ``pollux-remaining`` (restart
+    factor, 20% minimum gain, whole-node shrinking), Smith's exponent ``weight`` and
+    ``more`` options."""
+    return ("pollux", {"remaining_weight": weight, "remaining_restart": True,
+                       "min_restart_gain": 0.2, "shrink_whole_nodes": True, **more})
+
+
 VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "paper": ("pollux", {}),
     "alpha0.5": ("pollux", {"remaining_weight": 0.5}),
@@ -42,8 +50,8 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "alpha0.5-step2": ("pollux", {"remaining_weight": 0.5, "remaining_step": 2.0}),
     "alpha1-step4": ("pollux", {"remaining_weight": 1.0, "remaining_step": 4.0}),
     "alpha1-cap1": ("pollux", {"remaining_weight": 1.0, "remaining_max_ratio": 1.0}),
-    "alpha1-cap1-step2": ("pollux", {"remaining_weight": 1.0, "remaining_max_ratio": 1.0,
-                                     "remaining_step": 2.0}),
+    "alpha1-cap1-step2": ("pollux", {
+        "remaining_weight": 1.0, "remaining_max_ratio": 1.0, "remaining_step": 2.0}),
     "alpha1-adm": ("pollux", {"remaining_weight": 1.0, "remaining_admission": True}),
     "alpha0.5-adm": ("pollux", {"remaining_weight": 0.5, "remaining_admission": True}),
     "alpha0.5-cap1": ("pollux", {"remaining_weight": 0.5, "remaining_max_ratio": 1.0}),
@@ -52,136 +60,78 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "alpha0.5-rr": ("pollux", {"remaining_weight": 0.5, "remaining_restart": True}),
     "alpha1-rr": ("pollux", {"remaining_weight": 1.0, "remaining_restart": True}),
     "alpha0.5-g10": ("pollux", {"remaining_weight": 0.5, "min_restart_gain": 0.1}),
-    "alpha0.5-rr-g10": ("pollux", {"remaining_weight": 0.5, "remaining_restart": True,
-                                   "min_restart_gain": 0.1}),
-    "alpha0.5-rr-g20": ("pollux", {"remaining_weight": 0.5, "remaining_restart": True,
-                                   "min_restart_gain": 0.2}),
-    "alpha1-rr-g10": ("pollux", {"remaining_weight": 1.0, "remaining_restart": True,
-                                 "min_restart_gain": 0.1}),
-    "alpha0.5-rr-g10-cap4": ("pollux", {"remaining_weight": 0.5, "remaining_restart": True,
-                                        "min_restart_gain": 0.1, "remaining_max_ratio": 4.0}),
+    "alpha0.5-rr-g10": ("pollux", {
+        "remaining_weight": 0.5, "remaining_restart": True, "min_restart_gain": 0.1}),
+    "alpha0.5-rr-g20": ("pollux", {
+        "remaining_weight": 0.5, "remaining_restart": True, "min_restart_gain": 0.2}),
+    "alpha1-rr-g10": ("pollux", {
+        "remaining_weight": 1.0, "remaining_restart": True, "min_restart_gain": 0.1}),
+    "alpha0.5-rr-g10-cap4": ("pollux", {
+        "remaining_weight": 0.5, "remaining_restart": True, "min_restart_gain": 0.1,
+        "remaining_max_ratio": 4.0}),
     "paper-whole": ("pollux", {"shrink_whole_nodes": True}),
-    "alpha0.5-rr-g20-whole": ("pollux", {"remaining_weight": 0.5, "remaining_restart": True,
-                                         "min_restart_gain": 0.2, "shrink_whole_nodes": True}),
-    "alpha1-rr-g20-whole": ("pollux", {"remaining_weight": 1.0, "remaining_restart": True,
-                                       "min_restart_gain": 0.2, "shrink_whole_nodes": True}),
-    "alpha0.5-rronly-g20-whole": ("pollux", {
-        "remaining_weight": 0.5, "remaining_restart": True, "min_restart_gain": 0.2,
-        "shrink_whole_nodes": True, "age_restart_factor": False}),
-    "alpha0.5-rr-g20big-whole": ("pollux", {
-        "remaining_weight": 0.5, "remaining_restart": True, "min_restart_gain": 0.2,
-        "min_restart_gain_replicas": 4, "shrink_whole_nodes": True}),
-    "alpha1-rr-g20big-whole": ("pollux", {
-        "remaining_weight": 1.0, "remaining_restart": True, "min_restart_gain": 0.2,
-        "min_restart_gain_replicas": 4, "shrink_whole_nodes": True}),
-    "alpha1.5-rr-g20big-whole": ("pollux", {
-        "remaining_weight": 1.5, "remaining_restart": True, "min_restart_gain": 0.2,
-        "min_restart_gain_replicas": 4, "shrink_whole_nodes": True}),
-    "alpha2-rr-g20big-whole": ("pollux", {
-        "remaining_weight": 2.0, "remaining_restart": True, "min_restart_gain": 0.2,
-        "min_restart_gain_replicas": 4, "shrink_whole_nodes": True}),
+    "alpha0.5-rr-g20-whole": _remaining(0.5),
+    "alpha1-rr-g20-whole": _remaining(1.0),
+    "alpha0.5-rronly-g20-whole": _remaining(0.5, age_restart_factor=False),
+    "alpha0.5-rr-g20big-whole": _remaining(0.5, min_restart_gain_replicas=4),
+    "alpha1-rr-g20big-whole": _remaining(1.0, min_restart_gain_replicas=4),
+    "alpha1.5-rr-g20big-whole": _remaining(1.5, min_restart_gain_replicas=4),
+    "alpha2-rr-g20big-whole": _remaining(2.0, min_restart_gain_replicas=4),
     "paper-x4": ("pollux", {"exploration_factor": 4.0}),
-    "alpha0.5-rr-g20-whole-x4": ("pollux", {
-        "remaining_weight": 0.5, "remaining_restart": True, "min_restart_gain": 0.2,
-        "shrink_whole_nodes": True, "exploration_factor": 4.0}),
-    "alpha1-rr-g20-whole-x4": ("pollux", {
-        "remaining_weight": 1.0, "remaining_restart": True, "min_restart_gain": 0.2,
-        "shrink_whole_nodes": True, "exploration_factor": 4.0}),
-    "alpha1-rr-g20big-whole-x4": ("pollux", {
-        "remaining_weight": 1.0, "remaining_restart": True, "min_restart_gain": 0.2,
-        "min_restart_gain_replicas": 4, "shrink_whole_nodes": True, "exploration_factor": 4.0}),
-    "alpha0.5-rr-g20-whole-x4-guard": ("pollux", {
-        "remaining_weight": 0.5, "remaining_restart": True, "min_restart_gain": 0.2,
-        "shrink_whole_nodes": True, "exploration_factor": 4.0, "remaining_guard": 1.0}),
-    "alpha1-rr-g20-whole-x4-guard": ("pollux", {
-        "remaining_weight": 1.0, "remaining_restart": True, "min_restart_gain": 0.2,
-        "shrink_whole_nodes": True, "exploration_factor": 4.0, "remaining_guard": 1.0}),
-    "alpha2-rr-g20-whole-x4-guard": ("pollux", {
-        "remaining_weight": 2.0, "remaining_restart": True, "min_restart_gain": 0.2,
-        "shrink_whole_nodes": True, "exploration_factor": 4.0, "remaining_guard": 1.0}),
-    "alpha0.5-rr-g20-whole-x4-uw": ("pollux", {
-        "remaining_weight": 0.5, "remaining_restart": True, "min_restart_gain": 0.2,
-        "shrink_whole_nodes": True, "exploration_factor": 4.0, "unweighted_restarts": True}),
-    "alpha1-rr-g20-whole-x4-uw": ("pollux", {
-        "remaining_weight": 1.0, "remaining_restart": True, "min_restart_gain": 0.2,
-        "shrink_whole_nodes": True, "exploration_factor": 4.0, "unweighted_restarts": True}),
-    "alpha1-rr-g20big-whole-x4-uw": ("pollux", {
-        "remaining_weight": 1.0, "remaining_restart": True, "min_restart_gain": 0.2,
-        "min_restart_gain_replicas": 4, "shrink_whole_nodes": True, "exploration_factor": 4.0,
-        "unweighted_restarts": True}),
-    "alpha1-rr-g20-whole-uw": ("pollux", {
-        "remaining_weight": 1.0, "remaining_restart": True, "min_restart_gain": 0.2,
-        "shrink_whole_nodes": True, "unweighted_restarts": True}),
-    "alpha1-rr-g20-whole-x4-cap10": ("pollux", {
-        "remaining_weight": 1.0, "remaining_restart": True, "min_restart_gain": 0.2,
-        "shrink_whole_nodes": True, "exploration_factor": 4.0, "remaining_max_ratio": 10.0}),
-    "alpha1-rr-g20-whole-x4-cap30": ("pollux", {
-        "remaining_weight": 1.0, "remaining_restart": True, "min_restart_gain": 0.2,
-        "shrink_whole_nodes": True, "exploration_factor": 4.0, "remaining_max_ratio": 30.0}),
-    "alpha1-rr-g20-whole-x4-eff0.5": ("pollux", {
-        "remaining_weight": 1.0, "remaining_restart": True, "min_restart_gain": 0.2,
-        "shrink_whole_nodes": True, "exploration_factor": 4.0, "efficient_boost": 0.5}),
-    "alpha1-rr-g20-whole-x4-eff0.7": ("pollux", {
-        "remaining_weight": 1.0, "remaining_restart": True, "min_restart_gain": 0.2,
-        "shrink_whole_nodes": True, "exploration_factor": 4.0, "efficient_boost": 0.7}),
-    "alpha1-rr-g20-whole-x4-eff0.5-uw": ("pollux", {
-        "remaining_weight": 1.0, "remaining_restart": True, "min_restart_gain": 0.2,
-        "shrink_whole_nodes": True, "exploration_factor": 4.0, "efficient_boost": 0.5,
-        "unweighted_restarts": True}),
-    "alpha0.75-rr-g20-whole-x4-eff0.5-uw": ("pollux", {
-        "remaining_weight": 0.75, "remaining_restart": True, "min_restart_gain": 0.2,
-        "shrink_whole_nodes": True, "exploration_factor": 4.0, "efficient_boost": 0.5,
-        "unweighted_restarts": True}),
-    "alpha0.5-rr-g20-whole-x4-eff0.5-uw": ("pollux", {
-        "remaining_weight": 0.5, "remaining_restart": True, "min_restart_gain": 0.2,
-        "shrink_whole_nodes": True, "exploration_factor": 4.0, "efficient_boost": 0.5,
-        "unweighted_restarts": True}),
-    "alpha1-rr-g20-whole-x4-eff0.5-uw-srpt": ("pollux", {
-        "remaining_weight": 1.0, "remaining_restart": True, "min_restart_gain": 0.2,
-        "shrink_whole_nodes": True, "exploration_factor": 4.0, "efficient_boost": 0.5,
-        "unweighted_restarts": True, "remaining_max_ratio": 1e6}),
-    "alpha1-rr-g20-whole-x4-srpt": ("pollux", {
-        "remaining_weight": 1.0, "remaining_restart": True, "min_restart_gain": 0.2,
-        "shrink_whole_nodes": True, "exploration_factor": 4.0, "remaining_max_ratio": 1e6}),
-    "p0.5-alpha1-rr-g20-whole-x4": ("pollux", {
-        "p": -0.5, "remaining_weight": 1.0, "remaining_restart": True,
-        "min_restart_gain": 0.2, "shrink_whole_nodes": True, "exploration_factor": 4.0}),
-    "p0.5-alpha2-rr-g20-whole-x4": ("pollux", {
-        "p": -0.5, "remaining_weight": 2.0, "remaining_restart": True,
-        "min_restart_gain": 0.2, "shrink_whole_nodes": True, "exploration_factor": 4.0}),
-    "p2-alpha0.5-rr-g20-whole-x4": ("pollux", {
-        "p": -2.0, "remaining_weight": 0.5, "remaining_restart": True,
-        "min_restart_gain": 0.2, "shrink_whole_nodes": True, "exploration_factor": 4.0}),
-    "p0.25-alpha4-rr-g20-whole-x4": ("pollux", {
-        "p": -0.25, "remaining_weight": 4.0, "remaining_restart": True,
-        "min_restart_gain": 0.2, "shrink_whole_nodes": True, "exploration_factor": 4.0}),
-    "p0.5-alpha2-rr-g20-whole": ("pollux", {
-        "p": -0.5, "remaining_weight": 2.0, "remaining_restart": True,
-        "min_restart_gain": 0.2, "shrink_whole_nodes": True}),
-    "p0.5-alpha2-rr-g20-whole-x4-guard1": ("pollux", {
-        "p": -0.5, "remaining_weight": 2.0, "remaining_restart": True,
-        "min_restart_gain": 0.2, "shrink_whole_nodes": True, "exploration_factor": 4.0,
-        "remaining_guard": 1.0}),
-    "p0.5-alpha2-rr-g20-whole-x4-guard0.5": ("pollux", {
-        "p": -0.5, "remaining_weight": 2.0, "remaining_restart": True,
-        "min_restart_gain": 0.2, "shrink_whole_nodes": True, "exploration_factor": 4.0,
-        "remaining_guard": 0.5}),
-    "p0.5-alpha2-rr-g20-whole-x4-eff0.5-uw": ("pollux", {
-        "p": -0.5, "remaining_weight": 2.0, "remaining_restart": True,
-        "min_restart_gain": 0.2, "shrink_whole_nodes": True, "exploration_factor": 4.0,
-        "efficient_boost": 0.5, "unweighted_restarts": True}),
+    "alpha0.5-rr-g20-whole-x4": _remaining(0.5, exploration_factor=4.0),
+    "alpha1-rr-g20-whole-x4": _remaining(1.0, exploration_factor=4.0),
+    "alpha1-rr-g20big-whole-x4": _remaining(
+        1.0, min_restart_gain_replicas=4, exploration_factor=4.0),
+    "alpha0.5-rr-g20-whole-x4-guard": _remaining(0.5, exploration_factor=4.0, remaining_guard=1.0),
+    "alpha1-rr-g20-whole-x4-guard": _remaining(1.0, exploration_factor=4.0, remaining_guard=1.0),
+    "alpha2-rr-g20-whole-x4-guard": _remaining(2.0, exploration_factor=4.0, remaining_guard=1.0),
+    "alpha0.5-rr-g20-whole-x4-uw": _remaining(
+        0.5, exploration_factor=4.0, unweighted_restarts=True),
+    "alpha1-rr-g20-whole-x4-uw": _remaining(1.0, exploration_factor=4.0, unweighted_restarts=True),
+    "alpha1-rr-g20big-whole-x4-uw": _remaining(
+        1.0, min_restart_gain_replicas=4, exploration_factor=4.0, unweighted_restarts=True),
+    "alpha1-rr-g20-whole-uw": _remaining(1.0, unweighted_restarts=True),
+    "alpha1-rr-g20-whole-x4-cap10": _remaining(
+        1.0, exploration_factor=4.0, remaining_max_ratio=10.0),
+    "alpha1-rr-g20-whole-x4-cap30": _remaining(
+        1.0, exploration_factor=4.0, remaining_max_ratio=30.0),
+    "alpha1-rr-g20-whole-x4-eff0.5": _remaining(1.0, exploration_factor=4.0, efficient_boost=0.5),
+    "alpha1-rr-g20-whole-x4-eff0.7": _remaining(1.0, exploration_factor=4.0, efficient_boost=0.7),
+    "alpha1-rr-g20-whole-x4-eff0.5-uw": _remaining(
+        1.0, exploration_factor=4.0, efficient_boost=0.5, unweighted_restarts=True),
+    "alpha0.75-rr-g20-whole-x4-eff0.5-uw": _remaining(
+        0.75, exploration_factor=4.0, efficient_boost=0.5, unweighted_restarts=True),
+    "alpha0.5-rr-g20-whole-x4-eff0.5-uw": _remaining(
+        0.5, exploration_factor=4.0, efficient_boost=0.5, unweighted_restarts=True),
+    "alpha1-rr-g20-whole-x4-eff0.5-uw-srpt": _remaining(
+        1.0, exploration_factor=4.0, efficient_boost=0.5, unweighted_restarts=True,
+        remaining_max_ratio=1e6),
+    "alpha1-rr-g20-whole-x4-srpt": _remaining(
+        1.0, exploration_factor=4.0, remaining_max_ratio=1e6),
+    "p0.5-alpha1-rr-g20-whole-x4": _remaining(1.0, p=-0.5, exploration_factor=4.0),
+    "p0.5-alpha2-rr-g20-whole-x4": _remaining(2.0, p=-0.5, exploration_factor=4.0),
+    "p2-alpha0.5-rr-g20-whole-x4": _remaining(0.5, p=-2.0, exploration_factor=4.0),
+    "p0.25-alpha4-rr-g20-whole-x4": _remaining(4.0, p=-0.25, exploration_factor=4.0),
+    "p0.5-alpha2-rr-g20-whole": _remaining(2.0, p=-0.5),
+    "p0.5-alpha2-rr-g20-whole-x4-guard1": _remaining(
+        2.0, p=-0.5, exploration_factor=4.0, remaining_guard=1.0),
+    "p0.5-alpha2-rr-g20-whole-x4-guard0.5": _remaining(
+        2.0, p=-0.5, exploration_factor=4.0, remaining_guard=0.5),
+    "p0.5-alpha2-rr-g20-whole-x4-eff0.5-uw": _remaining(
+        2.0, p=-0.5, exploration_factor=4.0, efficient_boost=0.5, unweighted_restarts=True),
     "milp": ("milp", {}),
     "milp-w0.5": ("milp", {"remaining_exponent": 0.5}),
     "milp-w1": ("milp", {"remaining_exponent": 1.0}),
     "milp-p1-w0.5": ("milp", {"p": -1.0, "remaining_exponent": 0.5}),
     "milp-w0.5-guard": ("milp", {"remaining_exponent": 0.5, "lambda_n": 50.0}),
     "milp-w1-guard": ("milp", {"remaining_exponent": 1.0, "lambda_n": 50.0}),
-    "milp-w0.5-guard-x4": ("milp", {"remaining_exponent": 0.5, "lambda_n": 50.0,
-                                    "exploration_factor": 4.0}),
-    "milp-w1-guard-x4": ("milp", {"remaining_exponent": 1.0, "lambda_n": 50.0,
-                                  "exploration_factor": 4.0}),
-    "milp-w0.5-both-guard": ("milp", {"remaining_exponent": 0.5, "lambda_n": 50.0,
-                                      "move_discount": "both", "weighted_moves": True}),
+    "milp-w0.5-guard-x4": ("milp", {
+        "remaining_exponent": 0.5, "lambda_n": 50.0, "exploration_factor": 4.0}),
+    "milp-w1-guard-x4": ("milp", {
+        "remaining_exponent": 1.0, "lambda_n": 50.0, "exploration_factor": 4.0}),
+    "milp-w0.5-both-guard": ("milp", {
+        "remaining_exponent": 0.5, "lambda_n": 50.0, "move_discount": "both",
+        "weighted_moves": True}),
     "ga": ("pollux-ga", {}),
     "ga-alpha1": ("pollux-ga", {"remaining_weight": 1.0}),
     "ga-submission": ("pollux-ga", {"least_service_first": False, "small_first": True}),
