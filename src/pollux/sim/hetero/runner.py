@@ -15,7 +15,6 @@ from pollux.errors import PolluxError
 from pollux.policies.registry import POLICY_CLASSES, make_policy
 from pollux.sim.hetero.apps import TypedApplication, load_typed_applications
 from pollux.sim.hetero.simulator import HeteroConfig, HeteroSimulator, summarize_hetero
-from pollux.sim.metrics import RunRecord
 from pollux.sim.runner import RunOutcome, build_policy, run_each, timeline_from
 from pollux.sim.workload import Workload
 
@@ -69,9 +68,3 @@ def run_hetero_outcomes(tasks: Sequence[HeteroTask], processes: int = 1,
                     lambda task: load_for(task.cluster, task.traces_dir),
                     lambda task: (task.cluster, task.traces_dir), processes, on_done)
 
-
-def run_hetero_tasks(tasks: Sequence[HeteroTask], processes: int = 1,
-                     on_done: Callable[[RunRecord], None] | None = None) -> list[RunRecord]:
-    """:func:`run_hetero_outcomes`' run records."""
-    report = None if on_done is None else (lambda outcome: on_done(outcome.record))
-    return [o.record for o in run_hetero_outcomes(tasks, processes, report)]
