@@ -26,6 +26,10 @@ class ReplicaState(str, Enum):
     """Requested, not yet running (e.g. waiting for a placement group)."""
     RUNNING = "running"
     EXITED = "exited"
+    UNKNOWN = "unknown"
+    """The backend has no evidence now (its controller is unreachable, an exit status
+    could not be recorded yet): the service neither fails nor relaunches the job on it,
+    and polls again. Only the backend's own evidence (EXITED) ends a launch."""
 
 
 @dataclass(frozen=True)
@@ -33,7 +37,7 @@ class ReplicaStatus:
     rank: int
     state: ReplicaState
     exit_code: int | None = None
-    """Process exit status; negative -N when killed by signal N."""
+    """Process exit status; negative -N when killed by signal N; None unless EXITED."""
 
 
 @dataclass(frozen=True)
