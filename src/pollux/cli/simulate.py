@@ -15,17 +15,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
 from pollux.cli.output import make_console
-from pollux.cluster_spec import parse_cluster_spec
+from pollux.cli.simulate_tables import result_tables, rich_table
+from pollux.cluster_spec import ClusterSpec, parse_cluster_spec
 from pollux.errors import ConfigError
 from pollux.policies.autoscaling import (
     DEFAULT_HIGH_UTIL,
@@ -36,9 +36,10 @@ from pollux.policies.autoscaling import (
 )
 from pollux.policies.registry import make_policy, policy_names
 from pollux.sim.generator import generate_workload
+from pollux.sim.hetero.lower_bound import with_typed_lower_bounds
+from pollux.sim.hetero.runner import HeteroTask, load_for, run_hetero_outcomes
 from pollux.sim.lower_bound import with_lower_bounds
-from pollux.sim.metrics import RunRecord, report, summarize_policies
-from pollux.sim.report import TextTable
+from pollux.sim.metrics import RunRecord, report
 from pollux.sim.runner import RunOutcome, RunTask, load_applications, run_tasks
 from pollux.sim.simulator import ClusterConfig
 from pollux.sim.workload import Workload, read_workload, workload_files
@@ -62,15 +63,6 @@ def _workloads(args: argparse.Namespace, applications: set[str]) -> list[Workloa
     return [read_workload(path, applications) for path in workload_files(args.workloads)]
 
 
-def _seconds(value: float) -> str:
-    return "-" if not math.isfinite(value) else f"{value:,.1f} s"
-
-
-def _ratio(value: float, bound: float) -> str:
-    return "-" if not (math.isfinite(value) and math.isfinite(bound) and bound > 0) \
-        else f"{value / bound:.2f}x"
-
-
 def _cluster_config(args: argparse.Namespace) -> ClusterConfig:
     autoscaler = check_autoscaler_name(args.autoscaler)
     if autoscaler == "none":
@@ -84,74 +76,6 @@ def _cluster_config(args: argparse.Namespace) -> ClusterConfig:
                          min_nodes=1 if args.min_nodes is None else args.min_nodes,
                          max_nodes=args.max_nodes, node_price_per_hour=args.node_price,
                          provision_delay_s=args.provision_delay_s)
-
-
-def _policy_table(records: list[RunRecord]) -> TextTable:
-    """Metrics as rows, policies side by side as columns (means over workloads)."""
-    summary = summarize_policies(records)
-    policies = list(summary)
-    runs = {p: [r for r in records if r.policy == p] for p in policies}
-
-    def mean(policy: str, field: str) -> float:
-        values = [r.round_s.median if field == "round_median_s" else getattr(r, field)
-                  for r in runs[policy]]
-        return sum(values) / len(values)
-
-    rows: list[tuple[str, Any]] = [
-        ("workloads", lambda p: str(len(runs[p]))),
-        ("jobs done", lambda p: f"{sum(r.num_completed for r in runs[p])}"
-                                f"/{sum(r.num_jobs for r in runs[p])}"),
-        ("avg JCT (mean)", lambda p: _seconds(summary[p]["mean_avg_jct_s"])),
-        ("lower bound (mean)", lambda p: _seconds(summary[p]["mean_lower_bound_avg_jct_s"])),
-        ("avg JCT / bound", lambda p: _ratio(summary[p]["mean_avg_jct_s"],
-                                             summary[p]["mean_lower_bound_avg_jct_s"])),
-        ("p50 JCT", lambda p: _seconds(mean(p, "p50_jct_s"))),
-        ("p99 JCT", lambda p: _seconds(mean(p, "p99_jct_s"))),
-        ("makespan", lambda p: _seconds(mean(p, "makespan_s"))),
-        ("GPU utilization", lambda p: f"{mean(p, 'gpu_utilization'):.1%}"),
-        ("restarts per job", lambda p: f"{mean(p, 'restarts_per_job'):.2f}"),
-        ("GPU-hours per job", lambda p: f"{mean(p, 'gpu_hours_per_job'):.2f}"),
-        *([("node-hours", lambda p: f"{summary[p]['mean_node_hours']:.1f}"),
-           ("cost", lambda p: f"{summary[p]['mean_cost']:,.2f}")]
-          if any(r.autoscaler != "none" for r in records) else []),
-        ("max FTF", lambda p: f"{summary[p]['max_ftf']:.2f}"),
-        ("unfair jobs (FTF>1)", lambda p: f"{mean(p, 'unfair_fraction'):.1%}"),
-        ("policy round p50", lambda p: f"{1e3 * mean(p, 'round_median_s'):.2f} ms"),
-        ("policy round max", lambda p: f"{1e3 * max(r.round_s.max for r in runs[p]):.1f} ms"),
-        ("wall time", lambda p: f"{sum(r.wall_s for r in runs[p]):.1f} s"),
-    ]
-    return TextTable("policies side by side (means over workloads)", ("metric", *policies),
-                     tuple((label, *(cell(p) for p in policies)) for label, cell in rows))
-
-
-def _workload_table(records: list[RunRecord]) -> TextTable:
-    policies = list(dict.fromkeys(r.policy for r in records))
-    rows: list[tuple[str, ...]] = []
-    by_key = {(r.workload, r.policy): r for r in records}
-    for workload in dict.fromkeys(r.workload for r in records):
-        cells = []
-        for policy in policies:
-            record = by_key.get((workload, policy))
-            done = record is not None and record.num_completed == record.num_jobs
-            cells.append("-" if record is None else
-                         f"{record.avg_jct_s:.1f}" + ("" if done else
-                                                      f" ({record.num_completed}/"
-                                                      f"{record.num_jobs} done)"))
-        bounds = [r.lower_bound_avg_jct_s for r in records
-                  if r.workload == workload and r.lower_bound_avg_jct_s is not None]
-        rows.append((workload, *cells, f"{bounds[0]:.1f}" if bounds else "-"))
-    return TextTable("average JCT per workload (s)", ("workload", *policies, "lower bound"),
-                     tuple(rows))
-
-
-def _rich(table: TextTable) -> Table:
-    """A TextTable for the terminal: first column left, the others right-aligned."""
-    printed = Table(title=table.title)
-    for i, column in enumerate(table.columns):
-        printed.add_column(column, justify="left" if i == 0 else "right")
-    for row in table.rows:
-        printed.add_row(*row)
-    return printed
 
 
 def _autoscaler_options(args: argparse.Namespace) -> dict[str, float]:
@@ -168,23 +92,27 @@ def _autoscaler_options(args: argparse.Namespace) -> dict[str, float]:
     return {"low_util": low, "high_util": high}
 
 
-def run(args: argparse.Namespace) -> int:
-    json_out = args.json == "-"  # stdout is the JSON: progress and notes go to stderr
-    console = Console(stderr=True) if json_out else make_console()
-    policies = _policies(args.policy)
-    if args.cluster is not None:
-        spec = parse_cluster_spec(args.cluster)
-        if spec.is_typed:
-            from pollux.cli.simulate_typed import run_typed
+def _progress(console: Console, total: int) -> tuple[Progress, Callable[[RunOutcome], None]]:
+    """A transient progress bar and the callback that advances it per finished run."""
+    progress = Progress(TextColumn("[progress.description]{task.description}"), BarColumn(),
+                        MofNCompleteColumn(), TimeElapsedColumn(), console=console,
+                        transient=True)
+    bar = progress.add_task("simulating", total=total)
 
-            return run_typed(args, spec, policies, console)
-        if len(spec.groups) > 1:
-            raise ConfigError("cluster", args.cluster, "untyped groups must be one NODESxGPUS")
-        args.nodes, args.gpus_per_node = spec.groups[0].num_nodes, spec.groups[0].gpus_per_node
+    def done(outcome: RunOutcome) -> None:
+        rec = outcome.record
+        progress.update(bar, advance=1, description=f"{rec.policy} on {rec.workload}: "
+                                                    f"{rec.avg_jct_s:.0f} s avg JCT")
+    return progress, done
+
+
+def _homogeneous(args: argparse.Namespace, policies: list[str], console: Console
+                 ) -> tuple[list[RunRecord], list[RunOutcome], str]:
+    """Every (workload, policy) on the one-type cluster; the records, the outcomes and
+    the description of the runs."""
     config = _cluster_config(args)
     apps = load_applications(args.traces)
-    applications = set(apps)
-    workloads = _workloads(args, applications)
+    workloads = _workloads(args, set(apps))
     options = _autoscaler_options(args)
     tasks = [RunTask(policy, workload, config, args.traces, args.seed,
                      timeline=args.plot is not None or args.html is not None,
@@ -200,40 +128,97 @@ def run(args: argparse.Namespace) -> int:
     console.print(f"{len(workloads)} workload(s) x {len(policies)} policies on "
                   f"{cluster}, applications from {source}, "
                   f"{processes} process(es)", highlight=False)
-    with Progress(TextColumn("[progress.description]{task.description}"), BarColumn(),
-                  MofNCompleteColumn(), TimeElapsedColumn(), console=console,
-                  transient=True) as progress:
-        bar = progress.add_task("simulating", total=len(tasks))
-
-        def done(outcome: RunOutcome) -> None:
-            rec = outcome.record
-            progress.update(bar, advance=1,
-                            description=f"{rec.policy} on {rec.workload}: "
-                                        f"{rec.avg_jct_s:.0f} s avg JCT")
-
+    progress, done = _progress(console, len(tasks))
+    with progress:
         outcomes = run_tasks(tasks, processes, done)
     records = with_lower_bounds([o.record for o in outcomes], workloads, apps, config)
-    tables = [_policy_table(records)] + ([_workload_table(records)] if len(workloads) > 1
-                                         else [])
+    return records, outcomes, (f"{len(workloads)} workload(s) on {cluster}, applications "
+                               f"from {source}, seed {args.seed}")
+
+
+def _typed(args: argparse.Namespace, spec: ClusterSpec, policies: list[str],
+           console: Console) -> tuple[list[RunRecord], list[RunOutcome], str]:
+    """Every (workload, policy) on the typed cluster ``spec`` (per-type traces)."""
+    check_typed_options(args)
+    if not args.traces:
+        raise ConfigError("traces", None, "a typed --cluster needs per-type traces, e.g. "
+                          "--traces ../shared/sia-artifact/traces")
+    if not args.workloads:
+        raise ConfigError("workloads", None, "give workload files or folders for a typed "
+                          "--cluster, e.g. ../shared/sia-artifact/workloads/philly")
+    apps = load_for(str(spec), args.traces)
+    workloads = [read_workload(path, set(apps)) for path in workload_files(args.workloads)]
+    tasks = [HeteroTask(policy, workload, str(spec), args.traces, args.interval, args.seed,
+                        timeline=bool(args.plot or args.html))
+             for workload in workloads for policy in policies]
+    processes = args.processes or min(len(tasks), os.cpu_count() or 1)
+    cluster = f"{spec} ({spec.num_gpus} GPUs)"
+    console.print(f"{len(workloads)} workload(s) x {len(policies)} policies on {cluster}, "
+                  f"applications from {args.traces}, {processes} process(es)",
+                  highlight=False)
+    progress, done = _progress(console, len(tasks))
+    with progress:
+        outcomes = run_hetero_outcomes(tasks, processes, done)
+    records = with_typed_lower_bounds([o.record for o in outcomes], workloads, apps, spec,
+                                      args.interval)
+    return records, outcomes, (f"{len(workloads)} workload(s) on {cluster}, applications "
+                               f"from {args.traces}, seed {args.seed}")
+
+
+TYPED_UNSUPPORTED = {
+    "nodes": "--nodes", "gpus_per_node": "--gpus-per-node",
+    "restart_delay": "--restart-delay", "interference": "--interference",
+    "job_knowledge": "--job-knowledge", "autoscaler": "--autoscaler",
+    "min_nodes": "--min-nodes", "max_nodes": "--max-nodes", "node_price": "--node-price",
+    "utility_band": "--utility-band", "provision_delay_s": "--provision-delay-s",
+    "jobs": "--jobs", "hours": "--hours",
+}
+"""Options (argparse dest -> flag) a typed ``--cluster`` does not take yet; given with
+one they are refused rather than silently ignored."""
+
+
+def check_typed_options(args: argparse.Namespace) -> None:
+    """ConfigError naming the first option given that a typed cluster does not take."""
+    defaults = getattr(args, "typed_unsupported_defaults", {})
+    for dest, flag in TYPED_UNSUPPORTED.items():
+        if dest in defaults and getattr(args, dest, None) != defaults[dest]:
+            raise ConfigError(flag, getattr(args, dest), "not available with a typed "
+                              "--cluster (the typed simulator takes --policy, --traces, "
+                              "--interval, --seed, --processes, --json, --plot and --html)")
+
+
+def run(args: argparse.Namespace) -> int:
+    json_out = args.json == "-"  # stdout is the JSON: progress and notes go to stderr
+    console = Console(stderr=True) if json_out else make_console()
+    policies = _policies(args.policy)
+    spec = None if args.cluster is None else parse_cluster_spec(args.cluster)
+    if spec is not None and not spec.is_typed:
+        if len(spec.groups) > 1:
+            raise ConfigError("cluster", args.cluster, "untyped groups must be one NODESxGPUS")
+        args.nodes, args.gpus_per_node = spec.groups[0].num_nodes, spec.groups[0].gpus_per_node
+    typed = spec is not None and spec.is_typed
+    records, outcomes, description = (
+        _typed(args, spec, policies, console) if spec is not None and typed
+        else _homogeneous(args, policies, console))
+    tables = result_tables(records)
     for table in tables if not json_out else []:
-        console.print(_rich(table))
+        console.print(rich_table(table))
     if json_out:
         print(json.dumps(report(records), indent=1))
     elif args.json:
         Path(args.json).write_text(json.dumps(report(records), indent=1) + "\n")
         console.print(f"wrote {args.json}", highlight=False)
+    timelines = [o.timeline for o in outcomes]
     if args.plot:
         from pollux.sim.plots import save_plots
 
-        paths = save_plots(records, [o.timeline for o in outcomes], args.plot)
+        paths = save_plots(records, timelines, args.plot)
         console.print(f"wrote {len(paths)} plots to {args.plot}", highlight=False)
     if args.html:
         from pollux.sim.report import write_report
 
-        description = (f"{len(workloads)} workload(s) on {cluster}, applications from "
-                       f"{source}, seed {args.seed}")
-        write_report(args.html, "Pollux simulation", description, tables, records,
-                     [o.timeline for o in outcomes])
+        title = "Pollux simulation" + (" on a typed cluster" if typed else "")
+        write_report(args.html, title, description, tables, records, timelines)
         console.print(f"wrote {args.html}", highlight=False)
     return 0
 
@@ -301,7 +286,5 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--html", metavar="OUT",
                         help="write one self-contained HTML page with the tables and every "
                              "figure (embedded; shareable as a single file)")
-    from pollux.cli.simulate_typed import TYPED_UNSUPPORTED
-
     parser.set_defaults(func=run, typed_unsupported_defaults={
         dest: parser.get_default(dest) for dest in TYPED_UNSUPPORTED})

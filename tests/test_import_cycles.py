@@ -1,0 +1,127 @@
+"""No import circles in the package at run time.
+
+Every ``import`` and ``from ... import`` of a ``pollux`` module counts, at module level or
+inside a function (a deferred import still runs, and a circle of them means two modules
+that cannot be read apart); imports under ``if TYPE_CHECKING:`` do not run and do not
+count. A package is entered through its ``__init__``; the implicit import of a parent
+package when a submodule loads is not an edge (it would make every package a circle).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+import pollux
+
+PACKAGE = Path(pollux.__file__).parent
+
+TORCH_CYCLE = frozenset({"pollux.torch.distributed", "pollux.torch.job"})
+"""Being removed by another change; xfailed (not strictly) below until it lands."""
+
+
+def _modules(root: Path) -> dict[str, Path]:
+    found: dict[str, Path] = {}
+    for path in root.rglob("*.py"):
+        parts = list(path.relative_to(root.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        found[".".join(parts)] = path
+    return found
+
+
+def _run_time_imports(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
+    tree = ast.parse(path.read_text(), str(path))
+    skipped: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            skipped.update(id(sub) for stmt in node.body for sub in ast.walk(stmt))
+    package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+    edges: set[str] = set()
+    for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
+        if isinstance(node, ast.Import):
+            edges.update(alias.name for alias in node.names if alias.name in modules)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parent = package[:len(package) - node.level + 1]
+                base = ".".join(parent + ([base] if base else []))
+            for alias in node.names:
+                full = f"{base}.{alias.name}"
+                if full in modules:
+                    edges.add(full)
+                elif base in modules:
+                    edges.add(base)
+    return edges
+
+
+def import_cycles(root: Path) -> list[frozenset[str]]:
+    """The strongly connected sets (two modules or more) of the run-time import graph of
+    the package at ``root`` (Tarjan's algorithm, iterative)."""
+    modules = _modules(root)
+    graph = {name: sorted(_run_time_imports(name, path, modules))
+             for name, path in modules.items()}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles: list[frozenset[str]] = []
+    for start in sorted(graph):
+        if start in index:
+            continue
+        work = [(start, 0)]
+        while work:
+            node, i = work.pop()
+            if i == 0:
+                index[node] = low[node] = len(index)
+                stack.append(node)
+                on_stack.add(node)
+            if i < len(graph[node]):
+                work.append((node, i + 1))
+                nxt = graph[node][i]
+                if nxt not in index:
+                    work.append((nxt, 0))
+                elif nxt in on_stack:
+                    low[node] = min(low[node], index[nxt])
+                continue
+            if work:
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[node])
+            if low[node] == index[node]:
+                component = set()
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.add(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    cycles.append(frozenset(component))
+    return cycles
+
+
+def test_no_import_cycles_at_run_time() -> None:
+    cycles = [c for c in import_cycles(PACKAGE) if c != TORCH_CYCLE]
+    assert not cycles, "import circles: " + "; ".join(" <-> ".join(sorted(c)) for c in cycles)
+
+
+@pytest.mark.xfail(strict=False, reason="torch/distributed <-> torch/job: removed by "
+                   "another change; this passes once it lands (then drop the xfail)")
+def test_no_torch_agent_cycle() -> None:
+    assert TORCH_CYCLE not in import_cycles(PACKAGE)
+
+
+def test_the_check_can_fail(tmp_path: Path) -> None:
+    pkg = tmp_path / "pkg"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "sub" / "__init__.py").write_text("from pkg.sub.a import A\n")
+    (pkg / "sub" / "a.py").write_text("A = 1\ndef f():\n    from pkg.b import B\n")
+    (pkg / "b.py").write_text("from typing import TYPE_CHECKING\nfrom pkg.sub import a\n"
+                              "if TYPE_CHECKING:\n    from pkg.c import C\nB = 2\n")
+    (pkg / "c.py").write_text("from .b import B\n")
+    assert import_cycles(pkg) == [frozenset({"pkg.sub.a", "pkg.b"})]
