@@ -126,7 +126,12 @@ class Backend(ABC):
 
     @abstractmethod
     def poll(self, job_id: str) -> list[ReplicaStatus]:
-        """Status of each replica of the job's latest launch ([] when none)."""
+        """Status of each replica of the job's latest launch, by the backend's evidence
+        (UNKNOWN for a replica it has none of now; raise BackendError when it cannot
+        tell at all now). [] means the backend knows nothing of the job (never launched
+        here, or released): the service then judges the launch from the exits it has
+        recorded, never as "vanished"; a replica known to be gone is EXITED with
+        ``exit_code`` None."""
 
     @abstractmethod
     def stop(self, job_id: str, force: bool = False) -> None:

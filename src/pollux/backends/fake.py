@@ -2,12 +2,16 @@
 
 By default a graceful stop makes every live replica exit with the rescale code (75) and
 a forced stop with -9 (SIGKILL), as well-behaved agents would; tests end or crash
-replicas with :meth:`FakeBackend.exit_replica` and :meth:`FakeBackend.finish`.
+replicas with :meth:`FakeBackend.exit_replica` and :meth:`FakeBackend.finish`, take the
+backend's evidence away with :meth:`FakeBackend.lose_track` (a replica reports UNKNOWN)
+and :attr:`FakeBackend.poll_errors` (polls raise BackendError), and make recovery slow
+with :attr:`FakeBackend.recover_gate`.
 """
 
 from __future__ import annotations
 
 import signal
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -56,6 +60,11 @@ class FakeBackend(Backend):
         self.fail_next_launch: str | None = None
         """When set, the next launch raises BackendError with this message."""
         self.recovered: list[Mapping[str, Any]] = []
+        self.poll_errors = 0
+        """Polls still to fail with BackendError (an unreachable controller)."""
+        self.recover_gate: threading.Event | None = None
+        """When set, :meth:`recover` waits for this event (a slow stop grace)."""
+        self._unknown: set[tuple[str, int]] = set()
         self._jobs: dict[str, _FakeLaunch] = {}
 
     def nodes(self) -> list[NodeInfo]:
@@ -83,6 +92,9 @@ class FakeBackend(Backend):
                 for rank, node in enumerate(request.allocation)]
 
     def poll(self, job_id: str) -> list[ReplicaStatus]:
+        if self.poll_errors > 0:
+            self.poll_errors -= 1
+            raise BackendError("the fake controller is unreachable")
         launch = self._jobs.get(job_id)
         if launch is None:
             return []
@@ -91,7 +103,8 @@ class FakeBackend(Backend):
             if launch.polls_left_starting == 0:
                 launch.states = [ReplicaState.RUNNING if s is ReplicaState.STARTING else s
                                  for s in launch.states]
-        return [ReplicaStatus(rank, state, code) for rank, (state, code)
+        return [ReplicaStatus(rank, ReplicaState.UNKNOWN) if (job_id, rank) in self._unknown
+                else ReplicaStatus(rank, state, code) for rank, (state, code)
                 in enumerate(zip(launch.states, launch.exit_codes))]
 
     def stop(self, job_id: str, force: bool = False) -> None:
@@ -109,6 +122,8 @@ class FakeBackend(Backend):
         self._jobs.pop(job_id, None)
 
     def recover(self, handles: Sequence[Mapping[str, Any]], grace_s: float) -> list[str]:
+        if self.recover_gate is not None:
+            self.recover_gate.wait()
         self.recovered.extend(handles)
         return [f"{h.get('job')}/{h.get('generation')}" for h in handles]
 
@@ -118,6 +133,18 @@ class FakeBackend(Backend):
         launch = self._jobs[job_id]
         launch.states[rank] = ReplicaState.EXITED
         launch.exit_codes[rank] = exit_code
+
+    def lose_track(self, job_id: str, rank: int, lost: bool = True) -> None:
+        """Replica ``rank`` reports UNKNOWN (the backend has no evidence of it) until
+        called again with ``lost=False``; its real state goes on underneath."""
+        if lost:
+            self._unknown.add((job_id, rank))
+        else:
+            self._unknown.discard((job_id, rank))
+
+    def forget(self, job_id: str) -> None:
+        """Drop every trace of the job (as a restarted backend would know nothing)."""
+        self._jobs.pop(job_id, None)
 
     def finish(self, job_id: str, exit_code: int = 0) -> None:
         """Every live replica of the job exits with ``exit_code``."""

@@ -222,10 +222,10 @@ class LocalBackend(Backend):
             raise BackendError(f"working directory {request.spec.working_dir} does not exist")
         log_dir = Path(request.log_dir)
         log_dir.mkdir(parents=True, exist_ok=True)
-        envs = request.environments(self.master_addr, free_port(self.master_addr))
         slots_per_replica = int(request.spec.resources.gpu)
         started: list[_Replica] = []
         try:
+            envs = request.environments(self.master_addr, free_port(self.master_addr))
             for env, node in zip(envs, request.allocation):
                 slots = self._take_slots(node, slots_per_replica)
                 started.append(self._start(request, env.to_env(), env.rank, node, slots,

@@ -81,6 +81,10 @@ class LaunchSupervisor:
         self._relaunch_not_before: dict[str, float] = {}
         """Job id -> time before which a failed job is not relaunched (back-off)."""
         self._marked_exits: set[tuple[str, int, int]] = set()
+        self._unknown: dict[str, str] = {}
+        """Job id -> the kind of evidence the backend lacks for it now (one event each)."""
+        self.recovering: frozenset[str] = frozenset()
+        """Jobs of a previous server whose recovery is under way: left alone here."""
 
     def launch_ready(self, now: float) -> None:
         """Launch each pending job whose target allocation's resources are free (after
@@ -112,6 +116,14 @@ class LaunchSupervisor:
 
     def _launch(self, record: JobRecord, target: Allocation, now: float,
                 gpu_type: str | None = None) -> None:
+        directory = job_dir(self.config.data_dir, record.id)
+        try:
+            (directory / "checkpoint").mkdir(parents=True, exist_ok=True)
+            (directory / "logs").mkdir(parents=True, exist_ok=True)
+        except OSError as exc:  # e.g. a full disk: the job stays pending, tried again
+            logger.warning("job %s not launched: cannot create %s: %s", record.id,
+                           directory, exc)
+            return
         generation = record.num_launches + 1
         allocation = rank_order(target)
         where = ", ".join(f"{node} x{allocation.count(node)}" for node in dict.fromkeys(allocation))
@@ -121,18 +133,17 @@ class LaunchSupervisor:
             + ("" if gpu_type is None else f" (GPU type {gpu_type})"),
             allocation=allocation, target_allocation=None, num_launches=generation,
             started_at=record.started_at or now, reason=record.reason, gpu_type=gpu_type)
-        directory = job_dir(self.config.data_dir, record.id)
         request = LaunchRequest(
             job_id=record.id, generation=generation, spec=record.spec, allocation=allocation,
             checkpoint_dir=str(directory / "checkpoint"), log_dir=str(directory / "logs"),
             hints_target=(None if self.config.hints_url is None
                           else self.config.hints_url.format(job_id=record.id)),
             hints_token=record.hints_token, gpu_type=gpu_type)
-        (directory / "checkpoint").mkdir(parents=True, exist_ok=True)
-        (directory / "logs").mkdir(parents=True, exist_ok=True)
         try:
             launched = self.backend.launch(request)
-        except BackendError as exc:
+        except Exception as exc:  # noqa: BLE001 - whatever it was, nothing was started
+            if not isinstance(exc, BackendError):
+                logger.exception("job %s: the backend's launch raised", record.id)
             self._failed_launch(record, f"launch failed: {exc}", now)
             return
         for replica in launched:
@@ -143,24 +154,68 @@ class LaunchSupervisor:
 
     def poll(self, now: float) -> None:
         """Record replica exits; a launch whose replicas all exited ends (see
-        :meth:`_launch_ended`), a failed replica stops the others."""
+        :meth:`_launch_ended`), a failed replica stops the others. Only the backend's
+        evidence ends a launch: a replica it reports UNKNOWN, a poll that raises
+        BackendError and a launch the backend knows nothing of leave the job as it is
+        (polled again next time), never failed or relaunched."""
         for record in self.store.list_jobs(LIVE_STATES):
-            statuses = self.backend.poll(record.id)
+            if record.id in self.recovering:
+                continue
+            statuses = self._statuses(record, now)
+            if statuses is None:
+                continue
             exits: dict[int, int | None] = {}
             for status in statuses:
                 if status.state is ReplicaState.EXITED:
                     exits[status.rank] = status.exit_code
-                    key = (record.id, record.num_launches, status.rank)
-                    if key not in self._marked_exits and status.exit_code is not None:
-                        self._marked_exits.add(key)
-                        self.store.mark_replica_exited(record.id, record.num_launches,
-                                                       status.rank, status.exit_code, now)
-            if not statuses:
-                self._launch_ended(record, {0: None}, now)
-            elif len(exits) == len(statuses):
+                    self._record_exit(record, status, now)
+            if len(exits) == len(statuses):
                 self._launch_ended(record, exits, now)
             elif not record.state.is_stopping:
                 self._check_running(record, statuses, exits, now)
+
+    def _statuses(self, record: JobRecord, now: float) -> list[ReplicaStatus] | None:
+        """The replicas' statuses by the backend's evidence, or None when it has none for
+        the job now. A launch the backend knows nothing of (``poll`` returns []) is
+        judged from the exits already recorded in the store, if every replica has one."""
+        try:
+            statuses = self.backend.poll(record.id)
+        except BackendError as exc:
+            self._no_evidence(record, "error", f"the backend cannot tell now ({exc})", now)
+            return None
+        if not statuses:
+            recorded = self.store.replicas(record.id, generation=record.num_launches)
+            if recorded and all(r.exit_code is not None for r in recorded):
+                return [ReplicaStatus(r.rank, ReplicaState.EXITED, r.exit_code)
+                        for r in recorded]
+            self._no_evidence(record, "forgotten", "the backend has no record of its "
+                                                   "replicas", now)
+            return None
+        unknown = [s.rank for s in statuses if s.state is ReplicaState.UNKNOWN]
+        if unknown:
+            self._no_evidence(record, "unknown", "the backend has no evidence now of "
+                              + ("replica " if len(unknown) == 1 else "replicas ")
+                              + ", ".join(map(str, unknown)), now)
+        elif self._unknown.pop(record.id, None) is not None:
+            logger.info("job %s: the backend has evidence of its replicas again", record.id)
+        return statuses
+
+    def _no_evidence(self, record: JobRecord, kind: str, what: str, now: float) -> None:
+        """Once per job and kind of missing evidence: an event and a warning."""
+        if self._unknown.get(record.id) == kind:
+            return
+        message = (f"launch {record.num_launches}: {what}; the job is neither failed nor "
+                   "relaunched until the backend knows how its replicas are")
+        self.store.add_event(record.id, now, "warning", message)
+        self._unknown[record.id] = kind
+        logger.warning("job %s: %s", record.id, message)
+
+    def _record_exit(self, record: JobRecord, status: ReplicaStatus, now: float) -> None:
+        key = (record.id, record.num_launches, status.rank)
+        if key not in self._marked_exits and status.exit_code is not None:
+            self.store.mark_replica_exited(record.id, record.num_launches, status.rank,
+                                           status.exit_code, now)
+            self._marked_exits.add(key)  # only once the store has it
 
     def _check_running(self, record: JobRecord, statuses: list[ReplicaStatus],
                        exits: Mapping[int, int | None], now: float) -> None:
@@ -173,21 +228,31 @@ class LaunchSupervisor:
                                   "to restart from the last checkpoint",
                                   reason=f"replica {rank} {describe_exit(code)}")
         elif (record.state is JobState.STARTING
-              and all(s.state is not ReplicaState.STARTING for s in statuses)):
+              and all(s.state in (ReplicaState.RUNNING, ReplicaState.EXITED)
+                      for s in statuses)):
             self.store.transition(record.id, JobState.RUNNING, now,
                                   "all replicas running" if len(statuses) > 1
                                   else "the replica is running")
 
     def _launch_ended(self, record: JobRecord, exits: Mapping[int, int | None],
                       now: float) -> None:
-        """Every replica of the latest launch has exited: decide what comes next."""
+        """Every replica of the latest launch has exited: record what comes next, then
+        forget the launch. A store write that fails leaves everything as it was (the
+        backend keeps the launch), so the next poll decides again from the same
+        evidence."""
+        self._settle(record, exits, self._stop_causes.get(record.id),
+                     record.id in self._killed, now)
         self.backend.release(record.id)
         self._marked_exits = {key for key in self._marked_exits if key[0] != record.id}
         self._stop_deadlines.pop(record.id, None)
-        cause = self._stop_causes.pop(record.id, None)
-        forced = record.id in self._killed
+        self._stop_causes.pop(record.id, None)
         self._killed.discard(record.id)
+        self._unknown.pop(record.id, None)
         self.on_ended()
+
+    def _settle(self, record: JobRecord, exits: Mapping[int, int | None],
+                cause: StopCause | None, forced: bool, now: float) -> None:
+        """The job's next state after its launch ended (store writes only)."""
         codes = list(exits.values())
         if codes and all(code == 0 for code in codes):
             self.store.transition(record.id, JobState.SUCCEEDED, now,
@@ -238,7 +303,6 @@ class LaunchSupervisor:
             return
         delay_s = min(self.config.relaunch_backoff_max_s,
                       self.config.relaunch_backoff_s * 2 ** (failures - 1))
-        self._relaunch_not_before[record.id] = now + delay_s
         target = record.target_allocation
         self.store.transition(
             record.id, JobState.PENDING, now,
@@ -247,6 +311,7 @@ class LaunchSupervisor:
                else "from the start (no checkpoint yet)") + f" in {delay_s:g} s",
             reason=reason, num_failures=failures,
             target_allocation=record.allocation if target is None else target)
+        self._relaunch_not_before[record.id] = now + delay_s
 
     def _has_checkpoint(self, job_id: str) -> bool:
         """Whether the job wrote anything in its checkpoint directory."""
@@ -299,11 +364,15 @@ class LaunchSupervisor:
         deadline = time.monotonic() + grace_s
         pending = {r.id for r in live}
         while pending and time.monotonic() < deadline:
-            pending = {job_id for job_id in pending
-                       if any(s.state is not ReplicaState.EXITED
-                              for s in self.backend.poll(job_id))}
+            pending = {job_id for job_id in pending if not self._all_exited(job_id)}
             if pending:
                 time.sleep(0.1)
         for job_id in pending:
             self._killed.add(job_id)
             self.backend.stop(job_id, force=True)
+
+    def _all_exited(self, job_id: str) -> bool:
+        try:
+            return all(s.state is ReplicaState.EXITED for s in self.backend.poll(job_id))
+        except BackendError:
+            return False
