@@ -58,8 +58,10 @@ class ServerProcess:
     typed virtual nodes of ``virtual_nodes``, e.g. ``a:2x1,b:1x1``)."""
 
     def __init__(self, data_dir: Path, policy: str = EQUAL_SHARE, interval_s: float = 1.0,
-                 virtual_nodes: str | None = None, extra_args: tuple[str, ...] = ()) -> None:
+                 virtual_nodes: str | None = None, extra_args: tuple[str, ...] = (),
+                 extra_env: dict[str, str] | None = None) -> None:
         self.data_dir = data_dir
+        self.extra_env = dict(extra_env or {})
         nodes = (["--nodes", "2", "--slots-per-node", "2"] if virtual_nodes is None
                  else ["--virtual-nodes", virtual_nodes])
         self.args = [sys.executable, "-m", "pollux.cli.main", "server", "--data-dir",
@@ -71,7 +73,7 @@ class ServerProcess:
         self.starts = 0
 
     def start(self, timeout_s: float = 60.0) -> PolluxClient:
-        env = dict(os.environ)
+        env = {**os.environ, **self.extra_env}
         env["PYTHONPATH"] = os.pathsep.join([str(REPO), *filter(None, [env.get("PYTHONPATH")])])
         self.starts += 1
         log = open(self.data_dir.parent / f"server-{self.starts}.log", "wb")  # noqa: SIM115

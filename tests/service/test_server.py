@@ -47,6 +47,7 @@ def test_the_cli_finds_the_server_and_its_token(tmp_path, monkeypatch):
         locate_server(data_dir=tmp_path)
     token_file = tmp_path / "token"
     token_file.write_text("s3cret\n")
+    token_file.chmod(0o600)
     (tmp_path / "server.json").write_text(json.dumps(
         {"url": "http://127.0.0.1:9/", "pid": 1, "token_file": str(token_file)}))
     assert locate_server(data_dir=tmp_path).token == "s3cret"

@@ -30,9 +30,12 @@ from pollux.errors import ConfigError, JobSpecError, ServiceError
 from pollux.job_spec import JobSpec
 from pollux.service.client import PolluxClient, locate_server
 from pollux.service.server import default_data_dir
+from pollux.service.tokens import argv_token_refused
 
 
 def connect(args: argparse.Namespace) -> PolluxClient:
+    if args.token is not None:
+        raise argv_token_refused()
     return PolluxClient(locate_server(args.server, args.data_dir, args.token, args.token_file))
 
 
@@ -293,8 +296,9 @@ def add_connection_arguments(parser: argparse.ArgumentParser) -> None:
                                                        "or the server file in --data-dir)")
     parser.add_argument("--data-dir", default=str(default_data_dir()),
                         help="where a local server keeps its server file")
-    parser.add_argument("--token", default=None, help="bearer token (or $POLLUX_TOKEN)")
-    parser.add_argument("--token-file", default=None, help="file holding the bearer token")
+    parser.add_argument("--token", default=None, help=argparse.SUPPRESS)  # refused: ps shows it
+    parser.add_argument("--token-file", default=None, metavar="FILE",
+                        help="file (mode 0600) holding the bearer token (or $POLLUX_TOKEN)")
 
 
 def register(subparsers: Any) -> None:

@@ -1,9 +1,10 @@
 """``pollux server``: run the scheduler service (job store, REST API, allocation loop).
 
-Binds 127.0.0.1 by default. Every request must carry the token: ``--token`` or
-``--token-file``, else the one generated on first start into ``<data dir>/token``
-(which the CLI reads by itself); beyond loopback, serve HTTPS (``--tls-cert``,
-``--tls-key``). Ctrl-C (or SIGTERM) asks every running job to checkpoint and stop; a
+Binds 127.0.0.1 by default. Every request must carry the token: the one in
+``--token-file`` (mode 0600) or ``$POLLUX_TOKEN``, else one generated into
+``<data dir>/token`` (which the CLI reads by itself); never on the command line, which
+every local user can read (``--token`` is refused). Beyond loopback, serve HTTPS
+(``--tls-cert``, ``--tls-key``). Ctrl-C (or SIGTERM) asks every running job to checkpoint and stop; a
 restart on the same ``--data-dir`` resumes them. With ``--backend ray`` the replicas run
 as Ray actors on the Ray cluster at ``--ray-address`` (or on a local Ray instance the
 server starts).
@@ -22,12 +23,12 @@ from typing import Any
 from pollux.backends.registry import backend_names
 from pollux.errors import ConfigError
 from pollux.policies.autoscaling import autoscaler_names
-from pollux.service.client import read_token_file
 from pollux.service.runner import run_server
 from pollux.service.server import ServerConfig, default_data_dir
+from pollux.service.tokens import argv_token_refused, read_token_file, token_from_environment
 
 CONFIG_FLAGS: Mapping[str, str] = MappingProxyType({
-    "data_dir": "--data-dir", "host": "--host", "port": "--port", "token": "--token",
+    "data_dir": "--data-dir", "host": "--host", "port": "--port",
     "token_file": "--token-file", "tls_cert": "--tls-cert", "tls_key": "--tls-key",
     "policy": "--policy", "interval_s": "--interval",
     "backend": "--backend", "num_nodes": "--nodes", "slots_per_node": "--slots-per-node",
@@ -41,6 +42,7 @@ CONFIG_FLAGS: Mapping[str, str] = MappingProxyType({
 NOT_FLAGS, and that each flag's default is the field's)."""
 NOT_FLAGS: Mapping[str, str] = MappingProxyType({
     "backend_options": "built from the --ray-* flags",
+    "token": "from --token-file or $POLLUX_TOKEN, never from the command line",
     "poll_interval_s": "internal: how often the loop polls replicas",
 })
 
@@ -68,10 +70,17 @@ def backend_options_from_args(args: argparse.Namespace) -> dict[str, Any]:
                else {"gpu_type_prefix": args.ray_gpu_type_prefix})}
 
 
+def token_from_args(args: argparse.Namespace) -> str | None:
+    """The token of ``--token-file``, else of ``$POLLUX_TOKEN`` (then removed from this
+    process's environment); a token on the command line is refused."""
+    if args.token is not None:
+        raise argv_token_refused()
+    from_env = token_from_environment(remove=True)
+    return read_token_file(args.token_file) if args.token_file is not None else from_env
+
+
 def config_from_args(args: argparse.Namespace) -> ServerConfig:
-    token = args.token
-    if args.token_file is not None:
-        token = read_token_file(args.token_file)
+    token = token_from_args(args)
     return ServerConfig(
         data_dir=Path(args.data_dir).expanduser().resolve(), host=args.host, port=args.port,
         token=token, token_file=(None if args.token_file is None
@@ -109,10 +118,10 @@ def add_server_arguments(parser: argparse.ArgumentParser) -> None:
                         help="address to bind; beyond loopback a token is required")
     parser.add_argument("--port", type=int, default=config_default("port"),
                         help="port to bind; 0 picks a free one (default: %(default)s)")
-    tokens = parser.add_mutually_exclusive_group()
-    tokens.add_argument("--token", default=None, help="require this bearer token")
-    tokens.add_argument("--token-file", default=None,
-                        help="require the bearer token stored in this file")
+    parser.add_argument("--token", default=None, help=argparse.SUPPRESS)  # refused
+    parser.add_argument("--token-file", default=None, metavar="FILE",
+                        help="require the bearer token stored in FILE (mode 0600); or set "
+                             "$POLLUX_TOKEN; default: one generated into the data dir")
     parser.add_argument("--tls-cert", default=None, metavar="PEM",
                         help="serve HTTPS with this certificate (chain); with --tls-key. "
                              "Use it whenever --host is not loopback")

@@ -2,7 +2,8 @@
 
 The server is found from ``--server URL``, else ``$POLLUX_SERVER``, else the
 ``server.json`` a running server writes in its data directory; the token from
-``--token``, ``--token-file``, ``$POLLUX_TOKEN``, or the token file the server recorded.
+``--token-file`` (mode 0600), ``$POLLUX_TOKEN``, or the token file the server recorded
+(never from the command line: see :mod:`pollux.service.tokens`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import httpx
 from pollux.errors import ServerUnreachableError, ServiceError
 from pollux.service.runner import SERVER_FILE
 from pollux.service.server import default_data_dir
+from pollux.service.tokens import read_token_file, token_from_environment
 
 DEFAULT_TIMEOUT_S = 15.0
 
@@ -32,16 +34,6 @@ class ServerAddress:
     tls_cert: str | None = None
     """Certificate to trust for an ``https`` URL (the server's own, from server.json);
     None: the system's trusted authorities."""
-
-
-def read_token_file(path: str | os.PathLike[str]) -> str:
-    try:
-        token = Path(path).read_text().strip()
-    except OSError as exc:
-        raise ServerUnreachableError(f"cannot read token file {path}: {exc}") from exc
-    if not token:
-        raise ServerUnreachableError(f"token file {path} is empty")
-    return token
 
 
 def server_address(record: dict[str, Any]) -> ServerAddress:
@@ -71,7 +63,7 @@ def locate_server(server: str | None = None, data_dir: str | os.PathLike[str] | 
     if token is None and token_file is not None:
         token = read_token_file(token_file)
     if token is None:
-        token = os.environ.get("POLLUX_TOKEN")
+        token = token_from_environment()
     if token is None and record.get("token_file") and url == record.get("url"):
         token = read_token_file(record["token_file"])
     same_server = url == record.get("url")
