@@ -103,3 +103,14 @@ def test_server_flags_cover_server_config_with_its_defaults(tmp_path) -> None:
         default = {f.name: f.default for f in fields(ServerConfig)}[name]
         if default is not MISSING:
             assert by_flag[flag].default == default, (flag, by_flag[flag].default, default)
+
+
+def test_policies_are_listed_and_specs_checked(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["policies", "sia"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("sia: ") and "lambda_n = 1.1" in out and "fifo" not in out
+    assert main(["simulate", "--list-policies"]) == 0
+    assert "pollux-ga: " in capsys.readouterr().out
+    assert main(["policies", "siaa"]) == 2
+    assert main(["simulate", "--policy", "sia,pollux(nope=1)"]) == 2
+    assert "pollux takes: " in capsys.readouterr().err

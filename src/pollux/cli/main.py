@@ -26,6 +26,7 @@ EXIT_USAGE_ERROR = 2
 COMMAND_MODULES: tuple[str, ...] = (
     "pollux.cli.goodput",
     "pollux.cli.simulate",
+    "pollux.cli.policies",
     "pollux.cli.workload",
     "pollux.cli.server",
     "pollux.cli.jobs",

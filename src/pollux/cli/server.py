@@ -128,7 +128,9 @@ def add_server_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tls-key", default=None, metavar="PEM",
                         help="private key of --tls-cert")
     parser.add_argument("--policy", default=config_default("policy"),
-                        help="registered policy name or module:Class (default: %(default)s)")
+                        help="policy spec: NAME or NAME(key=value,...), e.g. "
+                             "'pollux(p=-0.5)' (`pollux policies` lists them; default: "
+                             "%(default)s)")
     parser.add_argument("--interval", type=float, default=config_default("interval_s"),
                         help="seconds between scheduling rounds (default: %(default)s)")
     parser.add_argument("--backend", default=config_default("backend"), choices=backend_names(),

@@ -34,7 +34,7 @@ from pollux.policies.autoscaling import (
     autoscaler_names,
     check_autoscaler_name,
 )
-from pollux.policies.registry import make_policy, policy_names
+from pollux.policies.registry import canonical_spec, policy_names
 from pollux.sim.generator import generate_workload
 from pollux.sim.hetero.lower_bound import with_typed_lower_bounds
 from pollux.sim.hetero.runner import HeteroTask, load_for, run_hetero_outcomes
@@ -43,6 +43,7 @@ from pollux.sim.metrics import RunRecord, report
 from pollux.sim.runner import RunOutcome, RunTask, load_applications, run_tasks
 from pollux.sim.simulator import ClusterConfig
 from pollux.sim.workload import Workload, read_workload, workload_files
+from pollux.spec import split_specs
 
 DEFAULT_POLICIES = "tiresias,optimus,pollux"
 DEFAULT_GENERATED_JOBS = 40
@@ -50,11 +51,8 @@ DEFAULT_GENERATED_HOURS = 2.0
 
 
 def _policies(text: str) -> list[str]:
-    names = [name.strip() for name in text.split(",") if name.strip()]
-    for name in names:
-        if name not in policy_names():
-            make_policy(name)  # raises UnknownPluginError with the choices
-    return list(dict.fromkeys(names))
+    """``--policy`` as canonical specs (checked; ``sia,pollux(p=-0.5,x=4)``: two)."""
+    return list(dict.fromkeys(canonical_spec(spec) for spec in split_specs(text)))
 
 
 def _workloads(args: argparse.Namespace, applications: set[str]) -> list[Workload]:
@@ -190,6 +188,11 @@ def check_typed_options(args: argparse.Namespace) -> None:
 def run(args: argparse.Namespace) -> int:
     json_out = args.json == "-"  # stdout is the JSON: progress and notes go to stderr
     console = Console(stderr=True) if json_out else make_console()
+    if args.list_policies:
+        from pollux.cli.policies import policy_listing
+
+        console.print(policy_listing(), highlight=False, markup=False)
+        return 0
     policies = _policies(args.policy)
     spec = None if args.cluster is None else parse_cluster_spec(args.cluster)
     if spec is not None and not spec.is_typed:
@@ -230,8 +233,11 @@ def register(subparsers: Any) -> None:
     parser.add_argument("workloads", nargs="*", metavar="WORKLOAD",
                         help="workload CSV files or folders of CSVs (default: generate one)")
     parser.add_argument("--policy", default=DEFAULT_POLICIES,
-                        help=f"comma-separated policies (default {DEFAULT_POLICIES}; "
-                             f"choices: {', '.join(policy_names())})")
+                        help=f"comma-separated policy specs, NAME or NAME(key=value,...) "
+                             f"(default {DEFAULT_POLICIES}; names: {', '.join(policy_names())};"
+                             f" options: --list-policies)")
+    parser.add_argument("--list-policies", action="store_true",
+                        help="list the named policies with their options and defaults, and exit")
     parser.add_argument("--traces", metavar="DIR",
                         help="application traces in the Pollux artifact format "
                              "(default: the built-in catalog)")

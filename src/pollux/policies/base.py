@@ -10,7 +10,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -19,7 +19,7 @@ from pollux.models.typed import TypedGoodput
 from pollux.resources import CPU, GPU, MEMORY, NodeInfo
 
 __all__ = [
-    "CPU", "GPU", "MEMORY", "Allocation", "Allocations", "JobInfo", "NodeInfo", "Policy",
+    "CPU", "GPU", "MEMORY", "Allocation", "Allocations", "JobInfo", "NodeInfo", "OptionDoc", "Policy",
     "PolicyDecision", "RemainingTimeFn", "SpeedupFn", "TunedConfig",
 ]
 
@@ -112,10 +112,24 @@ count), known before it has a model: the simulator's from the traces (Sia profil
 job on arrival), the service's the types' speeds (declared or learned from other jobs)."""
 
 
+@dataclass(frozen=True)
+class OptionDoc:
+    """One option of a policy, as ``pollux policies`` lists it."""
+
+    name: str
+    defaults: Mapping[str, Any]
+    """Default by cluster kind (``"one type"``, ``"several types"``); a single entry
+    keyed ``""`` when the kind does not matter."""
+    doc: str = ""
+
+
 class Policy(ABC):
     """A scheduling policy. Instances may keep state across rounds (e.g. a GA population)."""
 
-    name: ClassVar[str]
+    name: str
+    """The policy's name as records and logs show it: its class's registered name, or,
+    when :func:`~pollux.policies.registry.make_policy` built it, the name it was asked
+    for with its options (``pollux-paper``, ``pollux(p=-0.5)``)."""
     exploration_factor: float | None = None
     """How fast the drivers let a job with hints grow: at most this times the most
     replicas it has profiled (:func:`pollux.policies.snapshot.exploration_bound`); None:
@@ -124,6 +138,18 @@ class Policy(ABC):
     """On a cluster of several GPU types, how many replicas the drivers let a job that has
     not run anywhere start with (its cap on every type until it has run); 1: the paper's
     and Sia's rule."""
+
+    _spec: str | None = None
+
+    @property
+    def spec(self) -> str:
+        """The canonical spec this policy was built from (``pollux(p=-0.5)``, set by
+        :func:`~pollux.policies.registry.make_policy`); its name when built directly."""
+        return self._spec or self.name
+
+    @spec.setter
+    def spec(self, value: str) -> None:
+        self._spec = value
 
     def growth_rule(self, gpu_types: Sequence[str]) -> tuple[float | None, int]:
         """``(exploration_factor, initial_replicas)`` the drivers apply to the jobs on a

@@ -28,7 +28,7 @@ from pollux.policies.packing import (
 class FifoPolicy(Policy):
     """Strict first-come-first-served; see the module docstring."""
 
-    name: ClassVar[str] = "fifo"
+    name = "fifo"
     adaptive_jobs: ClassVar[bool] = False
 
     def __init__(self, seed: int | None = None) -> None:

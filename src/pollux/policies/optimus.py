@@ -80,7 +80,7 @@ def _one_gpu_time(job: JobInfo, gpu_type: str) -> float:
 class OptimusPolicy(Policy):
     """Greedy marginal allocation with an oracle of remaining time; see the module docstring."""
 
-    name: ClassVar[str] = "optimus"
+    name = "optimus"
     adaptive_jobs: ClassVar[bool] = False
 
     def __init__(self, seed: int | None = None) -> None:

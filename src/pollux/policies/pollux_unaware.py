@@ -34,7 +34,7 @@ SEPARATOR = "#"
 class PolluxUnawarePolicy(Policy):
     """Pollux's GA over virtual identical nodes; see the module docstring."""
 
-    name: ClassVar[str] = "pollux-unaware"
+    name = "pollux-unaware"
     adaptive_jobs: ClassVar[bool] = True
     heterogeneity_aware: ClassVar[bool] = False
     """The simulator gives this policy heterogeneity-unaware (pooled-model) jobs."""

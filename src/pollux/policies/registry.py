@@ -1,45 +1,148 @@
-"""Policies by name: the one way to build a policy (the simulator, the service, the CLI).
+"""Policies by spec: the one way to build a policy (the simulator, the service, the CLI).
 
-A name is a registered policy or any :class:`~pollux.policies.base.Policy` class given as
-``module:Class``. Every policy is built with an explicit ``seed``.
+A spec is a registered name with options, ``pollux(p=-0.5,exploration_factor=4)``
+(:mod:`pollux.spec`), or any :class:`~pollux.policies.base.Policy` class given as
+``module:Class`` (with options too). Every policy is built with an explicit ``seed``;
+options a policy does not take are refused with the valid ones. Old names keep working
+with a warning that names the new spelling.
 """
 
 from __future__ import annotations
 
+import inspect
+import warnings
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
 from pollux.errors import ConfigError
 from pollux.plugins import load_plugin_class
-from pollux.policies.base import Policy
+from pollux.policies.base import OptionDoc, Policy
+from pollux.spec import format_spec, parse_spec
 
-POLICY_CLASSES: Mapping[str, str] = MappingProxyType({
-    "fifo": "pollux.policies.fifo:FifoPolicy",
-    "tiresias": "pollux.policies.tiresias:TiresiasPolicy",
-    "optimus": "pollux.policies.optimus:OptimusPolicy",
-    "pollux": "pollux.policies.pollux:PolluxPolicy",
-    "pollux-ga": "pollux.policies.pollux:PolluxGAPolicy",
-    "pollux-remaining": "pollux.policies.pollux:PolluxRemainingPolicy",
-    "pollux-unaware": "pollux.policies.pollux_unaware:PolluxUnawarePolicy",
-    "pollux-hetero": "pollux.policies.hetero_pollux:HeteroPolluxPolicy",
-    "sia": "pollux.policies.sia:SiaPolicy",
+
+@dataclass(frozen=True)
+class NamedPolicy:
+    """A registered policy: its class and the options its name fixes."""
+
+    target: str
+    """``module:Class``."""
+    summary: str
+    """One line for ``pollux policies``."""
+    fixed: Mapping[str, Any] = field(default_factory=dict)
+    """Options the name sets (a spec's own options may override them)."""
+
+
+_POLLUX = "pollux.policies.pollux:PolluxPolicy"
+NAMED_POLICIES: Mapping[str, NamedPolicy] = MappingProxyType({
+    "pollux": NamedPolicy(_POLLUX, "the project's best Pollux on each cluster kind (README: "
+                                   "'pollux is our best'); options as pollux-paper's"),
+    "pollux-paper": NamedPolicy(_POLLUX, "the paper's objective (Sia's program on several GPU "
+                                         "types) on the fast optimizer"),
+    "pollux-ga": NamedPolicy("pollux.policies.pollux:PolluxGAPolicy",
+                             "the paper's objective on its genetic algorithm (faithful, slow)"),
+    "pollux-remaining": NamedPolicy("pollux.policies.pollux:PolluxRemainingPolicy",
+                                    "pollux with remaining-time weights"),
+    "pollux-hetero": NamedPolicy("pollux.policies.hetero_pollux:HeteroPolluxPolicy",
+                                 "the typed solver"),
+    "sia": NamedPolicy("pollux.policies.sia:SiaPolicy", "Sia (SOSP'23) as published"),
+    "pollux-unaware": NamedPolicy("pollux.policies.pollux_unaware:PolluxUnawarePolicy",
+                                  "Pollux blind to GPU types (Sia's baseline)"),
+    "tiresias": NamedPolicy("pollux.policies.tiresias:TiresiasPolicy",
+                            "Tiresias: two-queue least-attained-service, user's GPU count"),
+    "optimus": NamedPolicy("pollux.policies.optimus:OptimusPolicy",
+                           "Optimus: marginal-gain GPUs from the remaining-time oracle"),
+    "fifo": NamedPolicy("pollux.policies.fifo:FifoPolicy",
+                        "first come first served at the user's GPU count"),
 })
+"""Registered policy names (read-only)."""
+
+DEPRECATED_NAMES: Mapping[str, str] = MappingProxyType({
+})
+"""Old names -> the spec that now means the same (a warning names it)."""
+
+POLICY_CLASSES: Mapping[str, str] = MappingProxyType(
+    {name: named.target for name, named in NAMED_POLICIES.items()})
 """Registered policy names -> ``module:Class`` (read-only)."""
 
 
 def policy_names() -> list[str]:
-    return sorted(POLICY_CLASSES)
+    return sorted(NAMED_POLICIES)
 
 
-def make_policy(name: str, *, seed: int = 0, **options: Any) -> Policy:
-    """Instantiate policy ``name`` (registered, or ``module:Class``) with ``seed`` and its
-    own keyword ``options``; unknown names list the valid choices."""
-    if ":" in name and name not in POLICY_CLASSES:
+def _resolve(spec: str) -> tuple[str, type, dict[str, Any], dict[str, Any]]:
+    """(name, class, options the name fixes, options the spec gives) of ``spec``."""
+    name, given = parse_spec(spec)
+    if name in DEPRECATED_NAMES:
+        new = DEPRECATED_NAMES[name]
+        warnings.warn(f"policy {name!r} is deprecated: write {new!r}", FutureWarning,
+                      stacklevel=3)
+        new_name, new_options = parse_spec(new)
+        name, given = new_name, {**new_options, **given}
+    if ":" in name and name not in NAMED_POLICIES:
         cls = load_plugin_class("policy", name, {name: name})
         if not (isinstance(cls, type) and issubclass(cls, Policy)):
             raise ConfigError("policy", name, "name a subclass of pollux.policies.Policy")
-    else:
-        cls = load_plugin_class("policy", name, POLICY_CLASSES)
-    policy: Policy = cls(seed=seed, **options)
+        return name, cls, {}, given
+    cls = load_policy_class(name)
+    return name, cls, dict(NAMED_POLICIES[name].fixed), given
+
+
+def load_policy_class(name: str) -> type:
+    """The class of registered policy ``name`` (UnknownPluginError with the choices)."""
+    return load_plugin_class("policy", name, POLICY_CLASSES)
+
+
+def class_options(cls: type) -> list[OptionDoc]:
+    """The options ``cls`` takes: its own table (``Policy.option_docs``) or, for other
+    classes, the keyword parameters of its ``__init__`` chain (``seed`` aside)."""
+    docs = getattr(cls, "option_docs", None)
+    if callable(docs):
+        table: list[OptionDoc] = docs()
+        if table:
+            return table
+    found: dict[str, OptionDoc] = {}
+    for klass in cls.__mro__:
+        if "__init__" not in vars(klass) or klass is Policy:
+            continue
+        params = inspect.signature(vars(klass)["__init__"]).parameters.values()
+        for param in params:
+            if param.kind in (param.POSITIONAL_OR_KEYWORD, param.KEYWORD_ONLY) \
+                    and param.name not in ("self", "seed") and param.name not in found:
+                default = None if param.default is param.empty else param.default
+                found[param.name] = OptionDoc(param.name, {"": default}, "")
+        if not any(p.kind is p.VAR_KEYWORD for p in params):
+            break
+    return list(found.values())
+
+
+def _check_options(name: str, cls: type, options: Mapping[str, Any]) -> None:
+    valid = [doc.name for doc in class_options(cls)]
+    for key in options:
+        if key not in valid:
+            raise ConfigError(f"{name} option", key,
+                              f"{name} takes: {', '.join(valid) or 'no options'} "
+                              f"(`pollux policies` lists them with their defaults)")
+
+
+def canonical_spec(spec: str) -> str:
+    """``spec`` checked (name and options) and written canonically; old names become
+    their new spelling (with a warning)."""
+    name, cls, _, given = _resolve(spec)
+    _check_options(name, cls, given)
+    return format_spec(name, given)
+
+
+def make_policy(spec: str, *, seed: int = 0, **options: Any) -> Policy:
+    """Instantiate policy ``spec`` (registered name or ``module:Class``, with options) with
+    ``seed`` and keyword ``options`` on top; unknown names list the valid choices and
+    unknown options the valid ones. The policy's ``spec`` is the canonical text, its
+    ``name`` the same with a plugin's own name for its ``module:Class``."""
+    name, cls, fixed, given = _resolve(spec)
+    given = {**given, **options}
+    _check_options(name, cls, given)
+    policy: Policy = cls(seed=seed, **{**fixed, **given})
+    policy.spec = format_spec(name, given)
+    policy.name = format_spec(policy.name if ":" in name else name, given)
     return policy

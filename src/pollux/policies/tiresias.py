@@ -51,7 +51,7 @@ DEFAULT_QUEUE_THRESHOLD_GPU_S = 16 * 3600.0
 class TiresiasPolicy(Policy):
     """Two-queue least-attained-service with tuned GPU counts; see the module docstring."""
 
-    name: ClassVar[str] = "tiresias"
+    name = "tiresias"
     adaptive_jobs: ClassVar[bool] = False
 
     def __init__(self, queue_threshold_gpu_s: float = DEFAULT_QUEUE_THRESHOLD_GPU_S,

@@ -67,7 +67,8 @@ class ServerConfig:
     token_file: str | None = None
     """Where the token came from (recorded in server.json so the CLI can read it)."""
     policy: str = "pollux"
-    """A registered policy name, or ``module:Class``."""
+    """A policy spec: a registered name or ``module:Class``, with options, e.g.
+    ``pollux(p=-0.5)`` (:mod:`pollux.policies.registry`)."""
     interval_s: float = 30.0
     backend: str = "local"
     num_nodes: int = 1
@@ -305,7 +306,7 @@ def build_service(config: ServerConfig, hints_url: str | None,
                          else parse_type_speeds(config.gpu_type_speeds, "--gpu-type-speeds"))),
         autoscaler=autoscaler_for(config, backend.nodes()),
         on_round=recorder)
-    return SchedulerService(store, backend, allocator, config.data_dir, config.policy,
+    return SchedulerService(store, backend, allocator, config.data_dir, policy.spec,
                             autoscaler=config.autoscaler, history=history, metrics=metrics)
 
 
