@@ -16,7 +16,7 @@ import pytest
 import pollux.torch as pt
 from tests.torch.launcher import REPO
 
-MODULES = ("accumulator", "batch_size", "data_loader", "data_parallel", "distributed",
+MODULES = ("accumulator", "batch_size", "data_loader", "data_parallel", "distributed", "launch",
            "elastic_sampler", "epochs", "gradient_noise", "job", "scaling_rules",
            "checkpoint")
 

@@ -1,128 +1,51 @@
-"""The launch environment of a training process and ``init_process_group``.
+"""``init_process_group``: join the job's process group, whoever launched it.
 
-Three ways to be launched, tried in this order:
+The launch environment (Pollux scheduler, ``torchrun``, or a single process) is read by
+:mod:`pollux.torch.launch`. ``init_process_group`` picks NCCL on GPUs and gloo on CPU,
+creates a gloo group for the agent's small host-side agreements, and returns the
+:class:`~pollux.torch.job.JobContext` that the other pieces of the agent share.
 
-* by the Pollux scheduler: ``POLLUX_*`` variables (:mod:`pollux.jobenv`);
-* by ``torchrun``: ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR``, ...;
-* by nothing: a single process (world size 1, an in-process store).
-
-``init_process_group`` picks NCCL on GPUs and gloo on CPU, creates a gloo group for the
-agent's small host-side agreements, and returns the :class:`~pollux.torch.job.JobContext`
-that the other pieces of the agent share.
+Under ``torchrun`` the rendezvous store already exists: torchrun's own agent serves it on
+``MASTER_ADDR:MASTER_PORT`` (``TORCHELASTIC_USE_AGENT_STORE=True``), so every replica,
+rank 0 included, joins it as a client, as PyTorch's ``env://`` does. Otherwise rank 0
+serves the store.
 """
 
 from __future__ import annotations
 
-import enum
 import ipaddress
 import logging
 import os
 import socket
-import sys
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import replace
 from datetime import timedelta
-from typing import TYPE_CHECKING
 
 import torch
 import torch.distributed as dist
 
 from pollux import jobenv
 from pollux.errors import ConfigError
+from pollux.torch.job import AgentConfig, JobContext
+from pollux.torch.launch import (
+    LaunchEnvironment,
+    LaunchSource,
+    read_launch_environment,
+    standalone_checkpoint_dir,
+)
 
-if TYPE_CHECKING:
-    from pollux.torch.job import AgentConfig, JobContext
+__all__ = [
+    "LaunchEnvironment",
+    "LaunchSource",
+    "default_backend",
+    "default_device",
+    "init_process_group",
+    "read_launch_environment",
+    "rendezvous_store",
+    "standalone_checkpoint_dir",
+]
 
 logger = logging.getLogger(__name__)
-
-
-class LaunchSource(enum.Enum):
-    """Who started this process.
-
-    >>> read_launch_environment({"RANK": "1", "WORLD_SIZE": "2", "MASTER_PORT": "29500"}).source
-    <LaunchSource.TORCHRUN: 'torchrun'>
-    """
-
-    POLLUX = "pollux"
-    TORCHRUN = "torchrun"
-    SINGLE = "single"
-
-
-@dataclass(frozen=True)
-class LaunchEnvironment(jobenv.JobEnvironment):
-    """Where this replica sits in its job, and who launched it: the launch contract
-    (:class:`pollux.jobenv.JobEnvironment`) plus its source.
-
-    >>> env = read_launch_environment({})
-    >>> env.source.value, env.rank, env.num_replicas
-    ('single', 0, 1)
-    """
-
-    source: LaunchSource = LaunchSource.POLLUX
-
-    def __post_init__(self) -> None:
-        if self.num_replicas < 1:
-            raise ConfigError("num_replicas", self.num_replicas, "must be >= 1")
-        if not 0 <= self.rank < self.num_replicas:
-            raise ConfigError("rank", self.rank, f"must lie in [0, {self.num_replicas})")
-        if not 1 <= self.num_nodes <= self.num_replicas:
-            raise ConfigError("num_nodes", self.num_nodes,
-                              f"must lie in [1, num_replicas={self.num_replicas}]")
-        if self.num_replicas > 1 and (self.master_addr is None or self.master_port is None):
-            raise ConfigError("master_addr/master_port", (self.master_addr, self.master_port),
-                              "several replicas need a rendezvous address and port")
-
-
-def _integer(env: Mapping[str, str], name: str, default: int | None = None) -> int:
-    raw = env.get(name)
-    if raw is None or raw == "":
-        if default is None:
-            raise ConfigError(name, None, "the launcher must set this variable")
-        return default
-    try:
-        return int(raw)
-    except ValueError as exc:
-        raise ConfigError(name, raw, "must be an integer") from exc
-
-
-def read_launch_environment(environ: Mapping[str, str] | None = None) -> LaunchEnvironment:
-    """Read the launch environment (Pollux, then torchrun, else a single process).
-
-    >>> read_launch_environment({"RANK": "1", "WORLD_SIZE": "2", "MASTER_PORT": "29500"}).rank
-    1
-    """
-    env = os.environ if environ is None else environ
-    pollux_env = LaunchEnvironment.from_env(env)
-    if pollux_env is not None:
-        return pollux_env
-    # Outside the scheduler, the Pollux variables that make sense alone are still honoured.
-    checkpoint_dir = env.get(jobenv.CHECKPOINT_DIR) or None
-    hints_target = env.get(jobenv.HINTS_TARGET) or None
-    hints_token = env.get(jobenv.HINTS_TOKEN) or None
-    gpu_type = env.get(jobenv.GPU_TYPE) or None
-    if "RANK" in env and "WORLD_SIZE" in env:
-        world = _integer(env, "WORLD_SIZE")
-        local_world = _integer(env, "LOCAL_WORLD_SIZE", world)
-        return LaunchEnvironment(
-            source=LaunchSource.TORCHRUN,
-            rank=_integer(env, "RANK"),
-            num_replicas=world,
-            local_rank=_integer(env, "LOCAL_RANK", 0),
-            node_rank=_integer(env, "GROUP_RANK", 0),
-            num_nodes=max(1, -(-world // max(local_world, 1))),
-            master_addr=env.get("MASTER_ADDR", "127.0.0.1"),
-            master_port=_integer(env, "MASTER_PORT"),
-            job_id=env.get("TORCHELASTIC_RUN_ID", "torchrun"),
-            checkpoint_dir=checkpoint_dir,
-            hints_target=hints_target,
-            hints_token=hints_token,
-            num_restarts=_integer(env, "TORCHELASTIC_RESTART_COUNT", 0),
-            gpu_type=gpu_type,
-        )
-    return LaunchEnvironment(source=LaunchSource.SINGLE, job_id="local", rank=0,
-                             num_replicas=1, checkpoint_dir=checkpoint_dir,
-                             hints_target=hints_target, hints_token=hints_token,
-                             gpu_type=gpu_type)
 
 
 def default_backend() -> str:
@@ -159,11 +82,13 @@ def loopback_listener(host: str, port: int) -> socket.socket | None:
 
 
 def rendezvous_store(host: str, port: int, rank: int, num_replicas: int,
-                     timeout: timedelta) -> dist.TCPStore:
+                     timeout: timedelta, *, served_elsewhere: bool = False) -> dist.TCPStore:
     """The job's TCPStore: rank 0 serves it (on loopback only when ``host`` is a loopback
-    address), the others connect to it."""
-    listener = loopback_listener(host, port) if rank == 0 else None
-    return dist.TCPStore(host, port, num_replicas, is_master=rank == 0, timeout=timeout,
+    address), the others connect to it. ``served_elsewhere``: a launcher (torchrun's
+    agent) already serves it at ``host:port``, so every rank connects."""
+    serve = rank == 0 and not served_elsewhere
+    listener = loopback_listener(host, port) if serve else None
+    return dist.TCPStore(host, port, num_replicas, is_master=serve, timeout=timeout,
                          master_listen_fd=None if listener is None else listener.detach())
 
 
@@ -188,8 +113,6 @@ def init_process_group(
     >>> job.rank, job.num_replicas, job.device  # doctest: +SKIP
     (0, 1, device(type='cpu'))
     """
-    from pollux.torch.job import AgentConfig, JobContext
-
     cfg = config if config is not None else AgentConfig()
     launch = read_launch_environment(environ)
     chosen = backend or default_backend()
@@ -211,7 +134,8 @@ def init_process_group(
                                 timeout=timeout)
     else:  # several replicas: master_addr and master_port were checked by LaunchEnvironment
         store = rendezvous_store(str(launch.master_addr), int(launch.master_port or 0),
-                                 launch.rank, launch.num_replicas, timeout)
+                                 launch.rank, launch.num_replicas, timeout,
+                                 served_elsewhere=launch.launcher_store)
         dist.init_process_group(chosen, store=store, rank=launch.rank,
                                 world_size=launch.num_replicas, timeout=timeout)
     control_group = (dist.group.WORLD if chosen == "gloo"
@@ -226,20 +150,5 @@ def init_process_group(
                       owns_process_group=created)
 
 
-def standalone_checkpoint_dir(argv0: str | None = None) -> str:
-    """``pollux-checkpoints/<script>`` under the working directory: where a job launched
-    outside the scheduler checkpoints unless told otherwise.
-
-    >>> standalone_checkpoint_dir("examples/train_digits.py")
-    'pollux-checkpoints/train_digits'
-    """
-    script = os.path.splitext(os.path.basename(argv0 if argv0 is not None else sys.argv[0]))[0]
-    if not script or script.startswith("-"):  # python -c, an interactive session
-        script = "python"
-    return os.path.join("pollux-checkpoints", script)
-
-
 def _with_checkpoint_dir(launch: LaunchEnvironment, path: str | None) -> LaunchEnvironment:
-    from dataclasses import replace
-
     return replace(launch, checkpoint_dir=path)

@@ -24,8 +24,8 @@ from pollux.jobenv import RESCALE_EXIT_CODE
 from pollux.models.hints import check_gpu_type
 from pollux.torch.accumulator import AccumulatorStates
 from pollux.torch.checkpoint import CheckpointManager
-from pollux.torch.distributed import LaunchEnvironment
 from pollux.torch.hints_reporter import HintsReporter
+from pollux.torch.launch import LaunchEnvironment
 from pollux.torch.metrics import MetricsWriter
 from pollux.torch.profiler import ProfilesByType, StepProfiler, device_gpu_type
 
