@@ -37,6 +37,7 @@ from pollux.torch.gradient_norms import (
     accumulated_grad_sqr,
     comm_hook,
 )
+from pollux.torch.model_followers import begin_followers_micro_step, refresh_followers_stats
 from pollux.torch.scaling_rules import ScalingRule, default_scaling_rule
 
 if TYPE_CHECKING:
@@ -75,15 +76,18 @@ class AdaptiveDataParallel(DistributedDataParallel):
 
     def __init__(self, module: torch.nn.Module, optimizer: torch.optim.Optimizer,
                  lr_scheduler: Any = None, scaling_rule: ScalingRule | None = None, *,
-                 job: JobContext, grad_scaler: Any = None, **ddp_kwargs: Any) -> None:
+                 job: JobContext, grad_scaler: Any = None, name: str | None = None,
+                 **ddp_kwargs: Any) -> None:
+        job.check_model_name(name)
         module = module.to(job.device)
         checkpoint = job.checkpoint
-        checkpoint.register("pollux/model", module)
-        checkpoint.register("pollux/optimizer", optimizer)
+        prefix = "pollux" if name is None else f"pollux/models/{name}"
+        checkpoint.register(f"{prefix}/model", module)
+        checkpoint.register(f"{prefix}/optimizer", optimizer)
         if lr_scheduler is not None:
-            checkpoint.register("pollux/lr_scheduler", lr_scheduler)
+            checkpoint.register(f"{prefix}/lr_scheduler", lr_scheduler)
         if grad_scaler is not None:
-            checkpoint.register("pollux/grad_scaler", grad_scaler)
+            checkpoint.register(f"{prefix}/grad_scaler", grad_scaler)
         if job.device.type == "cuda":
             ddp_kwargs.setdefault("device_ids", [job.device.index])
         super().__init__(module, **ddp_kwargs)
@@ -96,8 +100,8 @@ class AdaptiveDataParallel(DistributedDataParallel):
         self.noise = GradientNoiseEstimator(smoothing=job.config.noise_smoothing,
                                             device=job.device)
         self._trainer = _TrainerState()
-        checkpoint.register("pollux/gradient_noise", self.noise)
-        checkpoint.register("pollux/trainer", self._trainer)
+        checkpoint.register(f"{prefix}/gradient_noise", self.noise)
+        checkpoint.register(f"{prefix}/trainer", self._trainer)
         self._world = dist.get_world_size(self.process_group)
         self._noise_interval = job.config.noise_interval_steps
         self._probe_interval = job.config.probe_interval_steps
@@ -112,7 +116,9 @@ class AdaptiveDataParallel(DistributedDataParallel):
         self._patch_optimizer()
         if grad_scaler is not None:
             self._patch_grad_scaler()
-        job.attach_model(self)
+        self.name = name
+        """The model's name in the job (None: the job's only model)."""
+        job.attach_model(self, name)
 
     # -- public state ---------------------------------------------------------------------
 
@@ -194,6 +200,9 @@ class AdaptiveDataParallel(DistributedDataParallel):
         elif index == 1 and self._world == 1 and step.collect:
             step.first_micro_sqr = accumulated_grad_sqr(self.module.parameters(),
                                                         self.job.device)
+        if len(self.job.models) > 1:  # a GAN's other model follows these micro-steps
+            begin_followers_micro_step(self, index, num_micro_steps, local_bsz,
+                                       step_batch_size, init_batch_size, regular, probe)
 
     def wants_probe(self, steps_ahead: int = 0) -> bool:
         """Whether the optimizer step ``steps_ahead`` after the next one should be split
@@ -220,6 +229,8 @@ class AdaptiveDataParallel(DistributedDataParallel):
     def set_grad_stats(self, stats: GradientStats | None) -> None:
         """Use these statistics (agreed across ranks) for gains and learning rates."""
         self.grad_stats = stats
+        if len(self.job.models) > 1:
+            refresh_followers_stats(self)
 
     def step_gain(self, batch_size: int | None) -> tuple[float, float]:
         """(scale, gain) of an optimizer step at total ``batch_size``."""

@@ -35,6 +35,9 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+MODEL_KEY = "model"
+"""The key of a job's model wrapped without ``name=``."""
+
 
 @dataclass(frozen=True)
 class AgentConfig:
@@ -217,6 +220,9 @@ class JobContext:
         self.num_nodes = launch.num_nodes
         self.stop_requested = threading.Event()
         self.model: AdaptiveDataParallel | None = None
+        """The model that drives the batch size (the first one wrapped)."""
+        self.models: dict[str, AdaptiveDataParallel] = {}
+        """Every wrapped model by name (several for a GAN: see ``name=``)."""
         self._loader_names: list[str] = []
         self.checkpoint = CheckpointManager(launch.checkpoint_dir, rank=self.rank,
                                             group=control_group,
@@ -275,11 +281,25 @@ class JobContext:
 
     # -- wiring ---------------------------------------------------------------------------
 
-    def attach_model(self, model: AdaptiveDataParallel) -> None:
-        if self.model is not None:
-            raise ConfigError("AdaptiveDataParallel", type(model).__name__,
-                              "wrap only one model per job context")
-        self.model = model
+    def check_model_name(self, name: str | None) -> str:
+        """The key of a model about to be wrapped under ``name`` (None: the only one)."""
+        key = MODEL_KEY if name is None else name
+        if key in self.models or (name is None and self.models):
+            raise ConfigError("AdaptiveDataParallel name", name,
+                              "give each model of a job its own name= (e.g. a GAN's "
+                              "name='generator' and name='discriminator')")
+        return key
+
+    def attach_model(self, model: AdaptiveDataParallel, name: str | None = None) -> None:
+        """Track ``model``; the first one drives the batch size, later ones (each with its
+        own ``name``) follow its micro-steps (:mod:`pollux.torch.model_followers`)."""
+        self.models[self.check_model_name(name)] = model
+        if self.model is None:
+            self.model = model
+
+    def followers(self) -> list[AdaptiveDataParallel]:
+        """The models after the first (they follow its micro-steps)."""
+        return [m for m in self.models.values() if m is not self.model]
 
     def new_loader_name(self, name: str | None) -> str:
         chosen = name if name is not None else f"loader{len(self._loader_names)}"

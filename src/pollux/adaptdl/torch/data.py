@@ -1,0 +1,187 @@
+"""``adaptdl.torch.data``: ``AdaptiveDataLoader`` and ``current_dataloader`` with
+AdaptDL's call shapes, over :class:`pollux.torch.AdaptiveDataLoader`.
+
+Differences from the native loader, all AdaptDL's (and PyTorch's) behaviour:
+
+* it may be created before ``init_process_group`` (it joins the job when the job
+  exists; loaders are named in creation order, so a restart restores each one);
+* ``shuffle=False`` and no gradient accumulation unless asked
+  (``autoscale_batch_size(..., gradient_accumulation=True)``);
+* ``current_local_bsz``, ``accumulation_steps``, ``current_batch_size``, ``training``
+  and ``to_tensorboard(writer, step, tag_prefix="")`` with AdaptDL's tags.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from pollux.adaptdl.default_job import DEFAULT_JOB
+from pollux.torch.data_loader import AdaptiveDataLoader as NativeLoader
+
+if TYPE_CHECKING:
+    from pollux.torch.job import JobContext
+
+_NATIVE_PARAMETERS = frozenset(inspect.signature(NativeLoader.__init__).parameters)
+
+
+def current_dataloader() -> Any:
+    """The AdaptDL-shaped loader being iterated now, or None."""
+    return DEFAULT_JOB.current_loader
+
+
+def _check_autoscale(batch_size: int, max_batch_size: Any,
+                     local_bsz_bounds: tuple[int | None, int | None] | None) -> None:
+    if not isinstance(max_batch_size, int) or max_batch_size < batch_size:
+        raise ValueError(f"invalid max_batch_size={max_batch_size!r}: give an int >= the "
+                         f"loader's batch_size ({batch_size})")
+    if local_bsz_bounds is not None:
+        low, high = local_bsz_bounds
+        if (low is not None and low > batch_size) or (high is not None and high < batch_size):
+            raise ValueError(f"invalid local_bsz_bounds={local_bsz_bounds!r}: the bounds "
+                             f"must include the loader's batch_size ({batch_size})")
+
+
+class AdaptiveDataLoaderMixin:
+    """What an AdaptDL loader offers a training loop: ``autoscale_batch_size``, the
+    current local batch size and accumulation steps, and TensorBoard scalars.
+
+    Subclasses set ``self._native`` (a :class:`pollux.torch.AdaptiveDataLoader`) when
+    the job exists; see :class:`AdaptiveDataLoader` and, for loaders of your own,
+    :class:`pollux.adaptdl.torch.custom.ElasticLoader`.
+    """
+
+    _native: NativeLoader | None
+
+    def __init__(self, batch_size: int) -> None:
+        self.batch_size = int(batch_size)
+        self._native = None
+        self._autoscale: tuple[int, tuple[int, int] | None, bool] | None = None
+
+    def autoscale_batch_size(self, max_batch_size: int,
+                             local_bsz_bounds: tuple[int, int] | None = None,
+                             gradient_accumulation: bool = False) -> None:
+        """Let the agent choose the total batch size between ``batch_size`` and
+        ``max_batch_size``, with a local batch in ``local_bsz_bounds`` on each replica
+        and, only if asked, gradient accumulation."""
+        _check_autoscale(self.batch_size, max_batch_size, local_bsz_bounds)
+        low, high = local_bsz_bounds if local_bsz_bounds is not None else (None, None)
+        bounds = (int(low) if low is not None else 1,
+                  int(high) if high is not None else max_batch_size)
+        self._autoscale = (max_batch_size, bounds, bool(gradient_accumulation))
+        if self._native is not None:
+            self._native.autoscale_batch_size(*self._autoscale)
+
+    @property
+    def max_batch_size(self) -> int | None:
+        """The largest total batch size allowed (None: the batch size is fixed)."""
+        return None if self._autoscale is None else self._autoscale[0]
+
+    @property
+    def local_bsz_bounds(self) -> tuple[int, int] | None:
+        return None if self._autoscale is None else self._autoscale[1]
+
+    @property
+    def training(self) -> bool:
+        """Whether this loader adapts its batch size (AdaptDL's training loader)."""
+        return self._autoscale is not None
+
+    def _config(self) -> Any:
+        native = self._native
+        return None if native is None else native.batch_config
+
+    @property
+    def current_local_bsz(self) -> int | None:
+        """Samples per replica per micro-batch now (None before the first iteration)."""
+        config = self._config()
+        return None if config is None else config.local_bsz
+
+    @property
+    def accumulation_steps(self) -> int:
+        """Micro-batches per optimizer step, less one (0 without accumulation)."""
+        config = self._config()
+        return 0 if config is None else config.accum_steps
+
+    @property
+    def current_batch_size(self) -> int | None:
+        """Total batch size over all replicas and micro-steps now."""
+        return None if self._native is None else self._native.current_batch_size
+
+    def to_tensorboard(self, writer: Any, global_step: int, tag_prefix: str = "") -> None:
+        """Add ``Total_Batch_Size``, ``Local_Batch_Size`` and ``Accumulation_Steps``
+        (AdaptDL's tags, under ``tag_prefix``) to a ``SummaryWriter``."""
+        if tag_prefix and not tag_prefix.endswith("/"):
+            tag_prefix += "/"
+        total, local = self.current_batch_size, self.current_local_bsz
+        if total is None or local is None:
+            return
+        writer.add_scalar(tag_prefix + "Total_Batch_Size", total, global_step)
+        writer.add_scalar(tag_prefix + "Local_Batch_Size", local, global_step)
+        writer.add_scalar(tag_prefix + "Accumulation_Steps", self.accumulation_steps,
+                          global_step)
+
+
+class AdaptiveDataLoader(AdaptiveDataLoaderMixin):
+    """AdaptDL's ``AdaptiveDataLoader(dataset, batch_size=1, shuffle=False, **kwargs)``.
+
+    ``batch_size`` is the initial total batch size over all replicas; ``drop_last``,
+    ``num_workers``, ``collate_fn``, ``pin_memory``, ... are PyTorch's; ``sampler`` and
+    ``batch_sampler`` are not allowed (the agent's elastic sampler decides).
+
+    >>> loader = AdaptiveDataLoader(dataset, batch_size=64, shuffle=True)  # doctest: +SKIP
+    >>> loader.autoscale_batch_size(1024, local_bsz_bounds=(32, 128))  # doctest: +SKIP
+    """
+
+    def __init__(self, dataset: Any, batch_size: int = 1, shuffle: bool = False,
+                 **kwargs: Any) -> None:
+        if kwargs.get("sampler") is not None or kwargs.get("batch_sampler") is not None:
+            raise ValueError("AdaptiveDataLoader does not support a custom 'sampler' or "
+                             "'batch_sampler': remove it (the agent's elastic sampler "
+                             "partitions the data over replicas)")
+        kwargs.pop("sampler", None)
+        kwargs.pop("batch_sampler", None)
+        if not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"invalid batch_size={batch_size!r}: give an int >= 1")
+        super().__init__(batch_size)
+        self.dataset = dataset
+        self.shuffle = bool(shuffle)
+        self.drop_last = bool(kwargs.pop("drop_last", False))
+        self._kwargs = kwargs
+        self.name = DEFAULT_JOB.next_name("adaptdl-loader")
+        DEFAULT_JOB.when_bound(self._bind)
+
+    def _bind(self, job: JobContext) -> None:
+        extra: dict[str, Any] = {}
+        if "drop_last" in _NATIVE_PARAMETERS:
+            extra["drop_last"] = self.drop_last
+        native = NativeLoader(self.dataset, self.batch_size, self.shuffle, job=job,
+                              name=self.name, **extra, **self._kwargs)
+        self._native = native
+        if self._autoscale is not None:
+            native.autoscale_batch_size(*self._autoscale)
+
+    def _require(self) -> NativeLoader:
+        if self._native is None:
+            DEFAULT_JOB.require("iterating an AdaptiveDataLoader")
+        assert self._native is not None
+        return self._native
+
+    def __iter__(self) -> Iterator[Any]:
+        native = self._require()
+        if DEFAULT_JOB.current_loader is not None:
+            raise RuntimeError("overlapping data loader loops: finish iterating one "
+                               "AdaptiveDataLoader before starting another")
+        DEFAULT_JOB.current_loader = self
+        try:
+            yield from native
+        finally:
+            DEFAULT_JOB.current_loader = None
+
+    def __len__(self) -> int:
+        """Batches this replica gets per epoch with the current batch size."""
+        if self._native is not None:
+            return len(self._native)
+        total = len(self.dataset)
+        return total // self.batch_size if self.drop_last else math.ceil(total / self.batch_size)

@@ -1,0 +1,88 @@
+"""AdamScale: AdaScale for Adam-like optimizers (AdaptDL's rule, the Pollux paper's
+choice for Adam).
+
+Adam moves each coordinate by its gradient divided by ``sqrt(v_hat) + eps`` (its
+running RMS), so the gradient noise that matters for it is that of the *preconditioned*
+gradient ``g / (sqrt(v_hat) + eps)``. With this rule the model's noise estimator
+measures the squared norms of preconditioned gradients (:class:`AdamPreconditioner`),
+and the learning-rate factor is the square root of the resulting gain.
+
+>>> AdamGainScale().lr_factor(scale=8.0, gain=4.0, progress=0.0)
+2.0
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import torch
+
+from pollux.errors import ConfigError
+from pollux.torch.scaling_rules import ScalingRule
+
+
+@dataclass(frozen=True)
+class AdamGainScale(ScalingRule):
+    """Learning-rate factor ``gain ** power`` (0.5: AdamScale), with the noise measured on
+    Adam-preconditioned gradients (the model sets that up when given this rule)."""
+
+    power: float = 0.5
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.power) and self.power > 0):
+            raise ConfigError("power", self.power, "must be a number > 0 (0.5: AdamScale)")
+
+    def lr_factor(self, scale: float, gain: float, progress: float) -> float:
+        return float(gain) ** self.power
+
+
+class AdamPreconditioner:
+    """Squared norms of gradients divided by Adam's ``sqrt(v_hat) + eps``.
+
+    Reads ``exp_avg_sq`` and ``step`` from the optimizer's state (a parameter without
+    them yet, before the first step, is left unscaled) and ``betas``/``eps`` from its
+    parameter group. Works with any optimizer keeping Adam's state names (Adam, AdamW).
+    """
+
+    def __init__(self, optimizer: torch.optim.Optimizer) -> None:
+        self.optimizer = optimizer
+        self._group_of: dict[int, tuple[float, float]] = {}
+        for group in optimizer.param_groups:
+            beta2 = float(group.get("betas", (0.9, 0.999))[1])
+            eps = float(group.get("eps", 1e-8))
+            for param in group["params"]:
+                self._group_of[id(param)] = (beta2, eps)
+
+    def divisor(self, param: torch.Tensor) -> torch.Tensor | None:
+        """``sqrt(v_hat) + eps`` of ``param`` (None before its first Adam step)."""
+        state = self.optimizer.state.get(param)
+        if not state or "exp_avg_sq" not in state or id(param) not in self._group_of:
+            return None
+        beta2, eps = self._group_of[id(param)]
+        step = float(state.get("step", 1))
+        correction = 1.0 - beta2 ** max(step, 1.0)
+        return state["exp_avg_sq"].sqrt().div(math.sqrt(correction)).add(eps)
+
+    def squared_norm(self, params: Iterable[torch.Tensor],
+                     flat: torch.Tensor | None = None) -> torch.Tensor:
+        """Sum of squared preconditioned gradients of ``params``: their ``.grad``, or the
+        consecutive slices of ``flat`` (a DDP bucket laid out in ``params`` order)."""
+        total: torch.Tensor | None = None
+        offset = 0
+        for param in params:
+            if flat is not None:
+                grad = flat[offset:offset + param.numel()].view_as(param)
+                offset += param.numel()
+            else:
+                if param.grad is None:
+                    continue
+                grad = param.grad
+            divisor = self.divisor(param)
+            scaled = grad.double() if divisor is None else grad.double() / divisor.double()
+            part = scaled.square().sum()
+            total = part if total is None else total + part
+        if total is None:
+            return torch.zeros((), dtype=torch.float64)
+        return total
