@@ -83,6 +83,12 @@ for name in ("token", "pollux.db", "server.json"):
         results[name] = "read"
     except OSError as exc:
         results[name] = type(exc).__name__
+import socket
+try:
+    socket.socket(socket.AF_UNIX).connect("{shared / 'data' / 'server.sock'}")
+    results["server.sock"] = "connected"
+except OSError as exc:
+    results["server.sock"] = type(exc).__name__
 print(json.dumps(results))
 """
             done = subprocess.run([SYSTEM_PYTHON, "-I", "-c", attack], user=user[0],
@@ -92,7 +98,8 @@ print(json.dumps(results))
             results = json.loads(done.stdout)
             assert results == {"no_token": 401, "text_plain": 401,
                                "token": "PermissionError", "pollux.db": "PermissionError",
-                               "server.json": "PermissionError"}, results
+                               "server.json": "PermissionError",
+                               "server.sock": "PermissionError"}, results
             assert [job["name"] for job in client.jobs()] == ["mine"]
             time.sleep(1.0)
             assert not proof.exists()

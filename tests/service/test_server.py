@@ -11,7 +11,8 @@ import pytest
 from pollux.cli.main import main
 from pollux.errors import ConfigError, ServerUnreachableError
 from pollux.service.client import locate_server
-from pollux.service.private import load_or_create_token
+from pollux.service.local_socket import bind_local_socket
+from pollux.service.private import new_token
 from pollux.service.runner import data_dir_lock
 from pollux.service.server import ServerConfig, is_loopback
 
@@ -27,9 +28,11 @@ def test_every_address_gets_a_token(tmp_path):
     """Defect 2: a token is now always required (generated when not given), so binding
     beyond loopback no longer needs an explicit one."""
     assert ServerConfig(data_dir=tmp_path, host="0.0.0.0").token is None
-    token, path = load_or_create_token(tmp_path)
-    assert load_or_create_token(tmp_path) == (token, path) and len(token) >= 32
+    token, path = new_token(tmp_path)
+    assert len(token) >= 32 and path.read_text().strip() == token
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    again, _ = new_token(tmp_path)  # every start: a new one, the old one revoked
+    assert again != token and path.read_text().strip() == again
 
 
 def test_one_server_per_data_directory(tmp_path):
@@ -49,11 +52,17 @@ def test_the_cli_finds_the_server_and_its_token(tmp_path, monkeypatch):
     token_file.write_text("s3cret\n")
     token_file.chmod(0o600)
     (tmp_path / "server.json").write_text(json.dumps(
-        {"url": "http://127.0.0.1:9/", "pid": 1, "token_file": str(token_file)}))
-    assert locate_server(data_dir=tmp_path).token == "s3cret"
-    assert locate_server(data_dir=tmp_path).url == "http://127.0.0.1:9"
-    assert locate_server(data_dir=tmp_path, token="other").token == "other"
+        {"url": "http://127.0.0.1:9/", "pid": 1, "token_file": str(token_file),
+         "socket": str(tmp_path / "server.sock")}))
+    with pytest.raises(ServerUnreachableError, match="is stale"):  # nobody on the socket
+        locate_server(data_dir=tmp_path)
+    with bind_local_socket(tmp_path):  # a server listening (this process)
+        assert locate_server(data_dir=tmp_path).token == "s3cret"
+        assert locate_server(data_dir=tmp_path).url == "http://127.0.0.1:9"
+        assert locate_server(data_dir=tmp_path).socket == str(tmp_path / "server.sock")
+        assert locate_server(data_dir=tmp_path, token="other").token == "other"
     monkeypatch.setenv("POLLUX_SERVER", "http://elsewhere:1")
     assert locate_server(data_dir=tmp_path).token is None  # not that server's token file
+    assert locate_server(data_dir=tmp_path).socket is None
     # nothing listens there: a runtime failure, not a usage error
     assert main(["ls", "--data-dir", str(tmp_path), "--server", "http://127.0.0.1:9"]) == 1

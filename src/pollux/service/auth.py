@@ -39,9 +39,9 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, RedirectResponse, Response
 
 from pollux.errors import ConfigError
-from pollux.service.private import TOKEN_FILE, load_or_create_token
+from pollux.service.private import TOKEN_FILE
 
-__all__ = ["TOKEN_FILE", "ApiAuth", "install_guard", "load_or_create_token"]
+__all__ = ["TOKEN_FILE", "ApiAuth", "install_guard"]
 
 logger = logging.getLogger(__name__)
 

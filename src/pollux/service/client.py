@@ -1,7 +1,9 @@
 """HTTP client of the scheduler service, used by the CLI (and the tests).
 
 The server is found from ``--server URL``, else ``$POLLUX_SERVER``, else the
-``server.json`` a running server writes in its data directory; the token from
+``server.json`` a running server writes in its data directory. The server of that
+record is reached through its Unix socket (see :mod:`pollux.service.local_socket`), never
+its TCP port, and only once it answers there as this user; the token from
 ``--token-file`` (mode 0600), ``$POLLUX_TOKEN``, or the token file the server recorded
 (never from the command line: see :mod:`pollux.service.tokens`).
 """
@@ -20,6 +22,7 @@ from urllib.parse import quote
 import httpx
 
 from pollux.errors import ServerUnreachableError, ServiceError
+from pollux.service.local_socket import UntrustedPeerError, local_transport, probe
 from pollux.service.runner import SERVER_FILE
 from pollux.service.server import default_data_dir
 from pollux.service.tokens import read_token_file, token_from_environment
@@ -34,6 +37,9 @@ class ServerAddress:
     tls_cert: str | None = None
     """Certificate to trust for an ``https`` URL (the server's own, from server.json);
     None: the system's trusted authorities."""
+    socket: str | None = None
+    """The server's Unix socket: requests go there (the URL then only names the server
+    in ``Host`` and for TLS), never to the URL's TCP port."""
 
 
 def server_address(record: dict[str, Any]) -> ServerAddress:
@@ -41,7 +47,40 @@ def server_address(record: dict[str, Any]) -> ServerAddress:
     token_file = record.get("token_file")
     return ServerAddress(str(record["url"]).rstrip("/"),
                          None if not token_file else read_token_file(token_file),
-                         record.get("tls_cert"))
+                         record.get("tls_cert"), record.get("socket"))
+
+
+def _alive(pid: Any) -> bool:
+    try:
+        os.kill(int(pid), 0)
+    except (ProcessLookupError, ValueError, TypeError):
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def local_socket_of(record: dict[str, Any], server_file: Path) -> str:
+    """The Unix socket of the server that wrote ``record``, once a process of this user
+    (or root) answers on it; a stale record is an error saying so."""
+    path = record.get("socket")
+    if not path:
+        raise ServerUnreachableError(
+            f"{server_file} names no local socket (an older pollux server wrote it): "
+            "restart the server, or pass --server URL with --token-file")
+    try:
+        probe(Path(path))
+    except UntrustedPeerError as exc:
+        raise ServerUnreachableError(f"{exc}; {server_file} is not trusted") from exc
+    except OSError as exc:
+        pid = record.get("pid")
+        fate = "is gone" if not _alive(pid) else "does not answer"
+        raise ServerUnreachableError(
+            f"{server_file} is stale: no server answers on {path} ({exc.strerror or exc}); "
+            f"the server that wrote it (pid {pid}) {fate}. Start one with 'pollux server "
+            f"--data-dir {server_file.parent}'. Nothing was sent to its old port "
+            f"({record.get('url')}), which another program may hold now") from exc
+    return str(path)
 
 
 def locate_server(server: str | None = None, data_dir: str | os.PathLike[str] | None = None,
@@ -64,11 +103,13 @@ def locate_server(server: str | None = None, data_dir: str | os.PathLike[str] | 
         token = read_token_file(token_file)
     if token is None:
         token = token_from_environment()
-    if token is None and record.get("token_file") and url == record.get("url"):
+    same_server = url.rstrip("/") == str(record.get("url", "")).rstrip("/")
+    if not same_server:  # a server named by URL: TCP, with a token given for it
+        return ServerAddress(url.rstrip("/"), token)
+    local = local_socket_of(record, server_file)  # before reading its token
+    if token is None and record.get("token_file"):
         token = read_token_file(record["token_file"])
-    same_server = url == record.get("url")
-    return ServerAddress(url.rstrip("/"), token,
-                         record.get("tls_cert") if same_server else None)
+    return ServerAddress(url.rstrip("/"), token, record.get("tls_cert"), local)
 
 
 class PolluxClient:
@@ -80,8 +121,10 @@ class PolluxClient:
         verify: Any = True
         if address.tls_cert:
             verify = ssl.create_default_context(cafile=address.tls_cert)
+        transport = (None if address.socket is None
+                     else local_transport(Path(address.socket), address.tls_cert))
         self._http = httpx.Client(base_url=address.url, headers=headers, timeout=timeout_s,
-                                  verify=verify)
+                                  verify=verify, transport=transport)
 
     def __enter__(self) -> PolluxClient:
         return self

@@ -15,7 +15,8 @@ from pollux.errors import ConfigError
 logger = logging.getLogger(__name__)
 
 TOKEN_FILE = "token"
-"""The generated API token's file in the data directory (mode 0600)."""
+"""The generated API token's file in the data directory (mode 0600; a new token at every
+start of the server)."""
 
 
 def make_private_dir(directory: Path) -> None:
@@ -46,23 +47,16 @@ def make_private_file(path: Path) -> None:
             path.chmod(mode & 0o600)
 
 
-def load_or_create_token(data_dir: Path) -> tuple[str, Path]:
-    """The token in ``<data_dir>/token``, generated (mode 0600) when there is none; a
-    token file that others can read is made private again, with a warning."""
+def new_token(data_dir: Path) -> tuple[str, Path]:
+    """A fresh random token, written to ``<data_dir>/token`` (mode 0600) in place of the
+    previous one: a generated token lasts as long as its server (a restart revokes it,
+    and with it whatever copies were made of it)."""
     path = data_dir / TOKEN_FILE
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        mode = stat.S_IMODE(path.stat().st_mode)
-        if mode & 0o077:
-            logger.warning("token file %s was readable by others (mode %o); made it 0600 -- "
-                           "replace the token if others may have read it", path, mode)
-            path.chmod(0o600)
-        token = path.read_text().strip()
-        if not token:
-            raise ConfigError("token_file", str(path), "is empty; delete it to generate a "
-                                                       "new token") from None
-        return token, path
+    tmp = path.with_name(TOKEN_FILE + ".tmp")
+    tmp.unlink(missing_ok=True)
+    token = secrets.token_urlsafe(32)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as handle:
-        handle.write(secrets.token_urlsafe(32) + "\n")
-    return path.read_text().strip(), path
+        handle.write(token + "\n")
+    os.replace(tmp, path)
+    return token, path

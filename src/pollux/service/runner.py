@@ -16,13 +16,15 @@ from dataclasses import replace
 from pathlib import Path
 
 from pollux.errors import ConfigError, PolluxError
-from pollux.service.private import load_or_create_token, make_private_dir, make_private_file
+from pollux.service.local_socket import SOCKET_FILE, bind_local_socket
+from pollux.service.private import make_private_dir, make_private_file, new_token
 from pollux.service.server import ServerConfig, build_service, is_loopback
 
 logger = logging.getLogger(__name__)
 
 SERVER_FILE = "server.json"
-"""Written in the data directory while a server runs: its URL, pid, token file."""
+"""Written in the data directory while a server runs: its URL, Unix socket, pid, token
+file."""
 
 
 class ServerShutdown(BaseException):  # noqa: N818 - a signal, not an error
@@ -53,7 +55,8 @@ def write_server_file(config: ServerConfig, url: str) -> None:
     tmp = path.with_suffix(".tmp")
     tmp.unlink(missing_ok=True)
     make_private_file(tmp)
-    tmp.write_text(json.dumps({"url": url, "pid": os.getpid(), "token_file": config.token_file,
+    tmp.write_text(json.dumps({"url": url, "socket": str(config.data_dir / SOCKET_FILE),
+                               "pid": os.getpid(), "token_file": config.token_file,
                                "has_token": bool(config.token),
                                "tls_cert": config.tls_cert}))
     os.replace(tmp, path)
@@ -67,8 +70,8 @@ def run_server(config: ServerConfig, ready: Callable[[str], None] | None = None)
     from pollux.service.auth import ApiAuth, allowed_hosts_for
 
     with data_dir_lock(config.data_dir):
-        if not config.token:  # a token always: generated once, kept in the data directory
-            token, token_path = load_or_create_token(config.data_dir)
+        if not config.token:  # a token always: a new one at every start, in the data dir
+            token, token_path = new_token(config.data_dir)
             config = replace(config, token=token, token_file=str(token_path))
         sock = socket.socket(socket.AF_INET6 if ":" in config.host else socket.AF_INET)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -80,6 +83,7 @@ def run_server(config: ServerConfig, ready: Callable[[str], None] | None = None)
         except OSError as exc:
             raise ConfigError("port", config.port, f"cannot bind {config.host}: {exc}") from exc
         port = sock.getsockname()[1]
+        local_sock = bind_local_socket(config.data_dir)  # the local CLI's way in
         local_host = "127.0.0.1" if config.host in ("0.0.0.0", "::", "localhost") else config.host
         scheme = "https" if config.tls_cert else "http"
         url = f"{scheme}://{local_host}:{port}"
@@ -110,11 +114,12 @@ def run_server(config: ServerConfig, ready: Callable[[str], None] | None = None)
                         config.data_dir)
             if ready is not None:
                 ready(url)
-            server.run(sockets=[sock])
+            server.run(sockets=[sock, local_sock])
         except ServerShutdown:
             pass
         finally:
             (config.data_dir / SERVER_FILE).unlink(missing_ok=True)
+            (config.data_dir / SOCKET_FILE).unlink(missing_ok=True)
             for sig in previous:
                 signal.signal(sig, signal.SIG_IGN)
             try:

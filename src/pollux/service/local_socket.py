@@ -1,0 +1,129 @@
+"""The server's Unix socket, through which the CLI of the same machine talks to it.
+
+A TCP port proves nothing: after a server dies, any local user may listen on its port,
+and a client that trusted ``server.json`` would hand that process the token. The server
+therefore also listens on ``<data dir>/server.sock`` (mode 0600, in the 0700 data
+directory: no other user can reach it or put anything in its place), and the local CLI
+connects there, checking that the process behind it runs as this user (or root,
+``SO_PEERCRED``) before a byte of the request -- token included -- is sent. A socket
+nobody answers on means ``server.json`` is stale: the CLI says so and stops.
+
+Unix socket paths are limited to about 108 bytes; a longer one is reached through
+``/proc/self/fd/<directory fd>/server.sock`` (Linux).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import ssl
+import stat
+import struct
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+import httpcore
+import httpx
+
+from pollux.errors import ConfigError
+
+SOCKET_FILE = "server.sock"
+"""The server's Unix socket in its data directory."""
+MAX_SUN_PATH = 100
+"""Longest path bound or connected directly (the kernel's limit is 107 bytes)."""
+_PEERCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
+
+
+class UntrustedPeerError(OSError):
+    """The process behind the socket is not this user's (nor root's)."""
+
+
+@contextlib.contextmanager
+def short_path(path: Path) -> Iterator[str]:
+    """A name of ``path`` short enough for ``bind``/``connect``."""
+    if len(os.fsencode(path)) <= MAX_SUN_PATH:
+        yield str(path)
+        return
+    fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        yield f"/proc/self/fd/{fd}/{path.name}"
+    finally:
+        os.close(fd)
+
+
+def bind_local_socket(data_dir: Path) -> socket.socket:
+    """Listen on ``<data_dir>/server.sock`` (mode 0600), replacing a stale one (the
+    caller holds the data directory's lock: no live server owns it)."""
+    path = data_dir / SOCKET_FILE
+    with contextlib.suppress(FileNotFoundError):
+        if not stat.S_ISSOCK(path.lstat().st_mode):
+            raise ConfigError("data_dir", str(data_dir), f"{path} exists and is not a "
+                                                         "socket; remove it")
+        path.unlink()
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old = os.umask(0o177)
+    try:
+        with short_path(path) as name:
+            sock.bind(name)
+        sock.listen(2048)
+    except OSError as exc:
+        sock.close()
+        raise ConfigError("data_dir", str(data_dir), f"cannot listen on {path}: {exc}"
+                          ) from exc
+    finally:
+        os.umask(old)
+    os.chmod(path, 0o600)
+    return sock
+
+
+def peer_uid(sock: socket.socket) -> int:
+    """The user id of the process at the other end of a connected Unix socket."""
+    raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEERCRED.size)
+    return int(_PEERCRED.unpack(raw)[1])
+
+
+def check_peer(sock: socket.socket, path: Path | str) -> None:
+    """Refuse a peer that is neither this user nor root."""
+    uid = peer_uid(sock)
+    if uid not in (os.getuid(), 0):
+        raise UntrustedPeerError(f"the process behind {path} runs as uid {uid}, not as you "
+                                 f"(uid {os.getuid()}): not sending it anything")
+
+
+def probe(path: Path, timeout_s: float = 5.0) -> None:
+    """Connect to the server's socket and check its peer; OSError when nobody answers
+    (FileNotFoundError, ConnectionRefusedError) or the peer is untrusted."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(timeout_s)
+        with short_path(path) as name:
+            sock.connect(name)
+        check_peer(sock, path)
+
+
+class _PeerCheckedBackend(httpcore.SyncBackend):
+    """httpcore's network backend, checking the peer of every Unix socket it opens."""
+
+    def connect_unix_socket(self, path: str, timeout: float | None = None,
+                            socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None
+                            ) -> httpcore.NetworkStream:
+        with short_path(Path(path)) as name:
+            stream = super().connect_unix_socket(name, timeout, socket_options)
+        try:
+            check_peer(stream.get_extra_info("socket"), path)
+        except OSError as exc:
+            stream.close()
+            raise httpcore.ConnectError(str(exc)) from exc
+        return stream
+
+
+def local_transport(path: Path, tls_cert: str | None) -> httpx.HTTPTransport:
+    """An httpx transport to the server's Unix socket at ``path`` (requests keep their
+    URL: its host names the server in ``Host``, and for ``https`` the certificate is
+    checked against it, trusting ``tls_cert``)."""
+    context = ssl.create_default_context(cafile=tls_cert)
+    transport = httpx.HTTPTransport(uds=str(path), verify=context)
+    transport._pool = httpcore.ConnectionPool(  # the same pool, peer-checked connections
+        ssl_context=context, uds=str(path), network_backend=_PeerCheckedBackend(),
+        max_connections=100, max_keepalive_connections=20, keepalive_expiry=5.0)
+    return transport
