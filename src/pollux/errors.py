@@ -8,6 +8,7 @@ PolluxError
   +-- MixedGpuTypesError              an allocation spanning nodes of different GPU types
   +-- StoreError                      a job-store operation that cannot apply
   |     +-- UnknownJobError (KeyError) no job by that id or name
+  |     +-- StoreUnavailableError      the store cannot be written now (full disk, locked)
   +-- BackendError                    a backend could not do what it was asked (a launch)
   +-- ServiceError                    the server refused a request (status, field, message)
   +-- ServerUnreachableError          no server could be found or reached
@@ -84,6 +85,21 @@ class UnknownJobError(StoreError, KeyError):
 
     def __str__(self) -> str:  # KeyError would otherwise quote the message
         return self.message
+
+
+class StoreUnavailableError(StoreError):
+    """The job store could not be written (or read) now: its disk is full, or a lock
+    outlasted the retries. The operation was rolled back: nothing stored changed."""
+
+    def __init__(self, path: object, detail: str, full: bool = False) -> None:
+        self.path = path
+        self.full = full
+        self.detail = detail
+        where = f"the data directory {getattr(path, 'parent', path)}"
+        super().__init__(
+            f"{where} is full ({detail}); nothing was stored: free space there and retry"
+            if full else f"the job store {path} is unavailable now ({detail}); nothing was "
+                         "changed: retry")
 
 
 class BackendError(PolluxError):

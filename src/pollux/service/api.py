@@ -3,7 +3,9 @@
 Errors are JSON ``{"detail": message, "field": name}``: 400 malformed body (or a Host
 this server does not answer to), 401 missing or wrong token, 403 a job token used for
 another job (or a foreign Origin), 404 unknown job, 413 body too large, 415 a body that
-is not ``application/json``, 422 a field with a bad value (the field is named).
+is not ``application/json``, 422 a field with a bad value (the field is named; an
+integer too long to read too), 503 the job store is busy (retry), 507 the data
+directory is full (nothing was stored).
 
 Every request needs the server's token (see :mod:`pollux.service.auth`, which guards
 every route of the app). The hints endpoint instead takes the job's own hints token (or
@@ -24,7 +26,12 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from pollux import __version__
-from pollux.errors import ConfigError, UnknownJobError, UnknownPluginError
+from pollux.errors import (
+    ConfigError,
+    StoreUnavailableError,
+    UnknownJobError,
+    UnknownPluginError,
+)
 from pollux.service.auth import ApiAuth, bearer_token, error_response, install_guard, tokens_match
 from pollux.service.dashboard import add_dashboard
 from pollux.service.openapi import SUBMIT_OPENAPI, add_offline_docs, add_schemas
@@ -33,6 +40,8 @@ from pollux.service.server import SchedulerService
 
 MAX_BODY_BYTES = 1 << 20
 MAX_JSON_DEPTH = 32
+MAX_INT_DIGITS = 4300
+"""Longest JSON integer read (Python's default limit on int-from-text conversion)."""
 """Deepest nesting of arrays/objects a body may have (specs and hints need 3)."""
 HINTS_PATH_SUFFIX = "/hints"
 
@@ -73,15 +82,51 @@ async def json_body(request: Request) -> Any:
         if size > MAX_BODY_BYTES:
             raise too_large
         chunks.append(chunk)
+    too_long: list[TooLongInteger] = []
     try:
-        value = json.loads(b"".join(chunks))
+        value = json.loads(b"".join(chunks), parse_int=lambda text: parse_int(text, too_long))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ApiError(400, f"body is not valid JSON: {exc}", "body") from exc
     except RecursionError as exc:
         raise ApiError(400, f"body nests deeper than {MAX_JSON_DEPTH} levels", "body") from exc
     if json_depth(value) > MAX_JSON_DEPTH:
         raise ApiError(400, f"body nests deeper than {MAX_JSON_DEPTH} levels", "body")
+    if too_long:
+        field = path_of(value, too_long[0]) or "body"
+        raise ApiError(422, f"invalid {field}: an integer of {too_long[0].num_digits} digits "
+                            f"is too long (at most {MAX_INT_DIGITS})", field)
     return value
+
+
+class TooLongInteger:
+    """Stands in for a JSON integer too long to convert (Python refuses over 4,300
+    digits), so that the error can name the field it is in."""
+
+    def __init__(self, num_digits: int) -> None:
+        self.num_digits = num_digits
+
+
+def parse_int(text: str, too_long: list[TooLongInteger]) -> int | TooLongInteger:
+    num_digits = len(text.lstrip("-"))
+    if num_digits <= MAX_INT_DIGITS:
+        return int(text)
+    marker = TooLongInteger(num_digits)
+    too_long.append(marker)
+    return marker
+
+
+def path_of(value: Any, target: object) -> str | None:
+    """The dotted path (list items by index) of ``target`` inside ``value``."""
+    stack: list[tuple[Any, tuple[str, ...]]] = [(value, ())]
+    while stack:
+        item, path = stack.pop()
+        if item is target:
+            return ".".join(path)
+        if isinstance(item, dict):
+            stack.extend((child, (*path, str(key))) for key, child in item.items())
+        elif isinstance(item, list):
+            stack.extend((child, (*path, str(index))) for index, child in enumerate(item))
+    return None
 
 
 def is_hints_post(request: Request) -> bool:
@@ -123,6 +168,15 @@ def create_app(service: SchedulerService, auth: ApiAuth,
     @app.exception_handler(UnknownJobError)
     async def on_unknown_job(request: Request, exc: UnknownJobError) -> JSONResponse:
         return error_response(404, str(exc), "job")
+
+    @app.exception_handler(StoreUnavailableError)
+    async def on_store_unavailable(request: Request, exc: StoreUnavailableError
+                                   ) -> JSONResponse:
+        if exc.full:  # 507 Insufficient Storage: the message names the data directory
+            return error_response(507, str(exc), "data_dir")
+        response = error_response(503, str(exc), None)
+        response.headers["Retry-After"] = "1"
+        return response
 
     @app.exception_handler(UnknownPluginError)
     async def on_unknown_plugin(request: Request, exc: UnknownPluginError) -> JSONResponse:

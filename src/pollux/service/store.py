@@ -3,7 +3,10 @@
 Holds jobs (spec, state, allocation, counters, latest hints, hints token), the replicas
 each launch started (with the backend's handle, so a restarted server can find and stop
 orphans) and an event log per job. Every method is one transaction: a crash at any
-moment leaves either the state before it or the state after it.
+moment leaves either the state before it or the state after it. Writes hitting a
+transient error are retried; one that fails for good (or a full disk) raises
+StoreUnavailableError with nothing changed; reads never wait behind writes
+(:mod:`pollux.service.sqlite_db`).
 """
 
 from __future__ import annotations
@@ -12,9 +15,7 @@ import json
 import logging
 import secrets
 import sqlite3
-import threading
-from collections.abc import Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,7 @@ from pollux.service.records import (
     encode_column,
     job_from_row,
 )
+from pollux.service.sqlite_db import Database
 from pollux.service.states import JobState, can_transition
 
 logger = logging.getLogger(__name__)
@@ -87,9 +89,11 @@ created before them when it is opened."""
 class JobStore:
     """SQLite job store; safe to share between the API threads and the allocation loop."""
 
-    def __init__(self, path: Path | str, synchronous: str = "FULL") -> None:
+    def __init__(self, path: Path | str, synchronous: str = "FULL",
+                 retry_s: float = 5.0) -> None:
         """``synchronous``: SQLite's durability level; FULL survives power loss, OFF
-        (tests only) survives a process crash but not an OS crash."""
+        (tests only) survives a process crash but not an OS crash. ``retry_s``: how long
+        a write hitting a transient error ("database is locked") is retried."""
         if synchronous not in ("FULL", "NORMAL", "OFF"):
             raise ConfigError("synchronous", synchronous, "choose FULL, NORMAL or OFF")
         self.path = Path(path)
@@ -98,13 +102,9 @@ class JobStore:
         for name in (self.path, Path(f"{self.path}-wal"), Path(f"{self.path}-shm")):
             if name == self.path or name.exists():
                 make_private_file(name)
-        self._lock = threading.RLock()
-        self._conn = sqlite3.connect(str(self.path), isolation_level=None,
-                                     check_same_thread=False, timeout=10.0)
-        self._conn.execute("PRAGMA journal_mode=WAL")
-        self._conn.execute(f"PRAGMA synchronous={synchronous}")
-        self._conn.execute("PRAGMA foreign_keys=ON")
-        with self._tx() as cur:
+        self.db = Database(self.path, synchronous, retry_s)
+
+        def create(cur: sqlite3.Cursor) -> None:
             for statement in SCHEMA.split(";"):
                 if statement.strip():
                     cur.execute(statement)
@@ -112,37 +112,24 @@ class JobStore:
             for column, sql_type in ADDED_JOB_COLUMNS:
                 if column not in present:
                     cur.execute(f"ALTER TABLE jobs ADD COLUMN {column} {sql_type}")
+        self.db.write(create)
 
     def close(self) -> None:
-        with self._lock:
-            self._conn.close()
-
-    @contextmanager
-    def _tx(self) -> Iterator[sqlite3.Cursor]:
-        with self._lock:
-            cur = self._conn.cursor()
-            cur.execute("BEGIN IMMEDIATE")
-            try:
-                yield cur
-            except BaseException:
-                cur.execute("ROLLBACK")
-                raise
-            else:
-                cur.execute("COMMIT")
+        self.db.close()
 
     # --- meta -------------------------------------------------------------------------
 
     def meta(self, key: str, default: str | None = None) -> str | None:
-        with self._lock:
-            row = self._conn.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
+        row = self.db.read(lambda conn: conn.execute(
+            "SELECT value FROM meta WHERE key=?", (key,)).fetchone())
         return default if row is None else str(row[0])
 
     def meta_setdefault(self, key: str, value: str) -> str:
         """Store ``value`` under ``key`` unless present; return the stored value."""
-        with self._tx() as cur:
+        def write(cur: sqlite3.Cursor) -> str:
             cur.execute("INSERT OR IGNORE INTO meta(key, value) VALUES (?, ?)", (key, value))
-            row = cur.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
-        return str(row[0])
+            return str(cur.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()[0])
+        return self.db.write(write)
 
     # --- jobs -------------------------------------------------------------------------
 
@@ -152,7 +139,8 @@ class JobStore:
         id is refused, and a sequence number whose id would be another job's name is
         skipped."""
         token = secrets.token_urlsafe(24)
-        with self._tx() as cur:
+
+        def write(cur: sqlite3.Cursor) -> str:
             if cur.execute("SELECT 1 FROM jobs WHERE id=?", (spec.name,)).fetchone():
                 raise JobSpecError("name", spec.name, "is the id of another job; pick "
                                                       "another name")
@@ -169,28 +157,30 @@ class JobStore:
                 cur.execute("DELETE FROM jobs WHERE seq=?", (seq,))
             cur.execute("UPDATE jobs SET id=? WHERE seq=?", (job_id, seq))
             self._add_event(cur, job_id, now, "submitted", f"accepted as {job_id}")
-        return self.get_job(job_id)
+            return job_id
+        return self.get_job(self.db.write(write))
 
     def get_job(self, job_id: str) -> JobRecord:
-        with self._lock:
-            row = self._conn.execute(
-                f"SELECT {', '.join(JOB_COLUMNS)} FROM jobs WHERE id=?", (job_id,)).fetchone()
+        row = self.db.read(lambda conn: conn.execute(
+            f"SELECT {', '.join(JOB_COLUMNS)} FROM jobs WHERE id=?", (job_id,)).fetchone())
         if row is None:
             raise UnknownJobError(job_id)
         return job_from_row(row)
 
     def find_job(self, ref: str) -> JobRecord:
         """A job by id, or by name when exactly one job (the latest active one) has it."""
-        with self._lock:
-            row = self._conn.execute(
+        def read(conn: sqlite3.Connection) -> Any:
+            row = conn.execute(
                 f"SELECT {', '.join(JOB_COLUMNS)} FROM jobs WHERE id=?", (ref,)).fetchone()
             if row is None:
-                rows = self._conn.execute(
+                rows = conn.execute(
                     f"SELECT {', '.join(JOB_COLUMNS)} FROM jobs WHERE name=? ORDER BY seq",
                     (ref,)).fetchall()
                 if len(rows) > 1:
                     raise UnknownJobError(ref, "several jobs have that name; use the job id")
                 row = rows[0] if rows else None
+            return row
+        row = self.db.read(read)
         if row is None:
             raise UnknownJobError(ref)
         return job_from_row(row)
@@ -204,8 +194,8 @@ class JobStore:
                 return []
             query += f" WHERE state IN ({', '.join('?' * len(wanted))})"
             params = wanted
-        with self._lock:
-            rows = self._conn.execute(query + " ORDER BY seq", params).fetchall()
+        rows = self.db.read(lambda conn: conn.execute(query + " ORDER BY seq",
+                                                      params).fetchall())
         return [job_from_row(r) for r in rows]
 
     def transition(self, job_id: str, target: JobState, now: float, message: str,
@@ -214,7 +204,8 @@ class JobStore:
         ``updates`` columns and logging an event, in one transaction."""
         if target is JobState.FAILED and not reason:
             raise StoreError(f"job {job_id}: a Failed state needs a reason")
-        with self._tx() as cur:
+
+        def write(cur: sqlite3.Cursor) -> None:
             row = cur.execute("SELECT state FROM jobs WHERE id=?", (job_id,)).fetchone()
             if row is None:
                 raise UnknownJobError(job_id)
@@ -222,23 +213,25 @@ class JobStore:
             if not can_transition(current, target):
                 raise StoreError(f"job {job_id}: illegal transition {current.value} -> "
                                  f"{target.value}")
-            updates = dict(updates)
-            updates["reason"] = reason
+            columns = dict(updates)
+            columns["reason"] = reason
             if target.is_final:
-                updates.setdefault("finished_at", now)
-            self._update(cur, job_id, now, state=target.value, **updates)
+                columns.setdefault("finished_at", now)
+            self._update(cur, job_id, now, state=target.value, **columns)
             self._add_event(cur, job_id, now, target.value, message)
+        self.db.write(write)
         return self.get_job(job_id)
 
     def update_job(self, job_id: str, now: float, event: str | None = None,
                    **updates: Any) -> JobRecord:
         """Change non-state columns (optionally logging an event), in one transaction."""
-        with self._tx() as cur:
+        def write(cur: sqlite3.Cursor) -> None:
             if cur.execute("SELECT 1 FROM jobs WHERE id=?", (job_id,)).fetchone() is None:
                 raise UnknownJobError(job_id)
             self._update(cur, job_id, now, **updates)
             if event:
                 self._add_event(cur, job_id, now, "info", event)
+        self.db.write(write)
         return self.get_job(job_id)
 
     def _update(self, cur: sqlite3.Cursor, job_id: str, now: float, **updates: Any) -> None:
@@ -252,20 +245,22 @@ class JobStore:
 
     def add_service(self, amounts_s: Mapping[str, float], now: float) -> None:
         """Add attained service (replica-seconds) to several jobs at once."""
-        with self._tx() as cur:
+        def write(cur: sqlite3.Cursor) -> None:
             for job_id, amount in amounts_s.items():
                 cur.execute("UPDATE jobs SET attained_service_s = attained_service_s + ? "
                             "WHERE id=?", (float(amount), job_id))
+        self.db.write(write)
 
     def set_hints(self, job_id: str, hints: Mapping[str, Any], now: float) -> None:
-        with self._tx() as cur:
+        def write(cur: sqlite3.Cursor) -> None:
             cur.execute("UPDATE jobs SET hints=?, hints_updated_at=? WHERE id=?",
                         (json.dumps(dict(hints)), now, job_id))
             if cur.rowcount == 0:
                 raise UnknownJobError(job_id)
+        self.db.write(write)
 
     def request_cancel(self, job_id: str, now: float) -> JobRecord:
-        with self._tx() as cur:
+        def write(cur: sqlite3.Cursor) -> None:
             row = cur.execute("SELECT state FROM jobs WHERE id=?", (job_id,)).fetchone()
             if row is None:
                 raise UnknownJobError(job_id)
@@ -273,25 +268,25 @@ class JobStore:
                 cur.execute("UPDATE jobs SET cancel_requested=1, updated_at=? WHERE id=?",
                             (now, job_id))
                 self._add_event(cur, job_id, now, "cancel", "cancellation requested")
+        self.db.write(write)
         return self.get_job(job_id)
 
     # --- replicas ---------------------------------------------------------------------
 
     def add_replica(self, record: ReplicaRecord) -> None:
-        with self._tx() as cur:
-            cur.execute(
-                "INSERT OR REPLACE INTO replicas(job_id, generation, rank, node, handle, "
-                "started_at, exit_code, exited_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (record.job_id, record.generation, record.rank, record.node,
-                 json.dumps(dict(record.handle)), record.started_at, record.exit_code,
-                 record.exited_at))
+        self.db.write(lambda cur: cur.execute(
+            "INSERT OR REPLACE INTO replicas(job_id, generation, rank, node, handle, "
+            "started_at, exit_code, exited_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (record.job_id, record.generation, record.rank, record.node,
+             json.dumps(dict(record.handle)), record.started_at, record.exit_code,
+             record.exited_at)))
 
     def mark_replica_exited(self, job_id: str, generation: int, rank: int, exit_code: int,
                             now: float) -> None:
-        with self._tx() as cur:
-            cur.execute("UPDATE replicas SET exit_code=?, exited_at=? WHERE job_id=? AND "
-                        "generation=? AND rank=? AND exit_code IS NULL",
-                        (int(exit_code), now, job_id, generation, rank))
+        self.db.write(lambda cur: cur.execute(
+            "UPDATE replicas SET exit_code=?, exited_at=? WHERE job_id=? AND "
+            "generation=? AND rank=? AND exit_code IS NULL",
+            (int(exit_code), now, job_id, generation, rank)))
 
     def replicas(self, job_id: str | None = None, live_only: bool = False,
                  generation: int | None = None) -> list[ReplicaRecord]:
@@ -307,11 +302,10 @@ class JobStore:
         if live_only:
             clauses.append("exit_code IS NULL")
         where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
-        with self._lock:
-            rows = self._conn.execute(
-                "SELECT job_id, generation, rank, node, handle, started_at, exit_code, "
-                f"exited_at FROM replicas{where} ORDER BY job_id, generation, rank",
-                params).fetchall()
+        rows = self.db.read(lambda conn: conn.execute(
+            "SELECT job_id, generation, rank, node, handle, started_at, exit_code, "
+            f"exited_at FROM replicas{where} ORDER BY job_id, generation, rank",
+            params).fetchall())
         return [ReplicaRecord(r[0], r[1], r[2], r[3], json.loads(r[4]), r[5], r[6], r[7])
                 for r in rows]
 
@@ -324,11 +318,10 @@ class JobStore:
                     (job_id, now, kind, message))
 
     def add_event(self, job_id: str, now: float, kind: str, message: str) -> None:
-        with self._tx() as cur:
-            self._add_event(cur, job_id, now, kind, message)
+        self.db.write(lambda cur: self._add_event(cur, job_id, now, kind, message))
 
     def events(self, job_id: str) -> list[JobEvent]:
-        with self._lock:
-            rows = self._conn.execute("SELECT job_id, time, kind, message FROM events "
-                                      "WHERE job_id=? ORDER BY id", (job_id,)).fetchall()
+        rows = self.db.read(lambda conn: conn.execute(
+            "SELECT job_id, time, kind, message FROM events WHERE job_id=? ORDER BY id",
+            (job_id,)).fetchall())
         return [JobEvent(*r) for r in rows]
