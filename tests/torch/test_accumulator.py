@@ -45,6 +45,27 @@ def test_accumulates_like_a_dict_and_reduces_when_synchronized(job: pt.JobContex
         pt.Accumulator(job=job, reductions={"x": "median"})  # type: ignore[dict-item]
 
 
+def test_sums_of_integers_stay_integers(tmp_path: Path) -> None:
+    first = pt.init_process_group("gloo", checkpoint_dir=tmp_path, environ={},
+                                  install_signal_handler=False)
+    acc = pt.Accumulator(job=first, name="counts", reductions={"most": "max"})
+    acc["count"] += 3
+    acc["count"] += torch.tensor(4)  # an integer tensor, e.g. (pred == y).sum()
+    acc["most"] = 5
+    acc["loss"] += 0.5
+    with acc.synchronized():
+        assert acc["count"] == 7 and type(acc["count"]) is int
+        assert type(acc["most"]) is int and type(acc["loss"]) is float
+        assert f"{acc['count']}/{acc['most']}" == "7/5"  # prints like AdaptDL's, not 7.0
+    first.checkpoint.save()
+    first.close()
+    again = pt.init_process_group("gloo", checkpoint_dir=tmp_path, environ={},
+                                  install_signal_handler=False)
+    restored = pt.Accumulator(job=again, name="counts", reductions={"most": "max"})
+    assert restored["count"] == 7 and type(restored["count"]) is int
+    again.close()
+
+
 def test_values_survive_a_restart_within_the_epoch_only(tmp_path: Path) -> None:
     first = pt.init_process_group("gloo", checkpoint_dir=tmp_path, environ={},
                                   install_signal_handler=False)

@@ -34,6 +34,17 @@ def _reduce(how: str, values: list[float]) -> float:
     return total / len(values) if how == "mean" else total
 
 
+def _number(value: Any) -> float:
+    """A Python number from ``value`` (a tensor or numpy scalar via ``item()``): integers
+    stay integers (so sums of counts read 7, not 7.0), booleans become 0/1, the rest float."""
+    plain = value.item() if hasattr(value, "item") else value
+    if isinstance(plain, bool):
+        return int(plain)
+    if isinstance(plain, int):
+        return plain
+    return float(plain)
+
+
 class AccumulatorStates:
     """Every accumulator of a job by name, checkpointed as one state object."""
 
@@ -63,7 +74,8 @@ class Accumulator(MutableMapping[str, float]):
     """Named numbers added up on each replica and reduced over replicas when read.
 
     ``reductions`` maps a name to ``"sum"`` (default), ``"mean"`` (of the replicas'
-    values) or ``"max"``. ``name`` identifies the accumulator in checkpoints (default:
+    values) or ``"max"``. Integers (and integer tensors) stay integers: a sum or maximum
+    of counts reads ``7``, not ``7.0``; a mean is a float. ``name`` identifies the accumulator in checkpoints (default:
     where it is created, so one created anew in a function keeps its identity).
 
     >>> acc = Accumulator(job=job, reductions={"best": "max"})  # doctest: +SKIP
@@ -94,12 +106,12 @@ class Accumulator(MutableMapping[str, float]):
 
     def __getitem__(self, key: str) -> float:
         values = self._synced if self._synced is not None else self._local
-        return values.get(key, 0.0)  # a missing name reads 0, so `acc[k] += x` just works
+        return values.get(key, 0)  # a missing name reads 0, so `acc[k] += x` just works
 
     def __setitem__(self, key: str, value: Any) -> None:
         if self._synced is not None:
             raise ConfigError("Accumulator", key, "write outside `with acc.synchronized()`")
-        self._local[key] = float(value.item() if hasattr(value, "item") else value)
+        self._local[key] = _number(value)
         self.written_epoch = self.job.epoch
 
     def __delitem__(self, key: str) -> None:
@@ -122,7 +134,7 @@ class Accumulator(MutableMapping[str, float]):
         gathered = self._gather()
         keys = sorted({key for values in gathered for key in values})
         return {key: _reduce(self.reductions.get(key, "sum"),
-                             [values.get(key, 0.0) for values in gathered]
+                             [values.get(key, 0) for values in gathered]
                              if self.reductions.get(key, "sum") != "max" else
                              [values[key] for values in gathered if key in values])
                 for key in keys}
