@@ -12,6 +12,7 @@ from pollux.plugins import load_plugin_class
 BACKEND_CLASSES: Mapping[str, str] = MappingProxyType({
     "local": "pollux.backends.local:LocalBackend",
     "ray": "pollux.backends.ray:RayBackend",
+    "slurm": "pollux.backends.slurm:SlurmBackend",
 })
 """Registered backend names -> ``module:Class``. Read-only. Every class
 takes ``instance_id`` (stable per data directory, to find a dead server's replicas)

@@ -151,6 +151,10 @@ def describe(args: argparse.Namespace) -> int:
                   highlight=False)
     if job.get("reason"):
         console.print(f"reason:      {job['reason']}")
+    if job.get("slurm_launches"):
+        console.print("slurm jobs:  " + ", ".join(
+            f"launch {launch['generation']}: {launch['slurm_job_id']}"
+            for launch in job["slurm_launches"]), highlight=False)
     events = Table(title="events")
     events.add_column("time")
     events.add_column("event")

@@ -41,7 +41,7 @@ CONFIG_FLAGS: Mapping[str, str] = MappingProxyType({
 """ServerConfig field -> the flag that sets it (a test checks every field is here or in
 NOT_FLAGS, and that each flag's default is the field's)."""
 NOT_FLAGS: Mapping[str, str] = MappingProxyType({
-    "backend_options": "built from the --ray-* flags",
+    "backend_options": "built from the --ray-* and --slurm-* flags",
     "token": "from --token-file or $POLLUX_TOKEN, never from the command line",
     "poll_interval_s": "internal: how often the loop polls replicas",
 })
@@ -59,10 +59,19 @@ def backend_options_from_args(args: argparse.Namespace) -> dict[str, Any]:
                  "--ray-slot-resource": args.ray_slot_resource is not None,
                  "--ray-autoscale": args.ray_autoscale,
                  "--ray-gpu-type-prefix": args.ray_gpu_type_prefix is not None}
+    slurm_flags = {"--slurm-partition": args.slurm_partition, "--slurm-account":
+                   args.slurm_account, "--slurm-nodes": args.slurm_nodes,
+                   "--slurm-mode": args.slurm_mode}
+    for backend, flags in (("ray", ray_flags), ("slurm", slurm_flags)):
+        if args.backend != backend:
+            for flag, given in flags.items():
+                if given:
+                    raise ConfigError("backend", args.backend,
+                                      f"{flag} needs --backend {backend}")
+    if args.backend == "slurm":
+        return {"partition": args.slurm_partition, "account": args.slurm_account,
+                "nodes": args.slurm_nodes, "mode": args.slurm_mode}
     if args.backend != "ray":
-        for flag, given in ray_flags.items():
-            if given:
-                raise ConfigError("backend", args.backend, f"{flag} needs --backend ray")
         return {}
     return {"address": args.ray_address, "slot_resource": args.ray_slot_resource or "auto",
             "autoscale": args.ray_autoscale,
@@ -184,6 +193,20 @@ def add_server_arguments(parser: argparse.ArgumentParser) -> None:
                           "Ray's accelerator_type:)")
     ray.add_argument("--ray-autoscale", action="store_true",
                      help="pass the policy's desired cluster size to Ray's autoscaler")
+    slurm = parser.add_argument_group("slurm backend")
+    slurm.add_argument("--slurm-mode", default=None, choices=("cluster", "allocation"),
+                       help="cluster: one sbatch job per launch; allocation: job steps of "
+                            "the allocation the server runs in (default: allocation when "
+                            "SLURM_JOB_ID is set, else cluster)")
+    slurm.add_argument("--slurm-partition", default=None, metavar="P",
+                       help="cluster mode: the partition to schedule and submit to "
+                            "(default: every node Slurm lists, submitted to the default "
+                            "partition)")
+    slurm.add_argument("--slurm-account", default=None, metavar="A",
+                       help="cluster mode: the account jobs are charged to")
+    slurm.add_argument("--slurm-nodes", default=None, metavar="HOSTLIST",
+                       help="the nodes Pollux may use, a Slurm host list such as "
+                            "gpu[01-04] (default: the partition's, or the allocation's)")
 
 
 def register(subparsers: Any) -> None:

@@ -87,10 +87,24 @@ def job_detail(record: JobRecord, now: float, events: Sequence[JobEvent],
         "events": [{"time": e.time, "kind": e.kind, "message": e.message} for e in events],
         "replicas_of_launch": [
             {"rank": r.rank, "node": r.node, "generation": r.generation,
-             "started_at": r.started_at, "exit_code": r.exit_code, "exited_at": r.exited_at}
+             "started_at": r.started_at, "exit_code": r.exit_code, "exited_at": r.exited_at,
+             **slurm_ids(r)}
             for r in replicas if r.generation == record.num_launches],
     })
+    launches = {r.generation: slurm_ids(r) for r in replicas if slurm_ids(r)}
+    if launches:  # the slurm backend's work: each launch's Slurm job id
+        detail["slurm_job_id"] = launches.get(record.num_launches, {}).get("slurm_job_id")
+        detail["slurm_launches"] = [{"generation": g, **ids} for g, ids in sorted(launches.items())]
     return detail
+
+
+def slurm_ids(replica: ReplicaRecord) -> dict[str, Any]:
+    """The Slurm job id (and step name) of a replica the slurm backend launched; {} for
+    the other backends' replicas."""
+    job_id = replica.handle.get("slurm_job_id") if replica.handle else None
+    if job_id is None:
+        return {}
+    return {"slurm_job_id": str(job_id), "slurm_step": replica.handle.get("slurm_step")}
 
 
 def node_views(nodes: Sequence[NodeInfo], records: Sequence[JobRecord]) -> list[dict[str, Any]]:

@@ -1,0 +1,391 @@
+"""The Slurm backend: the policy's nodes are Slurm's nodes, and each launch is Slurm work
+placed exactly where the policy decided.
+
+Two modes (``mode``; default: ``allocation`` inside an allocation, i.e. when
+``SLURM_JOB_ID`` is set, else ``cluster``):
+
+- **cluster**: Pollux schedules a partition (or the nodes ``nodes`` names). Each launch
+  is one ``sbatch`` job of exactly the policy's placement
+  (:mod:`pollux.backends.slurm.script`); GPUs that other Slurm jobs hold are not free.
+- **allocation**: Pollux schedules the nodes and GPUs of one allocation (the server runs
+  inside it); each replica is a job step of it (``srun --jobid``).
+
+Every piece of work is named ``pollux-<instance>-<job id>-g<generation>[-r<rank>]`` (the
+instance is one per data directory), so ``squeue`` shows whose it is and a restarted
+server finds its predecessor's work by name: :meth:`SlurmBackend.recover` asks it to
+checkpoint and stop (SIGTERM), cancels what is left after the grace, and each replica's
+real exit status is the one its wrapper recorded. When Slurm cannot be reached, the
+nodes are the last ones read and the replicas' state is UNKNOWN (never failed for it).
+Checkpoint and log directories must be on a filesystem every node mounts at the same
+path, with the same Python and Pollux installed.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from pollux.backends.base import Backend, LaunchedReplica, LaunchRequest, ReplicaStatus
+from pollux.backends.exit_status import exit_status_path
+from pollux.backends.slurm.commands import SlurmCommands, SlurmUnavailable
+from pollux.backends.slurm.launches import ALLOCATION, CLUSTER, SlurmLaunch, SlurmReplica
+from pollux.backends.slurm.nodes import NodeView, allocation_views, expand_hostlist, node_views
+from pollux.backends.slurm.recovery import recover_allocation, recover_cluster
+from pollux.backends.slurm.script import (
+    batch_options,
+    batch_script,
+    host_file,
+    job_environment,
+    launch_name,
+    log_header,
+    step_command,
+    step_name,
+    work_prefix,
+)
+from pollux.backends.slurm.states import Phase, UnknownSlurmState, job_state
+from pollux.errors import BackendError, ConfigError, JobSpecError
+from pollux.job_spec import JobSpec
+from pollux.resources import NodeInfo
+
+logger = logging.getLogger(__name__)
+
+MODES = (CLUSTER, ALLOCATION)
+POLL_CACHE_S = 0.5
+"""How long one ``squeue`` answer serves the polls of all jobs."""
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def is_loopback(address: str) -> bool:
+    if address == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(address).is_loopback
+    except ValueError:
+        return False
+
+
+class SlurmBackend(Backend):
+    """Replicas as Slurm job steps: of one ``sbatch`` per launch, or of one allocation."""
+
+    name = "slurm"
+
+    def __init__(self, instance_id: str, partition: str | None = None,
+                 account: str | None = None, nodes: str | None = None,
+                 mode: str | None = None, allocation_job_id: str | None = None,
+                 commands: SlurmCommands | None = None) -> None:
+        if mode is None:
+            mode = ALLOCATION if os.environ.get("SLURM_JOB_ID") else CLUSTER
+        if mode not in MODES:
+            raise ConfigError("slurm_mode", mode, "choose cluster or allocation")
+        self.mode = mode
+        self.instance_id = instance_id
+        self.partition = partition or None
+        self.account = account or None
+        self.allowed = None if not nodes else expand_hostlist(nodes)
+        self.commands = commands or SlurmCommands()
+        self.allocation_job_id: str | None = None
+        if mode == ALLOCATION:
+            job = allocation_job_id or os.environ.get("SLURM_JOB_ID")
+            if not job:
+                raise ConfigError("slurm_mode", mode, "allocation mode runs inside a Slurm "
+                                  "allocation (SLURM_JOB_ID unset); use --slurm-mode cluster")
+            if partition or account:
+                raise ConfigError("slurm_partition" if partition else "slurm_account",
+                                  partition or account, "applies to cluster mode only; "
+                                  "the allocation's own partition and account are used")
+            self.allocation_job_id = job
+        self._launches: dict[str, SlurmLaunch] = {}
+        self._views: dict[str, NodeView] = {}
+        self._jobs_cache: tuple[float, dict[str, dict[str, Any]]] | None = None
+        self._unreachable_since: float | None = None
+        self._reported_states: set[str] = set()
+        try:
+            found = self._read_nodes()
+        except SlurmUnavailable as exc:
+            raise ConfigError("backend", "slurm", f"cannot reach Slurm ({exc}); check "
+                              "SLURM_CONF and that slurmctld runs") from exc
+        if not found:
+            where = (f"allocation {self.allocation_job_id}" if mode == ALLOCATION
+                     else f"partition {partition}" if partition else "the cluster")
+            logger.warning("slurm backend: no schedulable node with GPUs in %s", where)
+        logger.info("slurm backend (%s mode): %d nodes", mode, len(found))
+
+    # --- nodes ------------------------------------------------------------------------
+
+    def _is_ours(self, name: str) -> bool:
+        return name.startswith(work_prefix(self.instance_id))
+
+    def _read_nodes(self) -> list[NodeView]:
+        sinfo = self.commands.nodes()
+        if self.mode == ALLOCATION:
+            assert self.allocation_job_id is not None
+            jobs = self.commands.jobs([self.allocation_job_id])
+            if not jobs:
+                raise BackendError(f"Slurm no longer lists allocation {self.allocation_job_id}")
+            views = allocation_views(jobs[0], sinfo)
+            if self.allowed is not None:
+                views = [v for v in views if v.info.name in self.allowed]
+        else:
+            running = [j for j in self.commands.jobs() if self._holds_resources(j)]
+            views = node_views(sinfo, running, self._is_ours, self.partition, self.allowed)
+        self._views = {view.info.name: view for view in views}
+        return views
+
+    @staticmethod
+    def _holds_resources(job: Mapping[str, Any]) -> bool:
+        try:
+            return job_state(job.get("job_state")).phase in (Phase.RUNNING, Phase.ENDING)
+        except UnknownSlurmState:
+            return True  # unknown: assume it holds what it lists
+
+    def nodes(self) -> list[NodeInfo]:
+        try:
+            views = self._read_nodes()
+        except SlurmUnavailable as exc:
+            self._note_unreachable(exc)
+            return [view.info for view in self._views.values()]
+        self._note_reachable()
+        return [view.info for view in views]
+
+    def _note_unreachable(self, exc: Exception) -> None:
+        if self._unreachable_since is None:
+            self._unreachable_since = time.monotonic()
+            logger.warning("Slurm is unreachable (%s): keeping the last known nodes and "
+                           "jobs until it answers again", exc)
+
+    def _note_reachable(self) -> None:
+        if self._unreachable_since is not None:
+            logger.warning("Slurm answers again after %.0f s",
+                           time.monotonic() - self._unreachable_since)
+            self._unreachable_since = None
+
+    def validate(self, spec: JobSpec) -> None:
+        if spec.resources.gpu != 1:
+            raise JobSpecError("resources.gpu", spec.resources.gpu,
+                               "the slurm backend gives each replica exactly one GPU; use 1")
+        if not Path(spec.working_dir).is_dir():
+            raise JobSpecError("working_dir", spec.working_dir,
+                               "no such directory (it must exist on every Slurm node)")
+
+    # --- launching --------------------------------------------------------------------
+
+    def launch(self, request: LaunchRequest) -> list[LaunchedReplica]:
+        previous = self._launches.get(request.job_id)
+        if previous is not None and not previous.ended:
+            raise BackendError(f"job {request.job_id} still has live replicas")
+        missing = [n for n in dict.fromkeys(request.allocation) if n not in self._views]
+        if missing:
+            self.nodes()
+            missing = [n for n in missing if n not in self._views]
+            if missing:
+                raise BackendError(f"node {missing[0]!r} is not (or no longer) schedulable")
+        log_dir = Path(request.log_dir)
+        log_dir.mkdir(parents=True, exist_ok=True)
+        addresses = [self._views[node].address for node in request.allocation]
+        loopback = all(is_loopback(a) for a in addresses)
+        master = addresses[0]
+        envs = request.environments(master, free_port("127.0.0.1" if loopback else ""))
+        name = launch_name(self.instance_id, request.job_id, request.generation)
+        replicas = []
+        for env, node in zip(envs, request.allocation):
+            status = exit_status_path(log_dir, request.generation, env.rank)
+            status.unlink(missing_ok=True)
+            replicas.append(SlurmReplica(env.rank, node, step_name(
+                self.instance_id, request.job_id, request.generation, env.rank), status))
+        shared = job_environment(request, loopback)
+        commands = [step_command(request, self.instance_id, env.rank, node, env.to_env(),
+                                 self.allocation_job_id)
+                    for env, node in zip(envs, request.allocation)]
+        if self.mode == CLUSTER:
+            slurm_id = self._submit(request, name, shared, commands)
+        else:
+            assert self.allocation_job_id is not None
+            self._start_steps(request, shared, commands, replicas)
+            slurm_id = self.allocation_job_id
+        launch = SlurmLaunch(request.job_id, request.generation, name, self.mode, slurm_id,
+                             replicas)
+        self._launches[request.job_id] = launch
+        return [LaunchedReplica(r.rank, r.node, launch.handle(r, self.instance_id))
+                for r in replicas]
+
+    def _submit(self, request: LaunchRequest, name: str, shared: Mapping[str, str],
+                commands: Sequence[Sequence[str]]) -> str:
+        hosts = host_file(request)
+        hosts.write_text("".join(f"{node}\n" for node in request.allocation))
+        script = batch_script(request, batch_options(request, name, self.partition,
+                                                     self.account),
+                              [(rank, node, command) for rank, (node, command)
+                               in enumerate(zip(request.allocation, commands))])
+        (Path(request.log_dir) / f"launch-{request.generation}.sbatch").write_text(script)
+        try:
+            return self.commands.sbatch(script, {**shared, "SLURM_HOSTFILE": str(hosts)})
+        except BackendError as exc:
+            try:  # a submission that timed out may have been accepted: never run it twice
+                self.commands.run(["scancel", f"--name={name}"])
+            except BackendError:
+                logger.warning("could not make sure %s is not queued", name)
+            raise BackendError(f"sbatch failed: {exc}") from exc
+
+    def _start_steps(self, request: LaunchRequest, shared: Mapping[str, str],
+                     commands: Sequence[Sequence[str]], replicas: list[SlurmReplica]) -> None:
+        log_dir = Path(request.log_dir)
+        try:
+            for replica, command in zip(replicas, commands):
+                header = log_header(request, replica.rank, replica.node,
+                                    f"Slurm job {self.allocation_job_id}")
+                with open(log_dir / f"replica-{replica.rank}.log", "a") as log:
+                    log.write(header + "\n")
+                srun_log = log_dir / f"srun-launch-{request.generation}-r{replica.rank}.out"
+                with open(srun_log, "ab") as out:
+                    replica.process = subprocess.Popen(
+                        list(command), cwd=request.spec.working_dir, env=dict(shared),
+                        stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                        start_new_session=True)
+        except OSError as exc:
+            for replica in replicas:
+                if replica.process is not None:
+                    replica.process.kill()
+                    replica.process.wait()
+            raise BackendError(f"cannot start srun: {exc}") from exc
+
+    # --- watching ---------------------------------------------------------------------
+
+    def _cluster_jobs(self) -> dict[str, dict[str, Any]]:
+        """Slurm's entries of this backend's live cluster-mode launches (one ``squeue``
+        serves all polls for :data:`POLL_CACHE_S`)."""
+        now = time.monotonic()
+        if self._jobs_cache is not None and now - self._jobs_cache[0] < POLL_CACHE_S:
+            return self._jobs_cache[1]
+        ids = sorted({launch.slurm_job_id for launch in self._launches.values()
+                      if launch.mode == CLUSTER and not launch.ended})
+        entries = {str(j.get("job_id")): j for j in self.commands.jobs(ids)} if ids else {}
+        self._jobs_cache = (now, entries)
+        return entries
+
+    def poll(self, job_id: str) -> list[ReplicaStatus]:
+        launch = self._launches.get(job_id)
+        if launch is None:
+            return []
+        if launch.mode == ALLOCATION:
+            if launch.pending_signal is not None:
+                self._signal_steps(launch, launch.pending_signal)
+            return launch.from_processes()
+        if launch.ended:
+            return launch.unknown()  # every replica's exit is known
+        try:
+            entries = self._cluster_jobs()
+        except SlurmUnavailable as exc:
+            self._note_unreachable(exc)
+            return launch.unknown()
+        self._note_reachable()
+        try:
+            statuses = launch.from_job(entries.get(launch.slurm_job_id))
+        except UnknownSlurmState as exc:
+            if launch.slurm_job_id not in self._reported_states:
+                self._reported_states.add(launch.slurm_job_id)
+                logger.error("job %s (Slurm job %s): %s", job_id, launch.slurm_job_id, exc)
+            return launch.unknown()
+        if launch.last_phase is Phase.REQUEUED and not launch.cancelled_requeue:
+            logger.warning("Slurm requeued job %s (Slurm job %s, %s): cancelling it; the job "
+                           "resumes from its checkpoint in a new launch", job_id,
+                           launch.slurm_job_id, launch.state_name)
+            try:
+                self.commands.cancel(launch.slurm_job_id)
+                launch.cancelled_requeue = True
+            except BackendError as exc:
+                logger.warning("cannot cancel requeued Slurm job %s: %s",
+                               launch.slurm_job_id, exc)
+        if launch.pending_signal is not None and not launch.ended:
+            self._signal_cluster(launch, launch.pending_signal)
+        return statuses
+
+    # --- stopping ---------------------------------------------------------------------
+
+    def stop(self, job_id: str, force: bool = False) -> None:
+        launch = self._launches.get(job_id)
+        if launch is None or launch.ended:
+            return
+        if launch.mode == CLUSTER:
+            self._signal_cluster(launch, "KILL" if force else "TERM")
+        else:
+            self._signal_steps(launch, "KILL" if force else "TERM")
+
+    def _signal_cluster(self, launch: SlurmLaunch, signal_name: str) -> None:
+        try:
+            if launch.last_phase in (None, Phase.WAITING) and signal_name == "TERM":
+                self.commands.cancel(launch.slurm_job_id)  # nothing runs yet: withdraw it
+            elif signal_name == "TERM":
+                self.commands.signal(launch.slurm_job_id, "TERM")
+            else:
+                self.commands.signal(launch.slurm_job_id, "KILL", full=True)
+                self.commands.cancel(launch.slurm_job_id)
+        except BackendError as exc:
+            logger.warning("cannot signal Slurm job %s (%s); trying again", launch.slurm_job_id,
+                           exc)
+            launch.pending_signal = signal_name
+            return
+        launch.pending_signal = None
+        self._jobs_cache = None
+
+    def _signal_steps(self, launch: SlurmLaunch, signal_name: str) -> None:
+        live = [r for r in launch.replicas if r.exit_code is None
+                and (r.process is None or r.process.poll() is None)]
+        try:
+            steps = self.commands.steps(launch.slurm_job_id) if live else {}
+        except BackendError as exc:
+            logger.warning("cannot list the steps of allocation %s (%s); trying again",
+                           launch.slurm_job_id, exc)
+            launch.pending_signal = signal_name
+            return
+        launch.pending_signal = None
+        for replica in live:
+            step = steps.get(replica.step)
+            try:
+                if step is not None:
+                    self.commands.signal(step, signal_name)
+                elif replica.process is not None:  # no step yet: withdraw the request
+                    replica.process.send_signal(signal.SIGTERM)
+                if signal_name == "KILL" and replica.process is not None:
+                    replica.process.kill()
+            except BackendError as exc:
+                logger.warning("cannot signal step %s (%s); trying again", step, exc)
+                launch.pending_signal = signal_name
+            except ProcessLookupError:
+                pass
+
+    def release(self, job_id: str) -> None:
+        launch = self._launches.get(job_id)
+        if launch is not None and launch.ended:
+            del self._launches[job_id]
+
+    def recover(self, handles: Sequence[Mapping[str, Any]], grace_s: float) -> list[str]:
+        """Find the work of a previous server on this data directory (by name, and by the
+        recorded Slurm job ids), ask it to checkpoint and stop, cancel what is left after
+        ``grace_s``. Each replica's exit status stays in its status file."""
+        prefix = work_prefix(self.instance_id)
+        if self.mode == ALLOCATION:
+            assert self.allocation_job_id is not None
+            return recover_allocation(self.commands, self.allocation_job_id, prefix, grace_s)
+        ids = {str(h["slurm_job_id"]) for h in handles
+               if h.get("backend") == self.name and h.get("instance") == self.instance_id
+               and h.get("slurm_job_id") is not None}
+        return recover_cluster(self.commands, prefix, ids, grace_s)
+
+    def close(self) -> None:
+        for launch in self._launches.values():
+            for replica in launch.replicas:
+                if replica.process is not None:
+                    replica.process.poll()

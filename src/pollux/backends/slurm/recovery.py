@@ -1,0 +1,124 @@
+"""What a restarted server does about the Slurm work its predecessor left.
+
+The work is found by name (every piece is named after the data directory's instance,
+:func:`pollux.backends.slurm.script.work_prefix`) and by the Slurm job ids the job
+store recorded, so work submitted just before a crash, never recorded, is found too. It
+is asked to checkpoint and stop (SIGTERM to every replica; work not started yet is
+withdrawn), and whatever still runs after the grace is killed: the service then resumes
+each job from its checkpoint in one new launch, never beside the old one. Each replica's
+real exit status is in the file its wrapper wrote.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Collection, Mapping
+from typing import Any
+
+from pollux.backends.slurm.commands import SlurmCommands, SlurmUnavailable
+from pollux.backends.slurm.states import Phase, UnknownSlurmState, job_state
+from pollux.errors import BackendError
+
+logger = logging.getLogger(__name__)
+
+REACH_TIMEOUT_S = 120.0
+"""How long recovery keeps trying to reach Slurm before giving up."""
+KILL_WAIT_S = 30.0
+WAIT_INTERVAL_S = 0.5
+
+
+def _phase(job: Mapping[str, Any]) -> Phase:
+    try:
+        return job_state(job.get("job_state")).phase
+    except UnknownSlurmState:
+        return Phase.RUNNING  # unknown: treat as live, so it is stopped
+
+
+def _reach(read: Callable[[], Any]) -> Any:
+    deadline = time.monotonic() + REACH_TIMEOUT_S
+    while True:
+        try:
+            return read()
+        except SlurmUnavailable as exc:
+            if time.monotonic() > deadline:
+                raise BackendError(f"cannot reach Slurm to find the previous server's work "
+                                   f"({exc})") from exc
+            logger.warning("recovery: Slurm unreachable (%s); retrying", exc)
+            time.sleep(2.0)
+
+
+def _wait(still_live: Callable[[], set[str]], timeout_s: float) -> set[str]:
+    deadline = time.monotonic() + timeout_s
+    live = still_live()
+    while live and time.monotonic() < deadline:
+        time.sleep(WAIT_INTERVAL_S)
+        live = still_live()
+    return live
+
+
+def recover_cluster(commands: SlurmCommands, prefix: str, job_ids: Collection[str],
+                    grace_s: float) -> list[str]:
+    """Stop the live Slurm jobs named ``prefix...`` or listed in ``job_ids``."""
+
+    def ours() -> dict[str, dict[str, Any]]:
+        jobs = _reach(commands.jobs)
+        return {str(j.get("job_id")): j for j in jobs
+                if str(j.get("name", "")).startswith(prefix) or str(j.get("job_id")) in job_ids}
+
+    found = ours()
+    live = {jid: job for jid, job in found.items() if _phase(job) is not Phase.ENDED}
+    for jid, job in live.items():
+        phase = _phase(job)
+        try:
+            if phase in (Phase.WAITING, Phase.REQUEUED):
+                commands.cancel(jid)
+            elif phase is Phase.RUNNING:
+                commands.signal(jid, "TERM")
+        except BackendError as exc:
+            logger.warning("recovery: cannot signal Slurm job %s: %s", jid, exc)
+
+    def still_live() -> set[str]:
+        now = ours()
+        return {jid for jid in live if jid in now and _phase(now[jid]) is not Phase.ENDED}
+
+    survivors = _wait(still_live, grace_s)
+    for jid in survivors:
+        try:
+            commands.signal(jid, "KILL", full=True)
+            commands.cancel(jid)
+        except BackendError as exc:
+            logger.warning("recovery: cannot cancel Slurm job %s: %s", jid, exc)
+    left = _wait(still_live, KILL_WAIT_S) if survivors else set()
+    if left:
+        logger.error("recovery: Slurm jobs %s did not end", ", ".join(sorted(left)))
+    return [f"Slurm job {jid} ({live[jid].get('name')})" for jid in sorted(live, key=int)]
+
+
+def recover_allocation(commands: SlurmCommands, allocation: str, prefix: str,
+                       grace_s: float) -> list[str]:
+    """Stop the steps of ``allocation`` named ``prefix...``."""
+
+    def ours() -> dict[str, str]:
+        steps = _reach(lambda: commands.steps(allocation))
+        return {name: step for name, step in steps.items() if name.startswith(prefix)}
+
+    found = ours()
+    for step in found.values():
+        try:
+            commands.signal(step, "TERM")
+        except BackendError as exc:
+            logger.warning("recovery: cannot signal step %s: %s", step, exc)
+
+    def still_live() -> set[str]:
+        return set(ours()) & set(found)
+
+    survivors = _wait(still_live, grace_s)
+    for name in survivors:
+        try:
+            commands.signal(found[name], "KILL")
+        except BackendError as exc:
+            logger.warning("recovery: cannot kill step %s: %s", found[name], exc)
+    if survivors:
+        _wait(still_live, KILL_WAIT_S)
+    return [f"step {step} ({name})" for name, step in sorted(found.items())]

@@ -1,0 +1,143 @@
+"""What a launch asks of Slurm: its name, each replica's ``srun`` step, and (cluster
+mode) the ``sbatch`` script that holds them.
+
+Each replica is one job step of one task and one GPU, pinned to the node the policy
+chose (``srun --nodelist NODE --ntasks 1 --exact --gres gpu[:TYPE]:1``), so Slurm sets
+its ``CUDA_VISIBLE_DEVICES``. The step runs the job's command under the exit-status
+wrapper (:mod:`pollux.backends.exit_status`), with the launch contract
+(:mod:`pollux.jobenv`) in its environment, its output appended to
+``<log_dir>/replica-<rank>.log``.
+
+In cluster mode one ``sbatch`` per launch allocates exactly the policy's placement: the
+nodes (``--nodelist``), and per node as many tasks and GPUs as replicas there
+(``--distribution arbitrary`` with a host file, ``--gpus-per-task 1``), so all replicas
+start together when the allocation does. Its script starts one step per replica and
+waits; a requeued run of it exits at once (a launch never runs twice). Slurm's own
+output goes to ``<log_dir>/slurm-launch-<generation>-<slurm job id>.out``.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from pollux.backends.base import LaunchRequest
+from pollux.backends.exit_status import exit_status_path, wrapped_command
+
+NAME_PREFIX = "pollux"
+THREAD_ENV_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
+GLOO_INTERFACE_ENV = "GLOO_SOCKET_IFNAME"
+LOOPBACK_INTERFACE = "lo"
+KEPT_SLURM_VARS = ("SLURM_CONF",)
+"""Client settings passed on to a job; every other ``SLURM_*`` variable of the server's
+environment (an allocation's own) is left out, so it cannot change the job's options."""
+
+
+def work_prefix(instance_id: str) -> str:
+    """The start of the name of every piece of Slurm work of one Pollux data directory."""
+    return f"{NAME_PREFIX}-{instance_id[:12]}-"
+
+
+def launch_name(instance_id: str, job_id: str, generation: int) -> str:
+    """Slurm job (or step) name of a launch: ``pollux-<instance>-<job id>-g<generation>``,
+    so ``squeue`` shows whose work it is."""
+    return f"{work_prefix(instance_id)}{job_id}-g{generation}"
+
+
+def step_name(instance_id: str, job_id: str, generation: int, rank: int) -> str:
+    return f"{launch_name(instance_id, job_id, generation)}-r{rank}"
+
+
+def gres_request(gpu_type: str | None, count: int = 1) -> str:
+    return f"gpu:{count}" if gpu_type is None else f"gpu:{gpu_type}:{count}"
+
+
+def job_environment(request: LaunchRequest, loopback: bool,
+                    base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment all replicas of a launch share: the server's (less Pollux's and
+    Slurm's own variables), the job's ``env``, thread counts, and gloo's loopback
+    interface when every node is this machine."""
+    source = os.environ if base is None else base
+    env = {k: v for k, v in source.items()
+           if not k.startswith("POLLUX_")
+           and (not k.startswith("SLURM_") or k in KEPT_SLURM_VARS)}
+    env.update(request.spec.env)
+    threads = str(max(1, int(request.spec.resources.cpu)))
+    for name in THREAD_ENV_VARS:
+        if name not in request.spec.env:
+            env[name] = threads
+    if loopback and GLOO_INTERFACE_ENV not in env:
+        env[GLOO_INTERFACE_ENV] = LOOPBACK_INTERFACE
+    return env
+
+
+def cpus_per_task(request: LaunchRequest) -> int:
+    return max(1, int(request.spec.resources.cpu))
+
+
+def step_command(request: LaunchRequest, instance_id: str, rank: int, node: str,
+                 replica_env: Mapping[str, str], job_id: str | None = None) -> list[str]:
+    """``srun`` of one replica (``job_id``: in that allocation, allocation mode)."""
+    log_dir = Path(request.log_dir)
+    status = exit_status_path(log_dir, request.generation, rank)
+    args = ["srun"]
+    if job_id is not None:
+        args.append(f"--jobid={job_id}")
+    args += [f"--nodelist={node}", "--nodes=1", "--ntasks=1", "--exact",
+             "--distribution=block", f"--cpus-per-task={cpus_per_task(request)}",
+             f"--gres={gres_request(request.gpu_type)}",
+             f"--job-name={step_name(instance_id, request.job_id, request.generation, rank)}",
+             f"--output={log_dir / f'replica-{rank}.log'}", "--open-mode=append",
+             "--kill-on-bad-exit=0", "--quiet"]
+    env_args = [f"{k}={v}" for k, v in sorted(replica_env.items())]
+    return [*args, "env", *env_args, *wrapped_command(status, list(request.spec.command))]
+
+
+def log_header(request: LaunchRequest, rank: int, node: str, where: str) -> str:
+    """The line each replica's log gets before its output (as on the other backends)."""
+    return (f"=== pollux {time.strftime('%Y-%m-%d %H:%M:%S')}: launch {request.generation}, "
+            f"rank {rank} of {len(request.allocation)} on {node} ({where}) ===")
+
+
+def batch_options(request: LaunchRequest, name: str, partition: str | None,
+                  account: str | None) -> list[str]:
+    """The ``#SBATCH`` options of a launch (cluster mode)."""
+    nodes = list(dict.fromkeys(request.allocation))
+    options = [f"--job-name={name}",
+               f"--output={Path(request.log_dir) / f'slurm-launch-{request.generation}-%j.out'}",
+               f"--chdir={request.spec.working_dir}", "--no-requeue", "--export=ALL",
+               f"--nodes={len(nodes)}", f"--ntasks={len(request.allocation)}",
+               f"--nodelist={','.join(nodes)}", "--distribution=arbitrary",
+               f"--gpus-per-task={gres_request(request.gpu_type)[4:]}",
+               f"--cpus-per-task={cpus_per_task(request)}"]
+    if partition:
+        options.append(f"--partition={partition}")
+    if account:
+        options.append(f"--account={account}")
+    return options
+
+
+def host_file(request: LaunchRequest) -> Path:
+    """Where a launch's task layout (one node per replica, rank order) is written for
+    ``--distribution arbitrary``."""
+    return Path(request.log_dir) / f"launch-{request.generation}.hosts"
+
+
+def batch_script(request: LaunchRequest, options: Sequence[str],
+                 steps: Sequence[tuple[int, str, Sequence[str]]]) -> str:
+    """The script of a launch's ``sbatch``: ``steps`` are (rank, node, srun command)."""
+    lines = ["#!/bin/bash", *(f"#SBATCH {option}" for option in options),
+             "# one Pollux launch: one step per replica; a requeued run never starts again",
+             'if [ "${SLURM_RESTART_COUNT:-0}" -gt 0 ]; then',
+             '  echo "pollux: requeued by Slurm; this launch does not run twice" >&2',
+             "  exit 1", "fi", "unset SLURM_HOSTFILE SLURM_DISTRIBUTION"]
+    for rank, node, command in steps:
+        log = Path(request.log_dir) / f"replica-{rank}.log"
+        header = log_header(request, rank, node, "Slurm job $SLURM_JOB_ID")
+        lines.append(f'echo "{header}" >> {shlex.quote(str(log))}')
+        lines.append(f"{shlex.join(command)} &")
+    lines += ["wait", ""]
+    return "\n".join(lines)
