@@ -7,7 +7,8 @@ one device) when the machine has GPUs, else a CPU slot (``CUDA_VISIBLE_DEVICES``
 ``OMP_NUM_THREADS`` set to the replica's cpu count unless the job sets it). Each replica
 appends its output to ``<log_dir>/replica-<rank>.log``. Each replica runs under the
 exit-status wrapper (:mod:`pollux.backends.exit_status`), which records how it ended
-beside the log, so a restarted server knows what finished while it was down.
+beside the log, so a restarted server knows what finished while it was down; while the
+wrapper cannot write that record (a full disk) the replica is UNKNOWN, never failed.
 
 A graceful stop sends SIGTERM to each replica's first process (the wrapper passes it on;
 the agent checkpoints and exits 75; wrapper scripts should ``exec`` the trainer); a forced stop, and the exit
@@ -37,7 +38,7 @@ from pollux.backends.base import (
     ReplicaState,
     ReplicaStatus,
 )
-from pollux.backends.exit_status import exit_status_path, wrapped_command
+from pollux.backends.exit_status import exit_status_path, status_pending, wrapped_command
 from pollux.backends.processes import (
     is_alive,
     marked_processes,
@@ -97,6 +98,7 @@ class _Replica:
     node: str
     slots: tuple[int, ...]
     process: subprocess.Popen[bytes]
+    status_path: Path
     exit_code: int | None = None
 
 
@@ -249,9 +251,11 @@ class LocalBackend(Backend):
                   f"{request.generation}, rank {rank} of {len(request.allocation)} on {node} "
                   f"(slots {list(slots)}) ===\n")
         try:
-            with open(log_path, "ab") as log:
-                log.write(header.encode())
-                log.flush()
+            with open(log_path, "ab", buffering=0) as log:
+                try:
+                    log.write(header.encode())
+                except OSError:  # a full disk: the header is not worth a failed launch
+                    pass
                 status_path = exit_status_path(log_path.parent, request.generation, rank)
                 status_path.unlink(missing_ok=True)
                 process = subprocess.Popen(
@@ -262,7 +266,7 @@ class LocalBackend(Backend):
         except OSError:
             self._used_slots[node].difference_update(slots)
             raise
-        return _Replica(rank, node, slots, process)
+        return _Replica(rank, node, slots, process, status_path)
 
     # --- watching and stopping --------------------------------------------------------
 
@@ -275,7 +279,12 @@ class LocalBackend(Backend):
                     replica.exit_code = code
                     self._free_slots(replica)
                     signal_group(replica.process.pid, signal.SIGKILL)  # stragglers
-            state = ReplicaState.RUNNING if replica.exit_code is None else ReplicaState.EXITED
+            if replica.exit_code is not None:
+                state = ReplicaState.EXITED
+            elif status_pending(replica.status_path):
+                state = ReplicaState.UNKNOWN  # ended; its wrapper cannot record how yet
+            else:
+                state = ReplicaState.RUNNING
             statuses.append(ReplicaStatus(replica.rank, state, replica.exit_code))
         return statuses
 
