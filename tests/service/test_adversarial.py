@@ -17,7 +17,8 @@ from hypothesis import strategies as st
 
 from pollux.errors import JobSpecError
 from pollux.service.api import MAX_BODY_BYTES, create_app
-from pollux.service.auth import TOKEN_COOKIE, ApiAuth, allowed_hosts_for
+from pollux.service.auth import ApiAuth, allowed_hosts_for
+from pollux.service.sessions import SESSION_COOKIE
 from pollux.service.store import JobStore
 from tests.address_space import address_space_limited
 from tests.service.service_builders import AUTH_HEADERS, TEST_TOKEN, make_auth, make_spec
@@ -111,17 +112,20 @@ def test_hints_route_does_not_reveal_which_jobs_exist(client, service):
 
 
 def test_a_token_link_sets_a_strict_cookie_for_browsers(client):
-    """How a browser (the dashboard) presents the token: ``?token=`` once, then a cookie."""
+    """How a browser (the dashboard) logs in: ``?token=`` once, then a session cookie of
+    its own (never the token: issue 23) and the page's CSRF token."""
     assert client.get("/api/jobs?token=wrong", follow_redirects=False).status_code == 401
     link = client.get(f"/api/jobs?token={TEST_TOKEN}&x=1", follow_redirects=False)
     assert link.status_code == 303 and link.headers["location"] == "/api/jobs?x=1"
     cookie = link.headers["set-cookie"].lower()
-    assert f"{TOKEN_COOKIE}=" in cookie and "httponly" in cookie
-    assert "samesite=strict" in cookie
-    client.cookies.set(TOKEN_COOKIE, TEST_TOKEN)
-    assert client.get("/api/jobs").status_code == 200
-    client.cookies.set(TOKEN_COOKIE, "forged")
-    assert client.get("/api/jobs").status_code == 401
+    assert f"{SESSION_COOKIE}=" in cookie and "httponly" in cookie
+    assert "samesite=strict" in cookie and TEST_TOKEN not in cookie
+    session = link.cookies[SESSION_COOKIE]
+    client.cookies.set(SESSION_COOKIE, session)
+    assert client.get("/").status_code == 200
+    assert client.get("/api/jobs").status_code == 403  # no CSRF token: pages only
+    client.cookies.set(SESSION_COOKIE, "forged")
+    assert client.get("/").status_code == 401
 
 
 @pytest.mark.parametrize(("change", "field"), [

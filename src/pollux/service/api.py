@@ -37,6 +37,7 @@ from pollux.service.dashboard import add_dashboard
 from pollux.service.openapi import SUBMIT_OPENAPI, add_offline_docs, add_schemas
 from pollux.service.rate_limit import RateLimit, RateLimiter
 from pollux.service.server import SchedulerService
+from pollux.service.sessions import Sessions
 
 MAX_BODY_BYTES = 1 << 20
 MAX_JSON_DEPTH = 32
@@ -135,15 +136,17 @@ def is_hints_post(request: Request) -> bool:
 
 
 def create_app(service: SchedulerService, auth: ApiAuth,
-               hints_rate: RateLimiter | None = None) -> FastAPI:
+               hints_rate: RateLimiter | None = None,
+               sessions: Sessions | None = None) -> FastAPI:
     """The API app; ``auth`` guards every route (see :mod:`pollux.service.auth`);
     ``hints_rate`` bounds how often each job may post hints (default
-    ``RateLimit()``: 1 per second, bursts of 30)."""
+    ``RateLimit()``: 1 per second, bursts of 30); ``sessions``: the dashboard's
+    sessions (default: new ones, see :mod:`pollux.service.sessions`)."""
     hints_limiter = hints_rate if hints_rate is not None else RateLimiter(RateLimit())
     app = FastAPI(title="Pollux scheduler", version=__version__,
                   description="Submit, watch and cancel elastic training jobs.",
                   docs_url=None, redoc_url=None)
-    install_guard(app, auth, exempt=is_hints_post)
+    install_guard(app, auth, exempt=is_hints_post, sessions=sessions)
 
     if service.metrics is not None:
         request_duration = service.metrics.request_duration

@@ -1,24 +1,27 @@
 """Who may call the API and how a request proves it: one guard for every route.
 
-Every request must present the server's token, on loopback too:
+Every request must present the server's token, on loopback too, or belong to a
+dashboard session bought with it:
 
-* programs (the CLI, scripts, a dashboard's JavaScript) send the header
-  ``Authorization: Bearer <token>``;
-* a browser opens ``http://HOST:PORT/<any page>?token=<token>`` once: the guard answers
-  with a redirect to the same page without the token and sets the token as an
-  ``HttpOnly; SameSite=Strict`` cookie (``pollux_token``), which the browser then sends
-  with its own same-origin requests (pages, ``fetch``) but never with another site's.
+* programs (the CLI, scripts, Prometheus) send the header
+  ``Authorization: Bearer <token>``: everything the API offers;
+* a browser opens ``http://HOST:PORT/?token=<token>`` once: the guard answers with a
+  redirect to the page without the token and a session of its own (see
+  :mod:`pollux.service.sessions`): a cookie that opens pages only, and a CSRF token the
+  dashboard sends with each API request; a session reads and cancels, never submits.
+  The raw token is never put in a cookie.
 
-The token is the one given with ``--token``/``--token-file``, else one generated on
-first start into ``<data dir>/token`` (mode 0600), which the CLI reads by itself.
+The token is the one given with ``--token-file``/``$POLLUX_TOKEN``, else one generated at
+each start into ``<data dir>/token`` (mode 0600), which the CLI reads by itself.
 
 Besides the token the guard checks, in this order and before any route runs: the
 ``Host`` header names this server (a page on another site that re-points its own DNS
 name at 127.0.0.1 -- DNS rebinding -- is refused, 400), a browser's ``Origin`` is this
-server (403), and a request body is sent as ``Content-Type: application/json`` (415; a
-cross-site HTML form can only send form or text bodies). Routes listed as ``exempt``
-(a job's hints, which carry the job's own token) skip only the token check and must
-check their own token before revealing anything.
+server's own origin, scheme, host and port compared (a page on another port of
+127.0.0.1 is another origin; 403), and a request body is sent as ``Content-Type:
+application/json`` (415; a cross-site HTML form can only send form or text bodies).
+Routes listed as ``exempt`` (a job's hints, which carry the job's own token) skip only
+the token check and must check their own token before revealing anything.
 
 Routes are added to the app as usual; the guard covers every one of them (a dashboard at
 ``/`` or ``/metrics`` included) with no extra code.
@@ -33,22 +36,32 @@ import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlencode, urlsplit
+from urllib.parse import urlencode
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, RedirectResponse, Response
 
 from pollux.errors import ConfigError
 from pollux.service.private import TOKEN_FILE
+from pollux.service.sessions import (
+    CSRF_FRAGMENT,
+    CSRF_HEADER,
+    PAGE_PATH,
+    SESSION_CHANGES,
+    SESSION_COOKIE,
+    Origin,
+    Session,
+    Sessions,
+    origin_of,
+    parse_origin,
+)
 
 __all__ = ["TOKEN_FILE", "ApiAuth", "install_guard"]
 
 logger = logging.getLogger(__name__)
 
-TOKEN_COOKIE = "pollux_token"
-"""Cookie a browser presents the token with (set by a ``?token=`` link)."""
 TOKEN_QUERY = "token"
-"""Query parameter of a link that hands the token to a browser."""
+"""Query parameter of the link that opens a dashboard session in a browser."""
 JSON_TYPE = "application/json"
 BODY_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 
@@ -104,7 +117,11 @@ class ApiAuth:
     allowed_hosts: frozenset[str]
     """Values the ``Host`` header may have (without port); "*" admits any IP literal."""
     secure_cookie: bool = False
-    """Mark the browser cookie ``Secure`` (served over TLS)."""
+    """Served over TLS: origins are ``https`` and the session cookie is ``Secure``."""
+
+    @property
+    def scheme(self) -> str:
+        return "https" if self.secure_cookie else "http"
 
     def __post_init__(self) -> None:
         if not self.token:
@@ -137,11 +154,6 @@ def bearer_token(request: Request) -> str | None:
     return value.strip()
 
 
-def presented_token(request: Request) -> str | None:
-    """The token a request presents: the Bearer header, else the browser cookie."""
-    return bearer_token(request) or request.cookies.get(TOKEN_COOKIE) or None
-
-
 def _content_type_is_json(request: Request) -> bool:
     media_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
     return media_type == JSON_TYPE
@@ -157,33 +169,91 @@ def _without_token_query(request: Request) -> str:
     return request.url.path + (f"?{urlencode(query)}" if query else "")
 
 
+def _show(origin: Origin | None) -> str:
+    if origin is None:
+        return "(none)"
+    scheme, host, port = origin
+    return f"{scheme}://{f'[{host}]' if ':' in host else host}:{port}"
+
+
+def open_session(request: Request, auth: ApiAuth, sessions: Sessions,
+                 own: Origin) -> Response:
+    """Answer a valid ``?token=`` link: a new session, its cookie, and a redirect to the
+    page without the token (the dashboard's CSRF token in the fragment)."""
+    session = sessions.create(own)
+    target = _without_token_query(request)
+    if request.url.path == "/":
+        target += "#" + urlencode({CSRF_FRAGMENT: session.csrf})
+    redirect = RedirectResponse(target, status_code=303,
+                                headers={"Cache-Control": "no-store",
+                                         "Referrer-Policy": "no-referrer"})
+    redirect.set_cookie(SESSION_COOKIE, session.id, max_age=int(sessions.ttl_s),
+                        httponly=True, samesite="strict", secure=auth.secure_cookie, path="/")
+    return redirect
+
+
+def session_refusal(request: Request, session: Session | None,
+                    own: Origin) -> Response | None:
+    """Why a request with no valid token may not go on as ``session``'s, or None."""
+    if session is None:
+        return error_response(401, "missing or wrong token: send 'Authorization: Bearer "
+                                   "<token>' (the token is in the server's data directory, "
+                                   "file 'token'), or open the dashboard through its "
+                                   "?token=<token> link", "Authorization")
+    if own != session.origin:
+        return error_response(403, "this dashboard session belongs to "
+                                   f"{_show(session.origin)}, not {_show(own)}; open the "
+                                   "?token= link of this address", "Host")
+    fetch_site = request.headers.get("sec-fetch-site")
+    if fetch_site not in (None, "same-origin", "none"):
+        return error_response(403, f"a {fetch_site} request may not use a dashboard "
+                                   "session: only this server's own pages may",
+                              "Sec-Fetch-Site")
+    path, method = request.url.path, request.method
+    if method in ("GET", "HEAD") and PAGE_PATH.match(path):
+        return None
+    if not session.csrf_matches(request.headers.get(CSRF_HEADER)):
+        return error_response(403, f"a dashboard session must send its CSRF token in "
+                                   f"'{CSRF_HEADER}' (the dashboard's page does; open the "
+                                   "?token= link again to get a new one)", CSRF_HEADER)
+    if method in ("GET", "HEAD") or (method == "POST" and SESSION_CHANGES.match(path)):
+        return None
+    return error_response(403, f"a dashboard session cannot {method} {path} (it can read "
+                               "and cancel jobs): send 'Authorization: Bearer <token>'",
+                          "Authorization")
+
+
 def install_guard(app: FastAPI, auth: ApiAuth,
-                  exempt: Callable[[Request], bool] = lambda request: False) -> None:
+                  exempt: Callable[[Request], bool] = lambda request: False,
+                  sessions: Sessions | None = None) -> None:
     """Check every request to ``app`` as the module docstring says; ``exempt(request)``
-    True skips the token check only (the route then checks its own token)."""
+    True skips the token check only (the route then checks its own token);
+    ``sessions``: the dashboard sessions (default: new, in memory)."""
+    live = sessions if sessions is not None else Sessions()
+    app.state.sessions = live
 
     @app.middleware("http")
     async def guard(request: Request, call_next: Any) -> Response:
-        if not auth.accepts_host(request.headers.get("host")):
+        host = request.headers.get("host")
+        own = None if host is None else origin_of(auth.scheme, host)
+        if own is None or not auth.accepts_host(host):
             return error_response(400, "this server does not answer to Host "
-                                       f"{request.headers.get('host')!r}; address it by "
-                                       "the address it is bound to", "Host")
+                                       f"{host!r}; address it by the address it is bound to",
+                                  "Host")
         origin = request.headers.get("origin")
-        if origin is not None and not auth.accepts_host(urlsplit(origin).netloc):
-            return error_response(403, f"requests from pages of {origin!r} are refused",
-                                  "Origin")
+        if origin is not None and parse_origin(origin) != own:
+            return error_response(403, f"requests from pages of {origin!r} are refused: "
+                                       f"only pages of {_show(own)} may call it", "Origin")
         link_token = request.query_params.get(TOKEN_QUERY)
         if link_token is not None and request.method == "GET":
             if not auth.accepts_token(link_token):
                 return error_response(401, "wrong token in the link", "token")
-            redirect = RedirectResponse(_without_token_query(request), status_code=303)
-            redirect.set_cookie(TOKEN_COOKIE, link_token, httponly=True, samesite="strict",
-                                secure=auth.secure_cookie, path="/")
-            return redirect
-        if not exempt(request) and not auth.accepts_token(presented_token(request)):
-            return error_response(401, "missing or wrong token: send 'Authorization: "
-                                       "Bearer <token>' (the token is in the server's data "
-                                       "directory, file 'token')", "Authorization")
+            return open_session(request, auth, live, own)
+        if not exempt(request) and not auth.accepts_token(bearer_token(request)):
+            refused = session_refusal(request, live.find(request.cookies.get(SESSION_COOKIE)),
+                                      own)
+            if refused is not None:
+                return refused
         if request.method in BODY_METHODS and (
                 _has_body(request) or "content-type" in request.headers
         ) and not _content_type_is_json(request):
@@ -191,5 +261,3 @@ def install_guard(app: FastAPI, auth: ApiAuth,
                                        f"{JSON_TYPE}'", "Content-Type")
         response: Response = await call_next(request)
         return response
-
-

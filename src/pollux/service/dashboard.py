@@ -4,7 +4,10 @@ dashboard charts (``/api/cluster/history``, ``/api/jobs/{ref}/history``) and the
 Prometheus scrape endpoint ``/metrics``.
 
 Every route here sits behind the same authentication as the rest of the API (the app's
-token check applies to every path).
+token check applies to every path): a browser opens the page through its ``?token=``
+link and then holds a dashboard session (:mod:`pollux.service.sessions`): its cookie
+opens the page and assets, and the page's script sends the session's CSRF token with
+every API request, including the job's cancel button.
 """
 
 from __future__ import annotations

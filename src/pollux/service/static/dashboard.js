@@ -1,9 +1,18 @@
 // The Pollux dashboard: polls the server's API and redraws in place (no page reload).
-// Authentication is the API's: the browser sends this server's cookie with each request
-// (set when the page was first opened through a ?token= link).
+// Authentication: opening the page through its ?token= link gave the browser a session
+// cookie (pages only) and this page a CSRF token, in the URL fragment; the page keeps it
+// in sessionStorage (per origin: no other port's page can read it) and sends it with
+// every API request (X-CSRF-Token).
 "use strict";
 
 (() => {
+  const CSRF_KEY = "pollux-csrf";
+  const fragment = new URLSearchParams(location.hash.slice(1));
+  if (fragment.get("csrf")) {
+    sessionStorage.setItem(CSRF_KEY, fragment.get("csrf"));
+    history.replaceState(null, "", location.pathname + location.search);
+  }
+  const sessionHeaders = () => ({"X-CSRF-Token": sessionStorage.getItem(CSRF_KEY) || ""});
   const params = new URLSearchParams(location.search);
   const REFRESH_MS = Math.max(500, Number(params.get("refresh_s") || 2) * 1000);
   const LOG_TAIL_BYTES = 6000;
@@ -11,9 +20,10 @@
                    "#65a30d", "#dc2626", "#4b5563", "#ca8a04"];
   const state = {selected: null, refreshes: 0, colors: new Map()};
 
-  async function api(path) {
-    const response = await fetch(path, {headers: {Accept: "application/json"},
-                                        credentials: "same-origin", cache: "no-store"});
+  async function api(path, method = "GET") {
+    const response = await fetch(path, {method, credentials: "same-origin", cache: "no-store",
+                                        headers: {Accept: "application/json",
+                                                  ...sessionHeaders()}});
     if (!response.ok) {
       let detail = response.statusText;
       try { detail = (await response.json()).detail || detail; } catch (e) { /* not JSON */ }
@@ -159,6 +169,8 @@
     const badge = document.getElementById("job-state");
     badge.textContent = detail.state;
     badge.className = `state ${detail.state}`;
+    document.getElementById("job-cancel").hidden =
+      ["Succeeded", "Failed", "Cancelled", "Cancelling"].includes(detail.state);
     document.getElementById("job-reason").textContent =
       `${detail.spec.min_replicas}–${detail.spec.max_replicas} replicas · ` +
       `${detail.launches} launches · ${detail.rescales} rescales · ${detail.failures} failures` +
@@ -231,6 +243,19 @@
   }
 
   document.getElementById("job-close").addEventListener("click", () => select(null));
+  document.getElementById("job-cancel").addEventListener("click", () => {
+    const jobId = state.selected;
+    if (!jobId || !window.confirm(`Cancel job ${jobId}?`)) return;
+    api(`/api/jobs/${encodeURIComponent(jobId)}/cancel`, "POST")
+      .then(renderDetail).catch(showError);
+  });
+  document.getElementById("metrics-link").addEventListener("click", event => {
+    event.preventDefault();  // a plain link would send the cookie only: no metrics
+    fetch("/metrics", {credentials: "same-origin", cache: "no-store", headers: sessionHeaders()})
+      .then(response => response.text())
+      .then(text => window.open(URL.createObjectURL(new Blob([text], {type: "text/plain"}))))
+      .catch(showError);
+  });
   if (params.get("job")) state.selected = params.get("job");
   refresh();
 })();
