@@ -43,6 +43,7 @@ from fastapi.responses import JSONResponse, RedirectResponse, Response
 
 from pollux.errors import ConfigError
 from pollux.service.private import TOKEN_FILE
+from pollux.service.server_proof import NONCE_PARAM, NONCE_PATTERN, PROOF_PATH, server_proof
 from pollux.service.sessions import (
     CSRF_FRAGMENT,
     CSRF_HEADER,
@@ -52,6 +53,7 @@ from pollux.service.sessions import (
     Origin,
     Session,
     Sessions,
+    format_origin,
     origin_of,
     parse_origin,
 )
@@ -118,6 +120,8 @@ class ApiAuth:
     """Values the ``Host`` header may have (without port); "*" admits any IP literal."""
     secure_cookie: bool = False
     """Served over TLS: origins are ``https`` and the session cookie is ``Secure``."""
+    port: int | None = None
+    """The TCP port the server is bound to (its proof names it; None: the Host's)."""
 
     @property
     def scheme(self) -> str:
@@ -169,11 +173,16 @@ def _without_token_query(request: Request) -> str:
     return request.url.path + (f"?{urlencode(query)}" if query else "")
 
 
-def _show(origin: Origin | None) -> str:
-    if origin is None:
-        return "(none)"
-    scheme, host, port = origin
-    return f"{scheme}://{f'[{host}]' if ':' in host else host}:{port}"
+def prove_server(request: Request, auth: ApiAuth, own: Origin) -> Response:
+    """Answer a client's challenge (see :mod:`pollux.service.server_proof`): the HMAC of
+    its nonce and this server's origin, with the port this server is bound to."""
+    nonce = request.query_params.get(NONCE_PARAM, "")
+    if not NONCE_PATTERN.match(nonce):
+        return error_response(422, "nonce: 32 to 128 lower-case hex digits", NONCE_PARAM)
+    scheme, host, port = own
+    origin = format_origin((scheme, host, port if auth.port is None else auth.port))
+    return JSONResponse({"proof": server_proof(auth.token, nonce, origin)},
+                        headers={"Cache-Control": "no-store"})
 
 
 def open_session(request: Request, auth: ApiAuth, sessions: Sessions,
@@ -202,7 +211,7 @@ def session_refusal(request: Request, session: Session | None,
                                    "?token=<token> link", "Authorization")
     if own != session.origin:
         return error_response(403, "this dashboard session belongs to "
-                                   f"{_show(session.origin)}, not {_show(own)}; open the "
+                                   f"{format_origin(session.origin)}, not {format_origin(own)}; open the "
                                    "?token= link of this address", "Host")
     fetch_site = request.headers.get("sec-fetch-site")
     if fetch_site not in (None, "same-origin", "none"):
@@ -243,7 +252,9 @@ def install_guard(app: FastAPI, auth: ApiAuth,
         origin = request.headers.get("origin")
         if origin is not None and parse_origin(origin) != own:
             return error_response(403, f"requests from pages of {origin!r} are refused: "
-                                       f"only pages of {_show(own)} may call it", "Origin")
+                                       f"only pages of {format_origin(own)} may call it", "Origin")
+        if request.url.path == PROOF_PATH and request.method == "GET":
+            return prove_server(request, auth, own)
         link_token = request.query_params.get(TOKEN_QUERY)
         if link_token is not None and request.method == "GET":
             if not auth.accepts_token(link_token):

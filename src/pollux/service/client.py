@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 import httpx
 
@@ -25,6 +25,8 @@ from pollux.errors import ServerUnreachableError, ServiceError
 from pollux.service.local_socket import UntrustedPeerError, local_transport, probe
 from pollux.service.runner import SERVER_FILE
 from pollux.service.server import default_data_dir
+from pollux.service.server_proof import NONCE_PARAM, PROOF_PATH, new_nonce, proof_matches
+from pollux.service.sessions import format_origin, origin_of
 from pollux.service.tokens import read_token_file, token_from_environment
 
 DEFAULT_TIMEOUT_S = 15.0
@@ -116,15 +118,19 @@ class PolluxClient:
     """Thin wrapper over the REST API; errors become ServiceError with the field."""
 
     def __init__(self, address: ServerAddress, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
-        headers = {"Authorization": f"Bearer {address.token}"} if address.token else {}
+        self._auth = {"Authorization": f"Bearer {address.token}"} if address.token else {}
+        self._proven = (not address.token or address.socket is not None
+                        or address.url.lower().startswith("https://"))
+        """Whether the peer has proved it is the server (or need not: no token to give,
+        the Unix socket's peer check, or HTTPS's certificate)."""
         self.address = address
         verify: Any = True
         if address.tls_cert:
             verify = ssl.create_default_context(cafile=address.tls_cert)
         transport = (None if address.socket is None
                      else local_transport(Path(address.socket), address.tls_cert))
-        self._http = httpx.Client(base_url=address.url, headers=headers, timeout=timeout_s,
-                                  verify=verify, transport=transport)
+        self._http = httpx.Client(base_url=address.url, timeout=timeout_s, verify=verify,
+                                  transport=transport)
 
     def __enter__(self) -> PolluxClient:
         return self
@@ -136,7 +142,34 @@ class PolluxClient:
     def close(self) -> None:
         self._http.close()
 
+    def _prove_server(self) -> None:
+        """Plain HTTP: have the server prove it holds the token before sending it (see
+        :mod:`pollux.service.server_proof`)."""
+        assert self.address.token is not None
+        url = self.address.url
+        origin = origin_of(*urlsplit(url)[:2])
+        nonce = new_nonce()
+        try:
+            response = self._http.get(PROOF_PATH, params={NONCE_PARAM: nonce})
+            answer = response.json().get("proof") if response.status_code == 200 else None
+            reason = f"it answered {response.status_code}"
+        except httpx.ConnectError as exc:
+            raise ServerUnreachableError(f"cannot reach the server at {url}: {exc}") from exc
+        except (httpx.HTTPError, ValueError, AttributeError) as exc:
+            answer, reason = None, f"{type(exc).__name__}: {exc}"
+        if origin is None or not proof_matches(self.address.token, nonce,
+                                               format_origin(origin), answer):
+            raise ServerUnreachableError(
+                f"the process at {url} did not prove it is the pollux server holding this "
+                f"token ({reason}), so the token was not sent: the port may belong to "
+                "another program now. On the server's machine use --data-dir (its Unix "
+                "socket); across machines, HTTPS")
+        self._proven = True
+
     def _call(self, method: str, path: str, **kwargs: Any) -> Any:
+        if not self._proven:
+            self._prove_server()
+        kwargs["headers"] = {**kwargs.get("headers", {}), **self._auth}
         try:
             response = self._http.request(method, path, **kwargs)
         except httpx.HTTPError as exc:

@@ -97,7 +97,8 @@ def run_server(config: ServerConfig, ready: Callable[[str], None] | None = None)
         service = build_service(config, f"{hints_base}/api/jobs/{{job_id}}/hints")
         assert config.token is not None
         app = create_app(service, ApiAuth(config.token, allowed_hosts_for(
-            config.host, config.advertise_host), secure_cookie=bool(config.tls_cert)))
+            config.host, config.advertise_host), secure_cookie=bool(config.tls_cert),
+            port=port))
         server = uvicorn.Server(uvicorn.Config(
             app, log_level="warning", access_log=False, ssl_certfile=config.tls_cert,
             ssl_keyfile=config.tls_key))

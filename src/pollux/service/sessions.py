@@ -77,6 +77,14 @@ def parse_origin(header: str) -> Origin | None:
     return origin_of(scheme, rest)
 
 
+def format_origin(origin: Origin | None) -> str:
+    """``scheme://host:port`` (IPv6 hosts in brackets); "(none)" for None."""
+    if origin is None:
+        return "(none)"
+    scheme, host, port = origin
+    return f"{scheme}://{f'[{host}]' if ':' in host else host}:{port}"
+
+
 @dataclass(frozen=True)
 class Session:
     id: str
