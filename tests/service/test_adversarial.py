@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from pollux.errors import JobSpecError
 from pollux.service.api import MAX_BODY_BYTES, create_app
 from pollux.service.auth import ApiAuth, allowed_hosts_for
-from pollux.service.sessions import SESSION_COOKIE
+from pollux.service.sessions import cookie_name
 from pollux.service.store import JobStore
 from tests.address_space import address_space_limited
 from tests.service.service_builders import AUTH_HEADERS, TEST_TOKEN, make_auth, make_spec
@@ -109,6 +109,9 @@ def test_hints_route_does_not_reveal_which_jobs_exist(client, service):
     guesses = {ref: client.post(f"/api/jobs/{ref}/hints", json=HINTS).status_code
                for ref in (other, "nope")}
     assert guesses == {other: 401, "nope": 401}
+
+
+SESSION_COOKIE = cookie_name(("http", "testserver", 80))
 
 
 def test_a_token_link_sets_a_strict_cookie_for_browsers(client):

@@ -16,7 +16,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import httpx
 import pytest
 
-from pollux.service.sessions import SESSION_COOKIE
+from pollux.service.sessions import cookie_name, origin_of
 from tests.service.browser import headless_chromium, skip_without_chromium
 from tests.service.e2e_helpers import ServerProcess, wait_until
 
@@ -113,9 +113,13 @@ def test_a_page_on_another_port_cannot_cancel_or_get_a_usable_session(tmp_path):
             received = b"".join(attacker.received)
             assert token.encode() not in received
             stolen = attacker.cookies()
-            assert SESSION_COOKIE in stolen  # browsers do send it to every port ...
+            scheme, _, netloc = url.partition("://")
+            origin = origin_of(scheme, netloc)
+            assert origin is not None
+            session = cookie_name(origin)
+            assert session in stolen  # browsers do send it to every port ...
             with httpx.Client(base_url=url, timeout=10) as thief:  # ... and it is useless
-                headers = {"Cookie": f"{SESSION_COOKIE}={stolen[SESSION_COOKIE]}"}
+                headers = {"Cookie": f"{session}={stolen[session]}"}
                 for path in ("/api/jobs", f"/api/jobs/{job}", "/api/dashboard", "/metrics"):
                     assert thief.get(path, headers=headers).status_code in (401, 403), path
                 cancel = thief.post(f"/api/jobs/{job}/cancel", headers=headers)

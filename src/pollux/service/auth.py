@@ -49,10 +49,10 @@ from pollux.service.sessions import (
     CSRF_HEADER,
     PAGE_PATH,
     SESSION_CHANGES,
-    SESSION_COOKIE,
     Origin,
     Session,
     Sessions,
+    cookie_name,
     format_origin,
     origin_of,
     parse_origin,
@@ -196,7 +196,7 @@ def open_session(request: Request, auth: ApiAuth, sessions: Sessions,
     redirect = RedirectResponse(target, status_code=303,
                                 headers={"Cache-Control": "no-store",
                                          "Referrer-Policy": "no-referrer"})
-    redirect.set_cookie(SESSION_COOKIE, session.id, max_age=int(sessions.ttl_s),
+    redirect.set_cookie(cookie_name(own), session.id, max_age=int(sessions.ttl_s),
                         httponly=True, samesite="strict", secure=auth.secure_cookie, path="/")
     return redirect
 
@@ -261,8 +261,8 @@ def install_guard(app: FastAPI, auth: ApiAuth,
                 return error_response(401, "wrong token in the link", "token")
             return open_session(request, auth, live, own)
         if not exempt(request) and not auth.accepts_token(bearer_token(request)):
-            refused = session_refusal(request, live.find(request.cookies.get(SESSION_COOKIE)),
-                                      own)
+            session = live.find(request.cookies.get(cookie_name(own)))
+            refused = session_refusal(request, session, own)
             if refused is not None:
                 return refused
         if request.method in BODY_METHODS and (

@@ -3,7 +3,7 @@
 Opening ``/?token=<token>`` (checked by :mod:`pollux.service.auth`) creates a session of
 two random secrets, kept in this server's memory only:
 
-* the **session cookie** (``pollux_session``; ``HttpOnly``, ``SameSite=Strict``,
+* the **session cookie** (``pollux_session_<port>``; ``HttpOnly``, ``SameSite=Strict``,
   ``Path=/``, ``Secure`` over TLS) opens pages only: the dashboard, its assets, ``/docs``
   and the schema. Browsers send cookies of 127.0.0.1 to every port of it, so a page
   another user serves on 127.0.0.1:9999 may receive it: alone it reads no data and
@@ -33,6 +33,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 SESSION_COOKIE = "pollux_session"
+"""Prefix of the session cookie's name, ``pollux_session_<port>``: one per server port,
+as a browser keeps one cookie jar for every port of a host."""
 CSRF_HEADER = "X-CSRF-Token"
 CSRF_FRAGMENT = "csrf"
 """Name of the CSRF token in the URL fragment the ``?token=`` link redirects to."""
@@ -75,6 +77,12 @@ def parse_origin(header: str) -> Origin | None:
     if not sep or "/" in rest:
         return None
     return origin_of(scheme, rest)
+
+
+def cookie_name(origin: Origin) -> str:
+    """The session cookie of the server at ``origin``: two servers on one host do not
+    overwrite each other's sessions."""
+    return f"{SESSION_COOKIE}_{origin[2]}"
 
 
 def format_origin(origin: Origin | None) -> str:
