@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 
 from pollux.adaptdl.default_job import DEFAULT_JOB
-from pollux.torch.distributed import LaunchEnvironment, read_launch_environment
+from pollux.torch.launch import LaunchEnvironment, read_launch_environment
 
 SHARE_DIR = "POLLUX_SHARE_DIR"
 """A directory every replica of the job can read and write (data sets, artifacts)."""

@@ -41,8 +41,7 @@ class AdamGainScale(ScalingRule):
 class AdamPreconditioner:
     """Squared norms of gradients divided by Adam's ``sqrt(v_hat) + eps``.
 
-    Reads ``exp_avg_sq`` and ``step`` from the optimizer's state (a parameter without
-    them yet, before the first step, is left unscaled) and ``betas``/``eps`` from its
+    Reads ``exp_avg_sq`` and ``step`` from the optimizer's state and ``betas``/``eps`` from its
     parameter group. Works with any optimizer keeping Adam's state names (Adam, AdamW).
     """
 
@@ -68,7 +67,8 @@ class AdamPreconditioner:
     def squared_norm(self, params: Iterable[torch.Tensor],
                      flat: torch.Tensor | None = None) -> torch.Tensor:
         """Sum of squared preconditioned gradients of ``params``: their ``.grad``, or the
-        consecutive slices of ``flat`` (a DDP bucket laid out in ``params`` order)."""
+        consecutive slices of ``flat`` (a DDP bucket laid out in ``params`` order). NaN
+        before Adam's first step (the noise estimator skips non-finite measurements)."""
         total: torch.Tensor | None = None
         offset = 0
         for param in params:
@@ -80,8 +80,9 @@ class AdamPreconditioner:
                     continue
                 grad = param.grad
             divisor = self.divisor(param)
-            scaled = grad.double() if divisor is None else grad.double() / divisor.double()
-            part = scaled.square().sum()
+            if divisor is None:  # before Adam's first step: no metric yet, no estimate
+                return torch.full((), math.nan, dtype=torch.float64, device=grad.device)
+            part = (grad.double() / divisor.double()).square().sum()
             total = part if total is None else total + part
         if total is None:
             return torch.zeros((), dtype=torch.float64)

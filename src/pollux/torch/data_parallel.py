@@ -30,11 +30,11 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from pollux.models import GradientStats
+from pollux.torch.adam_scale import AdamGainScale, AdamPreconditioner
 from pollux.torch.gradient_noise import GradientNoiseEstimator
 from pollux.torch.gradient_norms import (
     GradientNormCollector,
     MicroStep,
-    accumulated_grad_sqr,
     comm_hook,
 )
 from pollux.torch.model_followers import begin_followers_micro_step, refresh_followers_stats
@@ -113,6 +113,8 @@ class AdaptiveDataParallel(DistributedDataParallel):
         self.grad_stats: GradientStats | None = None
         """Host copy of the gradient statistics at the initial batch (from agreements)."""
         self.register_comm_hook(self._norms, comm_hook)
+        if isinstance(self.scaling_rule, AdamGainScale):  # noise of Adam's steps
+            self._norms.preconditioner = AdamPreconditioner(optimizer)
         self._patch_optimizer()
         if grad_scaler is not None:
             self._patch_grad_scaler()
@@ -198,8 +200,8 @@ class AdaptiveDataParallel(DistributedDataParallel):
                                 and self._trainer.optimizer_steps % self._noise_interval == 0)
                 step.weight_steps = self._noise_interval
         elif index == 1 and self._world == 1 and step.collect:
-            step.first_micro_sqr = accumulated_grad_sqr(self.module.parameters(),
-                                                        self.job.device)
+            step.first_micro_sqr = self._norms.params_sqr(self.module.parameters(),
+                                                          self.job.device)
         if len(self.job.models) > 1:  # a GAN's other model follows these micro-steps
             begin_followers_micro_step(self, index, num_micro_steps, local_bsz,
                                        step_batch_size, init_batch_size, regular, probe)

@@ -21,7 +21,7 @@ Everything stays on the device: no host synchronization.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 import torch.distributed as dist
@@ -32,6 +32,14 @@ EXACT_DTYPES = (torch.float32, torch.float64)
 PIGGYBACK_MAX_NUMEL = 1 << 18
 """Up to this size the last bucket is copied to carry the replicas' norms in its own
 all-reduce; above it, copying costs more than a separate tiny all-reduce."""
+
+
+class Preconditioner(Protocol):
+    """Squared norms of gradients in a preconditioned metric (see
+    :class:`pollux.torch.adam_scale.AdamPreconditioner`)."""
+
+    def squared_norm(self, params: Iterable[torch.Tensor],
+                     flat: torch.Tensor | None = None) -> torch.Tensor: ...
 
 
 class MicroStep:
@@ -109,6 +117,21 @@ class GradientNormCollector:
         self.mark = mark
         """Clock mark taken when the last bucket is ready (if the step asks for it)."""
         self.piggyback_max_numel = PIGGYBACK_MAX_NUMEL
+        self.preconditioner: Preconditioner | None = None
+        """Measure the norms of preconditioned gradients (AdamScale), or plain ones."""
+
+    def bucket_sqr(self, bucket: dist.GradBucket, flat: torch.Tensor) -> torch.Tensor:
+        """Squared norm of a bucket's gradients (``flat``: its buffer, or the average)."""
+        if self.preconditioner is None:
+            return squared_norm(flat)
+        return self.preconditioner.squared_norm(bucket.parameters(), flat)
+
+    def params_sqr(self, parameters: Iterable[torch.nn.Parameter],
+                   device: torch.device) -> torch.Tensor:
+        """Squared norm of the gradients accumulated so far in ``parameters``."""
+        if self.preconditioner is None:
+            return accumulated_grad_sqr(parameters, device)
+        return self.preconditioner.squared_norm(parameters).to(device)
 
     def on_bucket(self, bucket: dist.GradBucket) -> torch.futures.Future[Any]:
         step = self.step
@@ -119,20 +142,21 @@ class GradientNormCollector:
         if last and step.mark_compute_end:
             step.compute_end_mark = self.mark()
         if collect and self.world_size > 1:
-            step.local_parts.append(squared_norm(buffer))
+            step.local_parts.append(self.bucket_sqr(bucket, buffer))
             if last:
-                return self._reduce_with_local_norms(buffer)
+                return self._reduce_with_local_norms(bucket, buffer)
         future = all_reduce(buffer, self.process_group)
 
         def finish(fut: torch.futures.Future[Any]) -> torch.Tensor:
             averaged = fut.value()[0]
             if collect:
-                step.global_parts.append(squared_norm(averaged))
+                step.global_parts.append(self.bucket_sqr(bucket, averaged))
             return averaged
 
         return future.then(finish)
 
-    def _reduce_with_local_norms(self, buffer: torch.Tensor) -> torch.futures.Future[Any]:
+    def _reduce_with_local_norms(self, bucket: dist.GradBucket,
+                                 buffer: torch.Tensor) -> torch.futures.Future[Any]:
         """All-reduce the last bucket and the sum of the replicas' squared norms.
 
         A small bucket carries the sum in one extra element of its own all-reduce; a
@@ -150,7 +174,7 @@ class GradientNormCollector:
                 out = fut.value()[0]
                 step.local_sqr_sum = out[size].double()
                 averaged = out[:size]
-                step.global_parts.append(squared_norm(averaged))
+                step.global_parts.append(self.bucket_sqr(bucket, averaged))
                 return averaged
 
             return future.then(finish)
@@ -162,7 +186,7 @@ class GradientNormCollector:
             norms_work.wait()
             step.local_sqr_sum = norms[0]
             averaged = fut.value()[0]
-            step.global_parts.append(squared_norm(averaged))
+            step.global_parts.append(self.bucket_sqr(bucket, averaged))
             return averaged
 
         return future.then(finish_mixed)
