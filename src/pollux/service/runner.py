@@ -22,6 +22,9 @@ from pollux.service.server import ServerConfig, build_service, is_loopback
 
 logger = logging.getLogger(__name__)
 
+NOISY_LOGGERS = ("uvicorn.error", "uvicorn", "asyncio")
+"""Loggers whose repeated records are held back to one per cause a minute (a flood of
+bad connections must not flood the log)."""
 SERVER_FILE = "server.json"
 """Written in the data directory while a server runs: its URL, Unix socket, pid, token
 file."""
@@ -68,6 +71,14 @@ def run_server(config: ServerConfig, ready: Callable[[str], None] | None = None)
 
     from pollux.service.api import create_app
     from pollux.service.auth import ApiAuth, allowed_hosts_for
+    from pollux.service.connections import (
+        ACCEPT_BACKLOG,
+        LISTEN_BACKLOG,
+        OncePerCause,
+        connection_limits,
+        deepen_backlog,
+        guarded_protocol,
+    )
 
     with data_dir_lock(config.data_dir):
         if not config.token:  # a token always: a new one at every start, in the data dir
@@ -79,7 +90,7 @@ def run_server(config: ServerConfig, ready: Callable[[str], None] | None = None)
             sock.bind((config.host, config.port))
             # Listen now, so that clients reading server.json queue in the backlog instead of
             # being refused until uvicorn's event loop starts accepting.
-            sock.listen(2048)
+            sock.listen(LISTEN_BACKLOG)
         except OSError as exc:
             raise ConfigError("port", config.port, f"cannot bind {config.host}: {exc}") from exc
         port = sock.getsockname()[1]
@@ -99,9 +110,16 @@ def run_server(config: ServerConfig, ready: Callable[[str], None] | None = None)
         app = create_app(service, ApiAuth(config.token, allowed_hosts_for(
             config.host, config.advertise_host), secure_cookie=bool(config.tls_cert),
             port=port))
-        server = uvicorn.Server(uvicorn.Config(
+        limits = connection_limits()
+        protocol, _ = guarded_protocol(limits)
+        server = deepen_backlog(uvicorn.Server)(uvicorn.Config(
             app, log_level="warning", access_log=False, ssl_certfile=config.tls_cert,
-            ssl_keyfile=config.tls_key))
+            ssl_keyfile=config.tls_key, http=protocol, backlog=ACCEPT_BACKLOG,
+            timeout_keep_alive=int(limits.keep_alive_s)))
+        quiet = OncePerCause()
+        noisy = [logging.getLogger(name) for name in NOISY_LOGGERS]
+        for noisy_logger in noisy:
+            noisy_logger.addFilter(quiet)
 
         def request_shutdown(signum: int, frame: object) -> None:
             raise ServerShutdown(signum)
@@ -131,3 +149,5 @@ def run_server(config: ServerConfig, ready: Callable[[str], None] | None = None)
                 service.store.close()
                 for sig, handler in previous.items():
                     signal.signal(sig, handler)
+                for noisy_logger in noisy:
+                    noisy_logger.removeFilter(quiet)
