@@ -179,3 +179,13 @@ def test_two_servers_on_one_host_keep_their_own_sessions(service, clock):
             link = client.get(f"/?token={TEST_TOKEN}", follow_redirects=False)
             cookies[port] = link.cookies.get(cookie_name(("http", "127.0.0.1", port)))
     assert all(cookies.values()) and cookies[8470] != cookies[8471]
+
+
+def test_no_page_of_another_origin_may_frame_the_dashboard(client):
+    """A page on another port could frame the dashboard (its session works there) and
+    trick a click on the cancel button."""
+    cookie, _ = log_in(client)
+    for path in ("/", "/docs"):
+        page = client.get(path, headers=as_session(cookie))
+        assert page.headers["x-frame-options"] == "DENY"
+        assert "frame-ancestors 'none'" in page.headers["content-security-policy"]

@@ -66,6 +66,14 @@ TOKEN_QUERY = "token"
 """Query parameter of the link that opens a dashboard session in a browser."""
 JSON_TYPE = "application/json"
 BODY_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+PAGE_HEADERS = {
+    "X-Frame-Options": "DENY",  # no page may frame the dashboard (clickjacking its
+    "Content-Security-Policy": "frame-ancestors 'none'",  # cancel button)
+    "Cross-Origin-Opener-Policy": "same-origin",  # an opener keeps no handle on it
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+}
+"""Set on every answer the routes give."""
 
 
 def error_response(status: int, message: str, field: str | None = None) -> JSONResponse:
@@ -271,4 +279,5 @@ def install_guard(app: FastAPI, auth: ApiAuth,
             return error_response(415, "send the body as JSON with 'Content-Type: "
                                        f"{JSON_TYPE}'", "Content-Type")
         response: Response = await call_next(request)
+        response.headers.update(PAGE_HEADERS)
         return response
