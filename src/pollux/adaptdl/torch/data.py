@@ -16,9 +16,14 @@ from __future__ import annotations
 import inspect
 import math
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from pollux.adaptdl.default_job import DEFAULT_JOB
+from pollux.adaptdl.torch.custom import (
+    AdaptiveDataLoaderHelper,
+    check_autoscale,
+    write_loader_scalars,
+)
 from pollux.torch.data_loader import AdaptiveDataLoader as NativeLoader
 
 if TYPE_CHECKING:
@@ -32,95 +37,110 @@ def current_dataloader() -> Any:
     return DEFAULT_JOB.current_loader
 
 
-def _check_autoscale(batch_size: int, max_batch_size: Any,
-                     local_bsz_bounds: tuple[int | None, int | None] | None) -> None:
-    if not isinstance(max_batch_size, int) or max_batch_size < batch_size:
-        raise ValueError(f"invalid max_batch_size={max_batch_size!r}: give an int >= the "
-                         f"loader's batch_size ({batch_size})")
-    if local_bsz_bounds is not None:
-        low, high = local_bsz_bounds
-        if (low is not None and low > batch_size) or (high is not None and high < batch_size):
-            raise ValueError(f"invalid local_bsz_bounds={local_bsz_bounds!r}: the bounds "
-                             f"must include the loader's batch_size ({batch_size})")
-
-
 class AdaptiveDataLoaderMixin:
-    """What an AdaptDL loader offers a training loop: ``autoscale_batch_size``, the
-    current local batch size and accumulation steps, and TensorBoard scalars.
+    """AdaptDL's base for custom loaders: ``self._elastic`` (an
+    :class:`~pollux.adaptdl.torch.custom.AdaptiveDataLoaderHelper`, see that module for
+    the loop a custom loader writes) and the public methods of AdaptDL's loaders.
 
-    Subclasses set ``self._native`` (a :class:`pollux.torch.AdaptiveDataLoader`) when
-    the job exists; see :class:`AdaptiveDataLoader` and, for loaders of your own,
-    :class:`pollux.adaptdl.torch.custom.ElasticLoader`.
+    >>> class Stream(Reader, AdaptiveDataLoaderMixin):  # doctest: +SKIP
+    ...     def __init__(self, path, batch_size):
+    ...         Reader.__init__(self, path)
+    ...         AdaptiveDataLoaderMixin.__init__(self, batch_size)
     """
-
-    _native: NativeLoader | None
 
     def __init__(self, batch_size: int) -> None:
         self.batch_size = int(batch_size)
-        self._native = None
-        self._autoscale: tuple[int, tuple[int, int] | None, bool] | None = None
+        self._elastic = AdaptiveDataLoaderHelper(batch_size, owner=self)
 
     def autoscale_batch_size(self, max_batch_size: int,
                              local_bsz_bounds: tuple[int, int] | None = None,
                              gradient_accumulation: bool = False) -> None:
         """Let the agent choose the total batch size between ``batch_size`` and
         ``max_batch_size``, with a local batch in ``local_bsz_bounds`` on each replica
-        and, only if asked, gradient accumulation."""
-        _check_autoscale(self.batch_size, max_batch_size, local_bsz_bounds)
-        low, high = local_bsz_bounds if local_bsz_bounds is not None else (None, None)
-        bounds = (int(low) if low is not None else 1,
-                  int(high) if high is not None else max_batch_size)
-        self._autoscale = (max_batch_size, bounds, bool(gradient_accumulation))
-        if self._native is not None:
-            self._native.autoscale_batch_size(*self._autoscale)
+        and, only if asked (and only for :class:`AdaptiveDataLoader`), accumulation."""
+        self._elastic.autoscale_batch_size(max_batch_size, local_bsz_bounds,
+                                           gradient_accumulation)
 
     @property
     def max_batch_size(self) -> int | None:
         """The largest total batch size allowed (None: the batch size is fixed)."""
-        return None if self._autoscale is None else self._autoscale[0]
+        return self._elastic.max_batch_size
 
     @property
     def local_bsz_bounds(self) -> tuple[int, int] | None:
-        return None if self._autoscale is None else self._autoscale[1]
+        return self._elastic.local_bsz_bounds
 
     @property
     def training(self) -> bool:
         """Whether this loader adapts its batch size (AdaptDL's training loader)."""
-        return self._autoscale is not None
-
-    def _config(self) -> Any:
-        native = self._native
-        return None if native is None else native.batch_config
+        return self._elastic.training
 
     @property
     def current_local_bsz(self) -> int | None:
-        """Samples per replica per micro-batch now (None before the first iteration)."""
-        config = self._config()
-        return None if config is None else config.local_bsz
+        """Samples per replica per micro-batch now (None before the first loop)."""
+        return self._elastic.current_local_bsz
 
     @property
     def accumulation_steps(self) -> int:
         """Micro-batches per optimizer step, less one (0 without accumulation)."""
-        config = self._config()
-        return 0 if config is None else config.accum_steps
+        return self._elastic.accumulation_steps
 
     @property
     def current_batch_size(self) -> int | None:
         """Total batch size over all replicas and micro-steps now."""
-        return None if self._native is None else self._native.current_batch_size
+        return self._elastic.current_batch_size
 
     def to_tensorboard(self, writer: Any, global_step: int, tag_prefix: str = "") -> None:
         """Add ``Total_Batch_Size``, ``Local_Batch_Size`` and ``Accumulation_Steps``
         (AdaptDL's tags, under ``tag_prefix``) to a ``SummaryWriter``."""
-        if tag_prefix and not tag_prefix.endswith("/"):
-            tag_prefix += "/"
-        total, local = self.current_batch_size, self.current_local_bsz
-        if total is None or local is None:
-            return
-        writer.add_scalar(tag_prefix + "Total_Batch_Size", total, global_step)
-        writer.add_scalar(tag_prefix + "Local_Batch_Size", local, global_step)
-        writer.add_scalar(tag_prefix + "Accumulation_Steps", self.accumulation_steps,
-                          global_step)
+        write_loader_scalars(writer, global_step, tag_prefix, self.current_batch_size,
+                             self.current_local_bsz, self.accumulation_steps)
+
+
+class _NativeBacked:
+    """The state of an :class:`AdaptiveDataLoader`, read by its public methods."""
+
+    def __init__(self, batch_size: int) -> None:
+        self.batch_size = batch_size
+        self.native: NativeLoader | None = None
+        self.autoscale: tuple[int, tuple[int, int], bool] | None = None
+
+    def autoscale_batch_size(self, max_batch_size: int,
+                             local_bsz_bounds: tuple[int, int] | None = None,
+                             gradient_accumulation: bool = False) -> None:
+        check_autoscale(self.batch_size, max_batch_size, local_bsz_bounds)
+        low, high = local_bsz_bounds if local_bsz_bounds is not None else (None, None)
+        bounds = (int(low) if low is not None else 1,
+                  int(high) if high is not None else max_batch_size)
+        self.autoscale = (max_batch_size, bounds, bool(gradient_accumulation))
+        if self.native is not None:
+            self.native.autoscale_batch_size(*self.autoscale)
+
+    @property
+    def max_batch_size(self) -> int | None:
+        return None if self.autoscale is None else self.autoscale[0]
+
+    @property
+    def local_bsz_bounds(self) -> tuple[int, int] | None:
+        return None if self.autoscale is None else self.autoscale[1]
+
+    @property
+    def training(self) -> bool:
+        return self.autoscale is not None
+
+    @property
+    def current_local_bsz(self) -> int | None:
+        config = None if self.native is None else self.native.batch_config
+        return None if config is None else config.local_bsz
+
+    @property
+    def accumulation_steps(self) -> int:
+        config = None if self.native is None else self.native.batch_config
+        return 0 if config is None else config.accum_steps
+
+    @property
+    def current_batch_size(self) -> int | None:
+        return None if self.native is None else self.native.current_batch_size
 
 
 class AdaptiveDataLoader(AdaptiveDataLoaderMixin):
@@ -144,7 +164,8 @@ class AdaptiveDataLoader(AdaptiveDataLoaderMixin):
         kwargs.pop("batch_sampler", None)
         if not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"invalid batch_size={batch_size!r}: give an int >= 1")
-        super().__init__(batch_size)
+        self.batch_size = batch_size
+        self._elastic = _NativeBacked(batch_size)  # type: ignore[assignment]
         self.dataset = dataset
         self.shuffle = bool(shuffle)
         self.drop_last = bool(kwargs.pop("drop_last", False))
@@ -158,9 +179,14 @@ class AdaptiveDataLoader(AdaptiveDataLoaderMixin):
             extra["drop_last"] = self.drop_last
         native = NativeLoader(self.dataset, self.batch_size, self.shuffle, job=job,
                               name=self.name, **extra, **self._kwargs)
-        self._native = native
-        if self._autoscale is not None:
-            native.autoscale_batch_size(*self._autoscale)
+        elastic = cast(_NativeBacked, self._elastic)
+        elastic.native = native
+        if elastic.autoscale is not None:
+            native.autoscale_batch_size(*elastic.autoscale)
+
+    @property
+    def _native(self) -> NativeLoader | None:
+        return cast(_NativeBacked, self._elastic).native
 
     def _require(self) -> NativeLoader:
         if self._native is None:
