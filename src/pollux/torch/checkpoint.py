@@ -45,8 +45,9 @@ logger = logging.getLogger(__name__)
 
 MAGIC = b"POLLUX-CHECKPOINT-1\n"
 _HEADER = struct.Struct("<Q32s")  # payload length, sha256 of the payload
-_NAME = re.compile(r"checkpoint-(\d{8,})\.pt")
-"""Names written by :func:`checkpoint_path` (8 digits, more past 99,999,999); matched
+_NAME = re.compile(r"checkpoint-(\d{8,18})\.pt")
+"""Names written by :func:`checkpoint_path` (8 digits, more past 99,999,999; more than 18
+is no sequence of ours: ignored, as its next name could not be created); matched
 with ``fullmatch``. A file so named without :data:`MAGIC` is not ours and is ignored."""
 ON_CORRUPT_CHOICES = ("fail", "fresh")
 """What a job does when every checkpoint is corrupt: stop with the reason, or start over."""
