@@ -136,7 +136,7 @@ class SlurmCluster:
             "JobAcctGatherType=jobacct_gather/none",
             "AccountingStorageType=accounting_storage/none", "JobCompType=jobcomp/none",
             "MpiDefault=none", "SwitchType=switch/none", "GresTypes=gpu",
-            "SlurmdParameters=config_overrides", "ReturnToService=2",
+            "SlurmdParameters=config_overrides", "ReturnToService=1",
             f"MinJobAge={self.min_job_age_s}", "KillWait=5", "InactiveLimit=0",
             "SlurmdTimeout=30", "SchedulerType=sched/backfill",
             "SchedulerParameters=batch_sched_delay=0,sched_min_interval=0",
@@ -166,16 +166,22 @@ class SlurmCluster:
     # --- daemons ----------------------------------------------------------------------
 
     def _start_munge(self) -> None:
+        """munged as user munge; where that user cannot run it (e.g. ``/`` not
+        traversable by other users), as root with ``--force``."""
         directory = self.root / "munge"
         directory.mkdir(exist_ok=True)
         directory.chmod(0o755)
         shutil.chown(directory, MUNGE_USER, MUNGE_USER)
-        subprocess.run(
+        options = [f"--socket={directory / 'munge.socket'}",
+                   f"--pid-file={directory / 'munged.pid'}",
+                   f"--log-file={directory / 'munged.log'}",
+                   f"--seed-file={directory / 'munged.seed'}", f"--key-file={MUNGE_KEY}"]
+        as_munge = subprocess.run(
             ["setpriv", f"--reuid={MUNGE_USER}", f"--regid={MUNGE_USER}", "--init-groups",
-             "munged", f"--socket={directory / 'munge.socket'}",
-             f"--pid-file={directory / 'munged.pid'}", f"--log-file={directory / 'munged.log'}",
-             f"--seed-file={directory / 'munged.seed'}", f"--key-file={MUNGE_KEY}"],
-            check=True, capture_output=True, timeout=20)
+             "munged", *options], capture_output=True, text=True, timeout=20, check=False)
+        if as_munge.returncode != 0:
+            subprocess.run(["munged", "--force", *options], check=True, capture_output=True,
+                           timeout=20)
 
     def start(self) -> SlurmCluster:
         """Write the configuration, start every daemon, wait until all nodes are idle."""

@@ -23,8 +23,8 @@ from tests.service.e2e_helpers import (
     FINAL_STATES,
     ServerProcess,
     check_sample_accounting,
+    checkpoint_dir,
     example_spec,
-    finished_an_epoch,
     launches,
     wait_until,
 )
@@ -38,6 +38,17 @@ TYPED_SHARE = "tests.backends.slurm.typed_share:TypedEqualSharePolicy"
 TYPES = {"n1": "t4", "n2": "t4", "n3": "a100", "n4": "a100"}
 INTERVAL_S = 1.0
 GRACE_S = 20.0
+EPOCHS = {"first": 4, "second": 2}
+
+
+def latest_checkpoint(data: Path, job: str) -> int:
+    """The sequence number of the job's latest checkpoint (0: none yet)."""
+    return max((int(p.stem.split("-")[1]) for p in checkpoint_dir(data, job).glob(
+        "checkpoint-*.pt")), default=0)
+
+
+def running(client: Any, *jobs: str) -> bool:
+    return all(client.job(job)["state"] == "Running" for job in jobs)
 
 
 def slurm_server(data_dir: Path, *extra: str) -> ServerProcess:
@@ -67,8 +78,26 @@ def server(slurm: SlurmCluster, tmp_path: Path):
     process.cleanup()
 
 
+def print_timeline(client: Any) -> None:
+    """The jobs' events, for the test's output when it fails."""
+    events = [(e["time"], job["id"], e["message"]) for job in client.jobs()
+              for e in client.job(job["id"])["events"]]
+    start = min((t for t, _, _ in events), default=0.0)
+    for t, job, message in sorted(events):
+        print(f"{t - start:7.1f} {job} {message}")
+
+
 def test_two_elastic_jobs_on_slurm_rescale_node_down_and_server_restart(
         slurm: SlurmCluster, server: ServerProcess, capsys: pytest.CaptureFixture[str]) -> None:
+    try:
+        run_scenario(slurm, server, capsys)
+    finally:
+        if server.clients and server.process is not None and server.process.poll() is None:
+            print_timeline(server.clients[-1])
+
+
+def run_scenario(slurm: SlurmCluster, server: ServerProcess,
+                 capsys: pytest.CaptureFixture[str]) -> None:
     foreign = subprocess.run(
         ["sbatch", "--parsable", "-J", "someone-else", "-w", "n1", "--gres=gpu:t4:1",
          f"--output={server.data_dir.parent / 'foreign.out'}", "--wrap", "sleep 600"],
@@ -84,36 +113,38 @@ def test_two_elastic_jobs_on_slurm_rescale_node_down_and_server_restart(
         "n1": 1, "n2": 2, "n3": 2, "n4": 2}
     assert client.health()["backend"] == "slurm"
 
-    first = client.submit(example_spec("first", 3, epochs=24))["id"]
-    wait_until(lambda: finished_an_epoch(data, first, 1), 90, "the first job's first epoch")
-    second = client.submit(example_spec("second", 3, epochs=12))["id"]
-    wait_until(lambda: len(launches(data, first)) >= 2 and client.job(second)["state"]
-               == "Running", 90, "the first job rescaled and the second running")
+    first = client.submit(example_spec("first", 3, epochs=EPOCHS["first"]))["id"]
+    wait_until(lambda: client.job(first)["state"] == "Running", 60, "the first job running")
+    second = client.submit(example_spec("second", 3, epochs=EPOCHS["second"]))["id"]
+    wait_until(lambda: len(launches(data, first)) >= 2 and running(client, first, second),
+               90, "the first job rescaled and the second running")
     names = squeue_names(slurm)
     assert any(first in name for name in names) and any(second in name for name in names)
 
-    # a node taken DOWN under the first job: relaunched elsewhere within a round + grace
-    down = launches(data, first)[max(launches(data, first))][0]
-    before = len(launches(data, first))
+    # a node taken DOWN under the first job (once it has a checkpoint): relaunched
+    # elsewhere within a round plus the grace, resuming from that checkpoint
+    wait_until(lambda: latest_checkpoint(data, first) > 0, 60, "a checkpoint of the first job")
+    runs = launches(data, first)
+    down, before = runs[max(runs)][0], max(runs)
     taken_down_at = time.monotonic()
     slurm.scontrol("update", f"nodename={down}", "state=down", "reason=pollux-test")
-    relaunched = wait_until(
-        lambda: (lambda runs: runs if len(runs) > before and client.job(first)["state"]
-                 == "Running" else None)(launches(data, first)),
-        60, "the first job relaunched after its node went down")
-    assert down not in relaunched[max(relaunched)]
+    wait_until(lambda: max(launches(data, first)) > before and running(client, first), 60,
+               "the first job relaunched after its node went down")
+    relaunched = launches(data, first)
+    assert all(down not in relaunched[g] for g in relaunched if g > before), relaunched
     assert time.monotonic() - taken_down_at < INTERVAL_S + GRACE_S + 25
 
     # the server SIGKILLed and restarted: the Slurm work is found, nothing runs twice
-    wait_until(lambda: finished_an_epoch(data, first, max(launches(data, first))), 60,
-               "an epoch after the relaunch")
+    checkpointed = latest_checkpoint(data, first)
+    wait_until(lambda: latest_checkpoint(data, first) > checkpointed, 60,
+               "a checkpoint after the relaunch")
     server.kill()
     client = server.start()
     for job in (first, second):
         done = wait_until(lambda job=job: final(client, job), 180, f"{job} to end")
         assert done["state"] == "Succeeded", done["events"]
-    check_sample_accounting(data, first, 24)
-    check_sample_accounting(data, second, 12)
+    check_sample_accounting(data, first, EPOCHS["first"])
+    check_sample_accounting(data, second, EPOCHS["second"])
     for job in (first, second):
         for generation, placed in launches(data, job).items():
             assert len({TYPES[n] for n in placed}) == 1, (job, generation, placed)

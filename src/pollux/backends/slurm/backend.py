@@ -109,7 +109,7 @@ class SlurmBackend(Backend):
             self.allocation_job_id = job
         self._launches: dict[str, SlurmLaunch] = {}
         self._views: dict[str, NodeView] = {}
-        self._jobs_cache: tuple[float, dict[str, dict[str, Any]]] | None = None
+        self._jobs_cache: tuple[float, frozenset[str], dict[str, dict[str, Any]]] | None = None
         self._unreachable_since: float | None = None
         self._reported_states: set[str] = set()
         try:
@@ -267,12 +267,14 @@ class SlurmBackend(Backend):
         """Slurm's entries of this backend's live cluster-mode launches (one ``squeue``
         serves all polls for :data:`POLL_CACHE_S`)."""
         now = time.monotonic()
-        if self._jobs_cache is not None and now - self._jobs_cache[0] < POLL_CACHE_S:
-            return self._jobs_cache[1]
-        ids = sorted({launch.slurm_job_id for launch in self._launches.values()
-                      if launch.mode == CLUSTER and not launch.ended})
-        entries = {str(j.get("job_id")): j for j in self.commands.jobs(ids)} if ids else {}
-        self._jobs_cache = (now, entries)
+        ids = frozenset(launch.slurm_job_id for launch in self._launches.values()
+                        if launch.mode == CLUSTER and not launch.ended)
+        cache = self._jobs_cache
+        if cache is not None and now - cache[0] < POLL_CACHE_S and ids <= cache[1]:
+            return cache[2]  # fresh, and asked about every live launch (new ones too)
+        entries = ({str(j.get("job_id")): j for j in self.commands.jobs(sorted(ids))}
+                   if ids else {})
+        self._jobs_cache = (now, ids, entries)
         return entries
 
     def poll(self, job_id: str) -> list[ReplicaStatus]:
