@@ -231,3 +231,14 @@ def test_loaders_made_before_init_join_the_job_and_run_an_epoch(adl: object) -> 
     model.to_tensorboard(writer, 0, tag_prefix="AdaptDL/Model/")
     assert "AdaptDL/Data/Total_Batch_Size" in writer.tags
     assert "AdaptDL/Model/Gain" in writer.tags and "AdaptDL/Model/Progress" in writer.tags
+
+
+def test_an_explicit_init_method_names_the_rendezvous(adl: object) -> None:
+    from tests.torch.launcher import free_port
+
+    with pytest.raises(ValueError, match="init_method"):
+        adl.init_process_group("gloo", init_method="env://")  # type: ignore[attr-defined]
+    port = free_port()
+    job = adl.init_process_group(  # type: ignore[attr-defined]
+        "gloo", init_method=f"tcp://127.0.0.1:{port}", world_size=1, rank=0)
+    assert job.launch.source.value == "torchrun" and adaptdl.env.master_port() == port

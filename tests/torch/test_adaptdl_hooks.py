@@ -110,3 +110,16 @@ def test_a_follower_accumulates_with_the_leader_and_measures_its_own_noise(
     train_steps(leader, [lead_opt, follow_opt], steps=40, extra=follower)
     leader.set_grad_stats(None)
     assert follower.grad_stats is not None and follower.grad_stats.var > 0
+
+
+def test_a_job_of_several_models_splits_no_step_to_probe_the_noise(
+        job: pt.JobContext) -> None:
+    """A GAN's loop steps the discriminator, then back-propagates the generator's loss
+    through it: a step split in two micro-batches would keep those gradients for the
+    discriminator's next micro-batch, so one replica takes no probes there."""
+    d, g = torch.nn.Linear(2, 1), torch.nn.Linear(1, 2)
+    disc = pt.AdaptiveDataParallel(d, torch.optim.SGD(d.parameters(), lr=0.1), job=job,
+                                   name="d")
+    assert disc.wants_probe()  # alone: every probe_interval_steps-th step
+    pt.AdaptiveDataParallel(g, torch.optim.SGD(g.parameters(), lr=0.1), job=job, name="g")
+    assert not any(disc.wants_probe(ahead) for ahead in range(8))

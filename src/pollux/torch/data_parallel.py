@@ -210,8 +210,11 @@ class AdaptiveDataParallel(DistributedDataParallel):
         """Whether the optimizer step ``steps_ahead`` after the next one should be split
         into two micro-batches to measure the gradient noise: with one replica, every
         ``probe_interval_steps``-th step (several replicas, or accumulation, measure
-        without it)."""
-        return (self._world == 1
+        without it). Never in a job of several models (:mod:`pollux.torch.
+        model_followers`): a GAN's generator loss back-propagates through the
+        discriminator after its step, and a split step would carry those gradients into
+        the discriminator's next micro-batch."""
+        return (self._world == 1 and len(self.job.models) == 1
                 and (self._trainer.optimizer_steps + steps_ahead) % self._probe_interval == 0)
 
     # -- gradient statistics ----------------------------------------------------------------

@@ -48,6 +48,8 @@ class AdaptiveDataLoaderMixin:
     ...         AdaptiveDataLoaderMixin.__init__(self, batch_size)
     """
 
+    _elastic: AdaptiveDataLoaderHelper | _NativeBacked
+
     def __init__(self, batch_size: int) -> None:
         self.batch_size = int(batch_size)
         self._elastic = AdaptiveDataLoaderHelper(batch_size, owner=self)
@@ -165,7 +167,7 @@ class AdaptiveDataLoader(AdaptiveDataLoaderMixin):
         if not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"invalid batch_size={batch_size!r}: give an int >= 1")
         self.batch_size = batch_size
-        self._elastic = _NativeBacked(batch_size)  # type: ignore[assignment]
+        self._elastic = _NativeBacked(batch_size)
         self.dataset = dataset
         self.shuffle = bool(shuffle)
         self.drop_last = bool(kwargs.pop("drop_last", False))
