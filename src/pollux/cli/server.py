@@ -23,6 +23,7 @@ from typing import Any
 from pollux.backends.registry import backend_names
 from pollux.errors import ConfigError
 from pollux.policies.autoscaling import autoscaler_names
+from pollux.service.private import TOKEN_FILE
 from pollux.service.runner import run_server
 from pollux.service.server import ServerConfig, default_data_dir
 from pollux.service.tokens import argv_token_refused, read_token_file, token_from_environment
@@ -114,6 +115,9 @@ def run(args: argparse.Namespace) -> int:
               f"data {config.data_dir})", flush=True)
         print(f"dashboard {url}/ · API docs {url}/docs · Prometheus {url}/metrics",
               flush=True)
+        where = ("$POLLUX_TOKEN" if config.token and not config.token_file
+                 else config.token_file or config.data_dir / TOKEN_FILE)
+        print(f"open the dashboard once as {url}/?token=<the token in {where}>", flush=True)
 
     run_server(config, ready)
     print("pollux server stopped", file=sys.stderr, flush=True)
