@@ -62,18 +62,16 @@ def bind_local_socket(data_dir: Path) -> socket.socket:
                                                          "socket; remove it")
         path.unlink()
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    old = os.umask(0o177)
     try:
+        os.fchmod(sock.fileno(), 0o600)  # Linux creates the file with this mode (& ~umask)
         with short_path(path) as name:
             sock.bind(name)
+        os.chmod(path, 0o600)
         sock.listen(2048)
     except OSError as exc:
         sock.close()
         raise ConfigError("data_dir", str(data_dir), f"cannot listen on {path}: {exc}"
                           ) from exc
-    finally:
-        os.umask(old)
-    os.chmod(path, 0o600)
     return sock
 
 
