@@ -110,6 +110,10 @@ class Backend(ABC):
     """
 
     name: ClassVar[str]
+    recovers_alongside_launches: ClassVar[bool] = False
+    """Whether :meth:`recover` may run in a thread of its own while the service
+    launches other jobs (it then never touches replicas launched by this instance);
+    otherwise the service waits for it before scheduling anything."""
 
     @abstractmethod
     def nodes(self) -> list[NodeInfo]:

@@ -42,6 +42,7 @@ class FakeBackend(Backend):
     """Replicas in memory. Records every launch, stop and recover call for assertions."""
 
     name = "fake"
+    recovers_alongside_launches = True
 
     def __init__(self, nodes: Sequence[NodeInfo], exit_on_stop: bool = True,
                  starting_polls: int = 0,

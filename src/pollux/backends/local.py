@@ -54,6 +54,9 @@ logger = logging.getLogger(__name__)
 
 MARKER_ENV = "POLLUX_LOCAL_BACKEND_ID"
 """Set on every replica to the backend's instance id (one per data directory)."""
+SESSION_ENV = "POLLUX_LOCAL_BACKEND_SESSION"
+"""Set on every replica to a token of the backend object that launched it, so that a
+recovery running alongside new launches stops only the replicas of earlier servers."""
 THREAD_ENV_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
 LOOPBACK_INTERFACE = "lo"
 GLOO_INTERFACE_ENV = "GLOO_SOCKET_IFNAME"
@@ -106,6 +109,7 @@ class LocalBackend(Backend):
     """Replicas as local processes on virtual nodes of GPU or CPU slots."""
 
     name = "local"
+    recovers_alongside_launches = True
 
     def __init__(self, instance_id: str, num_nodes: int = 1, slots_per_node: int | None = None,
                  device: str = "auto", gpu_ids: Sequence[str] | None = None,
@@ -125,6 +129,7 @@ class LocalBackend(Backend):
         if device == "gpu" and not gpus:
             raise ConfigError("device", device, "no GPU is visible; use --device cpu")
         self.instance_id = instance_id
+        self.session = os.urandom(8).hex()
         self.master_addr = master_addr
         self.use_gpus = bool(gpus)
         cpus = os.cpu_count() or 1
@@ -202,6 +207,7 @@ class LocalBackend(Backend):
         env.update(request.spec.env)
         env.update(agent_env)
         env[MARKER_ENV] = self.instance_id
+        env[SESSION_ENV] = self.session
         if self.use_gpus:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(self._devices[node][s] for s in slots)
         else:
@@ -313,8 +319,9 @@ class LocalBackend(Backend):
                 continue
             if is_alive(pid) and process_start_ticks(pid) == handle.get("start_ticks"):
                 leaders[pid] = process_start_ticks(pid)
-        marked = {pid: process_start_ticks(pid)
-                  for pid in marked_processes(MARKER_ENV, self.instance_id)}
+        marked_pids = marked_processes(MARKER_ENV, self.instance_id)
+        ours = set(marked_processes(SESSION_ENV, self.session))  # launched by this server
+        marked = {pid: process_start_ticks(pid) for pid in marked_pids if pid not in ours}
         targets = {**marked, **leaders}
         if not targets:
             return []

@@ -37,7 +37,7 @@ from pollux.policies.snapshot import (
 from pollux.service.explain import hints_of, rescale_reason
 from pollux.service.launches import LaunchSupervisor, StopCause
 from pollux.service.records import JobRecord
-from pollux.service.recovery import JobNotices, recover_jobs
+from pollux.service.recovery import JobNotices, Recovery
 from pollux.service.snapshot import (
     HintsCache,
     active_records,
@@ -77,12 +77,19 @@ class Allocator:
     def __init__(self, store: JobStore, backend: Backend, policy: Policy,
                  config: AllocatorConfig, clock: Callable[[], float] = time.time,
                  autoscaler: Autoscaler | None = None,
-                 on_round: Callable[[float], None] | None = None) -> None:
+                 on_round: Callable[[float], None] | None = None,
+                 monotonic: Callable[[], float] | None = None) -> None:
         self.store = store
         self.backend = backend
         self.policy = policy
         self.config = config
         self.clock = clock
+        """Wall-clock time: what records and events are stamped with."""
+        self.monotonic = monotonic if monotonic is not None else (
+            time.monotonic if clock is time.time else clock)
+        """What round intervals, attained service, stop deadlines and back-offs are
+        measured on, so that a wall-clock step neither stops rounds nor adds service
+        (default: ``time.monotonic`` with the wall clock, else ``clock`` itself)."""
         self.autoscaler = autoscaler
         """Asked every round (idle rounds too) for the cluster's size, which goes to the
         backend's ``request_cluster_size`` before the policy runs; None: no autoscaling."""
@@ -100,6 +107,10 @@ class Allocator:
         self._infeasible: dict[str, str] = {}
         self._round_due_at = 0.0
         self._last_tick_at: float | None = None
+        """Monotonic time of the previous tick."""
+        self._recovery: Recovery | None = None
+        """A recovery going on in the background (see :meth:`recover_and_run`)."""
+        self._recovery_retry_at = 0.0
         self._notices = JobNotices(store, config.data_dir)
         self.recovering_jobs: frozenset[str] = frozenset()
         """Jobs of a previous server whose replicas :meth:`recover` is still stopping."""
@@ -118,23 +129,40 @@ class Allocator:
         self._wake.set()
 
     def run(self, stop: threading.Event) -> None:
-        """Tick until ``stop`` is set; errors in one tick are logged, not fatal."""
+        """Tick until ``stop`` is set; errors in one tick are logged (the same error
+        once a minute, with how often it recurred), never fatal."""
+        failing: dict[str, tuple[float, int]] = {}
         while not stop.is_set():
             try:
                 self.tick()
-            except Exception:  # keep scheduling whatever one round did
-                logger.exception("allocation loop tick failed")
+                failing.clear()
+            except Exception as exc:  # keep scheduling whatever one round did
+                cause = f"{type(exc).__name__}: {exc}"
+                last, repeats = failing.get(cause, (-1e18, 0))
+                if time.monotonic() - last >= 60.0:
+                    logger.exception("allocation loop tick failed" + (
+                        f" ({repeats} more times in the last minute)" if repeats else ""))
+                    failing[cause] = (time.monotonic(), 0)
+                else:
+                    failing[cause] = (last, repeats + 1)
             self._wake.wait(self.config.poll_interval_s)
             self._wake.clear()
 
     def tick(self, now: float | None = None) -> None:
-        """Poll replicas, handle cancellations, run a round when due, launch what fits."""
-        now = self.clock() if now is None else now
-        self._account_service(now)
+        """Poll replicas, handle cancellations, run a round when due, launch what fits.
+        ``now`` (tests) stands for both the wall-clock and the monotonic time."""
+        if now is None:
+            now, mono = self.clock(), self.monotonic()
+        else:
+            mono = now
+        self.launches.mono = mono
+        if self._recovery is not None:
+            self._advance_recovery(mono)
+        self._account_service(now, mono)
         self.launches.poll(now)
         self.launches.cancel_requested(now)
-        if now >= self._round_due_at:
-            self._round_due_at = now + self.config.interval_s
+        if mono >= self._round_due_at:
+            self._round_due_at = mono + self.config.interval_s
             self.schedule_round(now)
         self.launches.launch_ready(now)
         self.launches.enforce_stop_deadlines(now)
@@ -190,6 +218,8 @@ class Allocator:
         gpu_types = ({n.name: n.gpu_type for n in nodes}
                      if len(gpu_types_of(nodes)) > 1 else None)
         for record in records:
+            if record.id in self.recovering_jobs:
+                continue  # a previous server's: left alone until recovery settles it
             self._record_infeasible(record.id, decision.infeasible.get(record.id), now)
             self._apply(record, decision.allocations.get(record.id, ()), now,
                         len(records) - 1, gpu_types)
@@ -243,39 +273,75 @@ class Allocator:
                               f"{verb} replicas: {why}; asked replicas to checkpoint and stop",
                               target_allocation=new, num_rescales=record.num_rescales + 1)
 
-    def _account_service(self, now: float) -> None:
-        last, self._last_tick_at = self._last_tick_at, now
-        if last is None or now <= last:
+    def _account_service(self, now: float, mono: float) -> None:
+        """Replica-seconds since the previous tick for every running job, measured on
+        the monotonic clock."""
+        last, self._last_tick_at = self._last_tick_at, mono
+        if last is None or mono <= last:
             return
-        running = self.store.list_jobs([JobState.RUNNING])
+        running = [r for r in self.store.list_jobs([JobState.RUNNING])
+                   if r.id not in self.recovering_jobs]
         if running:
-            self.store.add_service({r.id: len(r.allocation) * (now - last) for r in running},
+            self.store.add_service({r.id: len(r.allocation) * (mono - last) for r in running},
                                    now)
 
     # --- server lifecycle -------------------------------------------------------------
 
-    def recover(self, now: float) -> None:
+    def recover(self, now: float | None = None) -> None:
         """At startup: stop replicas a previous server left behind, record how each ended
         (the status its launcher wrote, else lost), mark a job whose replicas all exited
         0 as Succeeded -- it finished while the server was down and never runs again --
         and requeue the others (they resume from their checkpoints). Call before the
-        first tick; jobs are listed in ``recovering_jobs`` meanwhile."""
-        jobs = self.store.list_jobs(LIVE_STATES)
-        self.recovering_jobs = frozenset(r.id for r in jobs)
-        recover_jobs(self.store, self.backend, jobs, self.config.data_dir,
-                     self.config.stop_grace_s, now)
-        self.recovering_jobs = frozenset()
-        self.request_round()
+        first tick; jobs are listed in ``recovering_jobs`` meanwhile. (``now`` is
+        unused: each event carries the time it happens.)"""
+        recovery = self._begin_recovery()
+        recovery.stop_orphans()
+        if recovery.error is not None:
+            raise recovery.error
+        self._finish_recovery(recovery)
 
     def recover_and_run(self, stop: threading.Event) -> None:
         """:meth:`recover`, then :meth:`run` (the loop thread's whole life, so that the
-        API answers while a slow recovery waits for old replicas to stop)."""
+        API answers while a slow recovery waits for old replicas to stop). With a
+        backend that allows it, the old replicas are stopped in the background while
+        the loop schedules the other jobs on the nodes they do not hold."""
         try:
-            self.recover(self.clock())
+            if self.backend.recovers_alongside_launches:
+                self._recovery = self._begin_recovery()
+                self._recovery.start(self.wake)
+            else:
+                self.recover()
         except Exception:  # a failed recovery must not leave the service without a loop
             logger.exception("recovery failed; scheduling anyway")
-            self.recovering_jobs = frozenset()
+            self.recovering_jobs = self.launches.recovering = frozenset()
+            self._recovery = None
         self.run(stop)
+
+    def _begin_recovery(self) -> Recovery:
+        recovery = Recovery(self.store, self.backend, self.config.data_dir,
+                            self.config.stop_grace_s, self.clock)
+        self.recovering_jobs = self.launches.recovering = recovery.job_ids
+        return recovery
+
+    def _advance_recovery(self, mono: float) -> None:
+        """Settle a background recovery once its orphans are stopped (a failed stop is
+        tried again every 10 s; the jobs stay recovering meanwhile)."""
+        recovery = self._recovery
+        if recovery is None or recovery.running or mono < self._recovery_retry_at:
+            return
+        if recovery.error is not None:
+            logger.error("recovery could not stop a previous server's replicas (%s); "
+                         "trying again in 10 s", recovery.error)
+            self._recovery_retry_at = mono + 10.0
+            recovery.start(self.wake)
+            return
+        self._finish_recovery(recovery)
+        self._recovery = None
+
+    def _finish_recovery(self, recovery: Recovery) -> None:
+        recovery.settle()
+        self.recovering_jobs = self.launches.recovering = frozenset()
+        self.request_round()
 
     def shutdown(self, grace_s: float) -> None:
         """Ask every live replica to checkpoint and stop, wait up to ``grace_s``, kill the

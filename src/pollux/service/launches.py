@@ -85,6 +85,9 @@ class LaunchSupervisor:
         """Job id -> the kind of evidence the backend lacks for it now (one event each)."""
         self.recovering: frozenset[str] = frozenset()
         """Jobs of a previous server whose recovery is under way: left alone here."""
+        self.mono = 0.0
+        """The loop's monotonic time of the current tick: stop deadlines and relaunch
+        back-offs are measured on it (``now``, the wall clock, stamps records)."""
 
     def launch_ready(self, now: float) -> None:
         """Launch each pending job whose target allocation's resources are free (after
@@ -98,7 +101,7 @@ class LaunchSupervisor:
             target = record.target_allocation
             if (record.state is not JobState.PENDING or not target
                     or record.cancel_requested
-                    or now < self._relaunch_not_before.get(record.id, now)):
+                    or self.mono < self._relaunch_not_before.get(record.id, self.mono)):
                 continue
             if any(node not in nodes for node in target):
                 self.store.update_job(record.id, now, target_allocation=None)
@@ -311,7 +314,7 @@ class LaunchSupervisor:
                else "from the start (no checkpoint yet)") + f" in {delay_s:g} s",
             reason=reason, num_failures=failures,
             target_allocation=record.allocation if target is None else target)
-        self._relaunch_not_before[record.id] = now + delay_s
+        self._relaunch_not_before[record.id] = self.mono + delay_s
 
     def _has_checkpoint(self, job_id: str) -> bool:
         """Whether the job wrote anything in its checkpoint directory."""
@@ -324,7 +327,7 @@ class LaunchSupervisor:
     def cancel_requested(self, now: float) -> None:
         """Carry out the cancellations the API flagged."""
         for record in self.store.list_jobs(ACTIVE_STATES):
-            if not record.cancel_requested:
+            if not record.cancel_requested or record.id in self.recovering:
                 continue
             if record.state is JobState.PENDING:
                 self.store.transition(record.id, JobState.CANCELLED, now, "cancelled")
@@ -342,11 +345,11 @@ class LaunchSupervisor:
         """Ask the replicas to checkpoint and stop; SIGKILL them after the grace."""
         self.backend.stop(job_id)
         self._stop_causes[job_id] = cause
-        self._stop_deadlines[job_id] = now + self.config.stop_grace_s
+        self._stop_deadlines[job_id] = self.mono + self.config.stop_grace_s
 
     def enforce_stop_deadlines(self, now: float) -> None:
         for job_id, deadline in list(self._stop_deadlines.items()):
-            if now >= deadline and job_id not in self._killed:
+            if self.mono >= deadline and job_id not in self._killed:
                 self._killed.add(job_id)
                 self.backend.stop(job_id, force=True)
                 self.store.add_event(job_id, now, "info",

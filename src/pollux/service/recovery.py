@@ -1,7 +1,7 @@
 """What a restarted server does about its predecessor's jobs, and the job events the
 allocation loop adds about a job's own state (unusable hints, fresh starts).
 
-At startup (:func:`recover_jobs`): the replicas a previous server left behind are asked
+At startup (:class:`Recovery`): the replicas a previous server left behind are asked
 to checkpoint and stop (killed after the grace), each replica's exit status is taken
 from the file its launcher wrote (:mod:`pollux.backends.exit_status`; "lost" when there
 is none), a job whose replicas of its latest launch all exited 0 is recorded as
@@ -12,14 +12,15 @@ other job is requeued to resume from its last checkpoint.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+import threading
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from pollux.backends.base import Backend
 from pollux.backends.exit_status import exit_status_path, read_exit_status
 from pollux.jobenv import CORRUPT_SUFFIX
 from pollux.service.records import JobRecord
-from pollux.service.states import JobState
+from pollux.service.states import LIVE_STATES, JobState
 from pollux.service.store import JobStore
 
 logger = logging.getLogger(__name__)
@@ -32,33 +33,80 @@ def job_dir(data_dir: Path, job_id: str) -> Path:
     return data_dir / "jobs" / job_id
 
 
-def recover_jobs(store: JobStore, backend: Backend, jobs: Sequence[JobRecord],
-                 data_dir: Path, grace_s: float, now: float) -> None:
-    """Settle ``jobs`` (those a previous server had replicas of), as the module says."""
-    live = store.replicas(live_only=True)
-    stopped = backend.recover([r.handle for r in live], grace_s)
-    if stopped:
-        logger.warning("stopped %d replicas left by a previous server: %s",
-                       len(stopped), ", ".join(stopped))
-    for replica in live:
-        recorded = read_exit_status(exit_status_path(
-            job_dir(data_dir, replica.job_id) / "logs", replica.generation, replica.rank))
-        store.mark_replica_exited(replica.job_id, replica.generation, replica.rank,
-                                  LOST_EXIT_CODE if recorded is None else recorded, now)
-    for record in jobs:
-        codes = [r.exit_code for r in store.replicas(record.id,
-                                                     generation=record.num_launches)]
-        if codes and all(code == 0 for code in codes):
-            store.transition(record.id, JobState.SUCCEEDED, now,
-                             f"all {len(codes)} replicas exited 0 while the server was "
-                             "down (as their launcher recorded)")
-            continue
-        target = record.target_allocation
-        store.transition(
-            record.id, JobState.PENDING, now,
-            f"server restarted: launch {record.num_launches} stopped; resuming from the "
-            "last checkpoint", reason=record.reason,
-            target_allocation=record.allocation if target is None else target)
+class Recovery:
+    """Settling the jobs a previous server had replicas of (as the module says): first
+    their replicas are stopped (:meth:`stop_orphans`, which waits up to the stop grace:
+    run it in the background with :meth:`start` where the backend allows it, so that
+    scheduling goes on meanwhile), then the jobs are settled in the store
+    (:meth:`settle`, from the allocation loop). Events carry the time they happen."""
+
+    def __init__(self, store: JobStore, backend: Backend, data_dir: Path, grace_s: float,
+                 clock: Callable[[], float]) -> None:
+        self.store = store
+        self.backend = backend
+        self.data_dir = data_dir
+        self.grace_s = grace_s
+        self.clock = clock
+        self.jobs = store.list_jobs(LIVE_STATES)
+        self.job_ids = frozenset(r.id for r in self.jobs)
+        self.live = store.replicas(live_only=True)
+        self.stopped: list[str] | None = None
+        """What :meth:`stop_orphans` stopped, once it has returned."""
+        self.error: Exception | None = None
+        self._thread: threading.Thread | None = None
+
+    def stop_orphans(self) -> None:
+        self.error = None
+        try:
+            self.stopped = self.backend.recover([r.handle for r in self.live], self.grace_s)
+        except Exception as exc:  # noqa: BLE001 - kept for the loop to report and retry
+            self.error = exc
+            return
+        if self.stopped:
+            logger.warning("stopped %d replicas left by a previous server: %s",
+                           len(self.stopped), ", ".join(self.stopped))
+
+    def start(self, on_done: Callable[[], None]) -> None:
+        """:meth:`stop_orphans` in a thread of its own; ``on_done`` when it returns."""
+        def work() -> None:
+            try:
+                self.stop_orphans()
+            finally:
+                on_done()
+        self._thread = threading.Thread(target=work, name="pollux-recovery", daemon=True)
+        self._thread.start()
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def settle(self) -> None:
+        """Record how each replica ended and each job's next state (after the orphans
+        were stopped); safe to run again after a store error (what is done stays)."""
+        for replica in self.live:
+            recorded = read_exit_status(exit_status_path(
+                job_dir(self.data_dir, replica.job_id) / "logs", replica.generation,
+                replica.rank))
+            self.store.mark_replica_exited(
+                replica.job_id, replica.generation, replica.rank,
+                LOST_EXIT_CODE if recorded is None else recorded, self.clock())
+        for job in self.jobs:
+            record = self.store.get_job(job.id)
+            if record.state not in LIVE_STATES:
+                continue  # settled by an earlier try
+            codes = [r.exit_code for r in self.store.replicas(
+                record.id, generation=record.num_launches)]
+            if codes and all(code == 0 for code in codes):
+                self.store.transition(record.id, JobState.SUCCEEDED, self.clock(),
+                                      f"all {len(codes)} replicas exited 0 while the server "
+                                      "was down (as their launcher recorded)")
+                continue
+            target = record.target_allocation
+            self.store.transition(
+                record.id, JobState.PENDING, self.clock(),
+                f"server restarted: launch {record.num_launches} stopped; resuming from the "
+                "last checkpoint", reason=record.reason,
+                target_allocation=record.allocation if target is None else target)
 
 
 class JobNotices:
