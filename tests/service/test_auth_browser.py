@@ -37,7 +37,7 @@ Promise.allSettled([
 class AttackerSite:
     """Another user's web server on another port of 127.0.0.1."""
 
-    def __init__(self, page: str) -> None:
+    def __init__(self, pages: dict[str, str]) -> None:
         self.received: list[bytes] = []
         self.reports: list[dict[str, str]] = []
         site = self
@@ -52,7 +52,7 @@ class AttackerSite:
 
             def do_GET(self) -> None:  # noqa: N802 - http.server's name
                 self._record()
-                data = page.encode()
+                data = pages.get(self.path, "").encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "text/html")
                 self.send_header("Content-Length", str(len(data)))
@@ -98,7 +98,9 @@ def test_a_page_on_another_port_cannot_cancel_or_get_a_usable_session(tmp_path):
         job = client.submit({"name": "victim", "command": ["sleep", "300"],
                              "working_dir": str(tmp_path)})["id"]
         wait_until(lambda: client.job(job)["state"] == "Running", 30, "the job to run")
-        attacker = AttackerSite(ATTACK % {"server": url, "job": job})
+        link = f"{url}/?token={token}&job={job}&refresh_s=0.5"
+        attacker = AttackerSite({"/attack.html": ATTACK % {"server": url, "job": job},
+                                 "/wiki.html": f'<a id="go" href="{link}">dashboard</a>'})
         with headless_chromium() as driver:
             driver.get(f"{url}/?token={token}&refresh_s=0.5")
             wait_until(lambda: driver.execute_script(
@@ -130,10 +132,12 @@ def test_a_page_on_another_port_cannot_cancel_or_get_a_usable_session(tmp_path):
             assert client.job(job)["state"] == "Running"
             assert [j["name"] for j in client.jobs()] == ["victim"]
 
-            # the dashboard itself (back in its own origin) cancels with its CSRF token
-            driver.get(f"{url}/?job={job}&refresh_s=0.5")
+            # the dashboard itself cancels with its CSRF token (opened by a link on
+            # another site's page, as from a wiki: a new session)
+            driver.get(f"{attacker.url}/wiki.html")
+            driver.find_element("id", "go").click()
             wait_until(lambda: driver.execute_script(
-                "return !document.getElementById('job-cancel').hidden"), 20,
+                "const b = document.getElementById('job-cancel'); return b && !b.hidden"), 20,
                 "the job's cancel button")
             driver.execute_script("window.confirm = () => true;"
                                   "document.getElementById('job-cancel').click()")

@@ -189,3 +189,13 @@ def test_no_page_of_another_origin_may_frame_the_dashboard(client):
         page = client.get(path, headers=as_session(cookie))
         assert page.headers["x-frame-options"] == "DENY"
         assert "frame-ancestors 'none'" in page.headers["content-security-policy"]
+
+
+def test_a_link_followed_from_another_site_still_logs_in(client):
+    """A browser sends no strict cookie along a redirect that another site's page
+    started, so such a link gets the redirect as a page of this server."""
+    response = client.get(f"/?token={TEST_TOKEN}", follow_redirects=False,
+                          headers={"Sec-Fetch-Site": "cross-site"})
+    assert response.status_code == 200 and TEST_TOKEN not in response.text
+    assert 'http-equiv="refresh" content="0;url=/#csrf=' in response.text
+    assert response.cookies.get(SESSION_COOKIE)

@@ -30,6 +30,7 @@ Routes are added to the app as usual; the guard covers every one of them (a dash
 from __future__ import annotations
 
 import hmac
+import html
 import ipaddress
 import logging
 import socket
@@ -39,7 +40,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, RedirectResponse, Response
+from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 
 from pollux.errors import ConfigError
 from pollux.service.private import TOKEN_FILE
@@ -196,14 +197,22 @@ def prove_server(request: Request, auth: ApiAuth, own: Origin) -> Response:
 def open_session(request: Request, auth: ApiAuth, sessions: Sessions,
                  own: Origin) -> Response:
     """Answer a valid ``?token=`` link: a new session, its cookie, and a redirect to the
-    page without the token (the dashboard's CSRF token in the fragment)."""
+    page without the token (the dashboard's CSRF token in the fragment). A link followed
+    from another site's page gets the redirect as a page of this server (a browser would
+    not send the strict cookie along a redirect another site started)."""
     session = sessions.create(own)
     target = _without_token_query(request)
     if request.url.path == "/":
         target += "#" + urlencode({CSRF_FRAGMENT: session.csrf})
-    redirect = RedirectResponse(target, status_code=303,
-                                headers={"Cache-Control": "no-store",
-                                         "Referrer-Policy": "no-referrer"})
+    headers = {"Cache-Control": "no-store", "Referrer-Policy": "no-referrer"}
+    redirect: Response
+    if request.headers.get("sec-fetch-site") in ("cross-site", "same-site"):
+        link = html.escape(target, quote=True)
+        redirect = HTMLResponse(f'<!doctype html><meta http-equiv="refresh" content="0;url='
+                                f'{link}"><title>Pollux</title><a href="{link}">Pollux '
+                                "dashboard</a>", headers=headers)
+    else:
+        redirect = RedirectResponse(target, status_code=303, headers=headers)
     redirect.set_cookie(cookie_name(own), session.id, max_age=int(sessions.ttl_s),
                         httponly=True, samesite="strict", secure=auth.secure_cookie, path="/")
     return redirect
