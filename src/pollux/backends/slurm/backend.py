@@ -60,6 +60,9 @@ logger = logging.getLogger(__name__)
 MODES = (CLUSTER, ALLOCATION)
 POLL_CACHE_S = 0.5
 """How long one ``squeue`` answer serves the polls of all jobs."""
+UNREACHABLE_QUIET_S = 2.0
+"""After Slurm was found unreachable, how long polls report UNKNOWN without asking again
+(a Slurm client takes seconds to give up on a controller that is down)."""
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -111,6 +114,7 @@ class SlurmBackend(Backend):
         self._views: dict[str, NodeView] = {}
         self._jobs_cache: tuple[float, frozenset[str], dict[str, dict[str, Any]]] | None = None
         self._unreachable_since: float | None = None
+        self._quiet_until = 0.0
         self._reported_states: set[str] = set()
         try:
             found = self._read_nodes()
@@ -272,8 +276,14 @@ class SlurmBackend(Backend):
         cache = self._jobs_cache
         if cache is not None and now - cache[0] < POLL_CACHE_S and ids <= cache[1]:
             return cache[2]  # fresh, and asked about every live launch (new ones too)
-        entries = ({str(j.get("job_id")): j for j in self.commands.jobs(sorted(ids))}
-                   if ids else {})
+        if now < self._quiet_until:  # just found unreachable: do not ask again per job
+            raise SlurmUnavailable("Slurm was unreachable moments ago")
+        try:
+            entries = ({str(j.get("job_id")): j for j in self.commands.jobs(sorted(ids))}
+                       if ids else {})
+        except SlurmUnavailable:
+            self._quiet_until = time.monotonic() + UNREACHABLE_QUIET_S
+            raise
         self._jobs_cache = (now, ids, entries)
         return entries
 

@@ -26,7 +26,7 @@ from pollux.errors import BackendError
 logger = logging.getLogger(__name__)
 
 DEFAULT_TIMEOUT_S = 20.0
-DEFAULT_RETRIES = 2
+DEFAULT_RETRIES = 1
 RETRY_DELAY_S = 0.5
 UNREACHABLE_PATTERNS = (
     "unable to contact slurm controller", "connection refused", "socket timed out",

@@ -4,7 +4,7 @@ mode) the ``sbatch`` script that holds them.
 Each replica is one job step of one task and one GPU, pinned to the node the policy
 chose (``srun --nodelist NODE --ntasks 1 --exact --gres gpu[:TYPE]:1``), so Slurm sets
 its ``CUDA_VISIBLE_DEVICES``. The step runs the job's command under the exit-status
-wrapper (:mod:`pollux.backends.exit_status`), with the launch contract
+wrapper (:mod:`pollux.backends.slurm.step_wrapper`), with the launch contract
 (:mod:`pollux.jobenv`) in its environment, its output appended to
 ``<log_dir>/replica-<rank>.log``.
 
@@ -25,7 +25,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from pollux.backends.base import LaunchRequest
-from pollux.backends.exit_status import exit_status_path, wrapped_command
+from pollux.backends.exit_status import exit_status_path
+from pollux.backends.slurm.step_wrapper import wrapped_step
 
 NAME_PREFIX = "pollux"
 THREAD_ENV_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
@@ -93,7 +94,7 @@ def step_command(request: LaunchRequest, instance_id: str, rank: int, node: str,
              f"--output={log_dir / f'replica-{rank}.log'}", "--open-mode=append",
              "--kill-on-bad-exit=0", "--quiet"]
     env_args = [f"{k}={v}" for k, v in sorted(replica_env.items())]
-    return [*args, "env", *env_args, *wrapped_command(status, list(request.spec.command))]
+    return [*args, "env", *env_args, *wrapped_step(str(status), list(request.spec.command))]
 
 
 def log_header(request: LaunchRequest, rank: int, node: str, where: str) -> str:

@@ -1,0 +1,114 @@
+"""The slurm backend itself on a real Slurm, with small replicas (no training): Slurm
+unreachable for a while, a previous server's work found by name, and a launch that
+Slurm would requeue."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from pollux.backends.base import LaunchRequest, ReplicaState, ReplicaStatus
+from pollux.backends.slurm import SlurmBackend
+from pollux.backends.slurm.backend import POLL_CACHE_S
+from pollux.backends.slurm.commands import SlurmCommands
+from pollux.job_spec import JobSpec
+from pollux.jobenv import RESCALE_EXIT_CODE
+from tests.backends.slurm.cluster import SlurmCluster
+
+pytestmark = pytest.mark.timeout(120)
+
+REPLICA = """
+import signal, sys, time
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(75))
+print("replica up", flush=True)
+time.sleep(120)
+"""
+
+
+def request(tmp_path: Path, job_id: str, allocation: tuple[str, ...]) -> LaunchRequest:
+    script = tmp_path / "replica.py"
+    script.write_text(REPLICA)
+    spec = JobSpec.from_dict({"name": job_id, "command": [sys.executable, str(script)],
+                              "working_dir": str(tmp_path), "max_replicas": len(allocation)})
+    return LaunchRequest(job_id=job_id, generation=1, spec=spec, allocation=allocation,
+                         checkpoint_dir=str(tmp_path / job_id / "checkpoint"),
+                         log_dir=str(tmp_path / job_id / "logs"),
+                         gpu_type="t4" if allocation[0] in ("n1", "n2") else "a100")
+
+
+def wait_up(tmp_path: Path, job_id: str, ranks: int, timeout_s: float = 30.0) -> None:
+    """Until every replica printed that it is up (its SIGTERM handler is installed)."""
+    logs = [tmp_path / job_id / "logs" / f"replica-{r}.log" for r in range(ranks)]
+    deadline = time.monotonic() + timeout_s
+    while not all(p.exists() and "replica up" in p.read_text() for p in logs):
+        assert time.monotonic() < deadline, f"{job_id}'s replicas not up"
+        time.sleep(0.2)
+
+
+def wait_states(backend: SlurmBackend, job_id: str, state: ReplicaState,
+                timeout_s: float = 30.0) -> list[ReplicaStatus]:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        statuses = backend.poll(job_id)
+        if statuses and all(s.state is state for s in statuses):
+            return statuses
+        assert time.monotonic() < deadline, f"{job_id}: {statuses}, not all {state}"
+        time.sleep(0.2)
+
+
+def test_slurm_unreachable_is_unknown_never_exited(slurm: SlurmCluster, tmp_path: Path
+                                                   ) -> None:
+    # no retries: a Slurm client takes ~4 s to give up on a controller that is down
+    backend = SlurmBackend("unreachable0001", mode="cluster",
+                           commands=SlurmCommands(retries=0))
+    nodes = backend.nodes()
+    backend.launch(request(tmp_path, "job-a", ("n1", "n2")))
+    wait_states(backend, "job-a", ReplicaState.RUNNING)
+    wait_up(tmp_path, "job-a", 2)
+    slurm.stop_controller()
+    time.sleep(POLL_CACHE_S)  # the last answer has aged
+    try:
+        statuses = backend.poll("job-a")
+        assert [s.state for s in statuses] == [ReplicaState.UNKNOWN] * 2
+        assert backend.nodes() == nodes  # the last nodes read
+        backend.stop("job-a")  # remembered, sent once Slurm answers
+    finally:
+        slurm.start_controller()
+    statuses = wait_states(backend, "job-a", ReplicaState.EXITED)
+    assert [s.exit_code for s in statuses] == [RESCALE_EXIT_CODE] * 2
+
+
+def test_a_restarted_server_finds_its_work_by_name(slurm: SlurmCluster, tmp_path: Path
+                                                   ) -> None:
+    before = SlurmBackend("restarted00001", mode="cluster")
+    launched = before.launch(request(tmp_path, "job-b", ("n3",)))
+    wait_states(before, "job-b", ReplicaState.RUNNING)
+    wait_up(tmp_path, "job-b", 1)
+    names = subprocess.run(["squeue", "-h", "-o", "%j"], capture_output=True, text=True,
+                           env=slurm.env, check=True).stdout
+    assert "job-b" in names
+    other = SlurmBackend("someoneelse001", mode="cluster")  # another data directory
+    assert other.recover([], grace_s=5) == []
+    after = SlurmBackend("restarted00001", mode="cluster")  # the same data directory
+    stopped = after.recover([], grace_s=20)  # no handles: found by name alone
+    assert stopped == [f"Slurm job {launched[0].handle['slurm_job_id']} "
+                       f"({launched[0].handle['slurm_job_name']})"]
+    status = Path(launched[0].handle["status_file"])
+    assert status.read_text().strip() == '{"exit_code": 75}'
+
+
+def test_slurm_never_runs_a_launch_twice(slurm: SlurmCluster, tmp_path: Path) -> None:
+    backend = SlurmBackend("requeue0000001", mode="cluster")
+    launched = backend.launch(request(tmp_path, "job-c", ("n4",)))
+    wait_states(backend, "job-c", ReplicaState.RUNNING)
+    slurm_id = launched[0].handle["slurm_job_id"]
+    refused = subprocess.run(["scontrol", "requeue", slurm_id], capture_output=True,
+                             text=True, env=slurm.env)
+    assert refused.returncode != 0  # submitted --no-requeue
+    backend.stop("job-c", force=True)
+    statuses = wait_states(backend, "job-c", ReplicaState.EXITED)
+    assert statuses[0].exit_code not in (0, None)

@@ -1,0 +1,154 @@
+"""The slurm backend's reading of Slurm, without a Slurm: the job-state table, GRES and
+host lists, node states, foreign GPUs, what a launch's replicas are for each answer, and
+the command runner's retries."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pollux.backends.base import ReplicaState
+from pollux.backends.exit_status import write_exit_status
+from pollux.backends.slurm.commands import SlurmCommandError, SlurmCommands, SlurmUnavailable
+from pollux.backends.slurm.launches import CLUSTER, SlurmLaunch, SlurmReplica
+from pollux.backends.slurm.nodes import (
+    expand_hostlist,
+    gpu_gres,
+    held_gpus,
+    is_schedulable,
+    main_gpu_type,
+    node_views,
+)
+from pollux.backends.slurm.states import (
+    JOB_STATES,
+    KILLED,
+    Phase,
+    UnknownSlurmState,
+    job_state,
+)
+
+# every job state of Slurm 22.05's job_state_string() (src/common/slurm_protocol_defs.c)
+SLURM_2205_JOB_STATES = (
+    "PENDING", "RUNNING", "SUSPENDED", "COMPLETED", "CANCELLED", "FAILED", "TIMEOUT",
+    "NODE_FAIL", "PREEMPTED", "BOOT_FAIL", "DEADLINE", "OUT_OF_MEMORY", "COMPLETING",
+    "CONFIGURING", "RESIZING", "REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD", "SPECIAL_EXIT",
+    "STOPPED", "REVOKED", "RESV_DEL_HOLD", "SIGNALING", "STAGE_OUT", "POWER_UP_NODE",
+    "UPDATE_DB")
+
+
+def test_every_slurm_job_state_is_in_the_table_and_an_unknown_one_is_an_error() -> None:
+    assert set(SLURM_2205_JOB_STATES) == set(JOB_STATES)
+    with pytest.raises(UnknownSlurmState, match="MYSTERY"):
+        job_state("MYSTERY")
+    # newer Slurm lists the base state and its flags: a flag that ends the run wins
+    assert job_state(["RUNNING", "COMPLETING"]).phase is Phase.ENDING
+    assert job_state(["PENDING", "REQUEUED"]).phase is Phase.REQUEUED
+    assert job_state(["RUNNING"]).phase is Phase.RUNNING
+    # a replica that recorded nothing is never reported as exited 0
+    assert all(s.lost_code != 0 for s in JOB_STATES.values())
+
+
+def test_host_lists_and_gres() -> None:
+    assert expand_hostlist("n[1-3,5],gpu-a[01-02],login") == [
+        "n1", "n2", "n3", "n5", "gpu-a01", "gpu-a02", "login"]
+    assert gpu_gres("gpu:a100:8(S:0-1),gpu:t4:2,nic:1") == {"a100": 8, "t4": 2}
+    assert gpu_gres("gpu:4") == {"default": 4}
+    assert gpu_gres("(null)") == {}
+    assert main_gpu_type("gpu:t4:2,gpu:a100:8") == ("a100", 8)
+    assert main_gpu_type("gpu:t4:4(IDX:0-3)") == ("t4", 4)
+
+
+def sinfo_node(name: str, gres: str = "gpu:t4:4", state: str = "idle",
+               flags: tuple[str, ...] = (), partitions: tuple[str, ...] = ("p",)
+               ) -> dict[str, Any]:
+    return {"name": name, "gres": gres, "state": state, "state_flags": list(flags),
+            "cpus": 8, "real_memory": 1000, "partitions": list(partitions),
+            "address": "10.0.0.1"}
+
+
+def test_unschedulable_nodes_and_foreign_gpus_are_not_offered() -> None:
+    assert is_schedulable(sinfo_node("a", state="mixed"))
+    for state, flags in (("down", ()), ("idle", ("DRAIN",)), ("idle", ("NOT_RESPONDING",)),
+                         ("allocated", ("DRAIN",)), ("idle", ("MAINTENANCE",)),
+                         ("future", ())):
+        assert not is_schedulable(sinfo_node("a", state=state, flags=flags)), (state, flags)
+    nodes = [sinfo_node("n1"), sinfo_node("n2", gres="gpu:2"), sinfo_node("n3", state="down"),
+             sinfo_node("n4", partitions=("other",)), sinfo_node("n5", gres="")]
+    jobs = [{"name": "someone", "nodes": "n[1-2]", "gres_detail": ["gpu:t4:3(IDX:0-2)",
+                                                                  "gpu:1(IDX:0)"]},
+            {"name": "pollux-abc-job-1-g1", "nodes": "n1", "gres_detail": ["gpu:t4:1(IDX:3)"]}]
+    assert held_gpus(jobs, lambda name: name.startswith("pollux-abc-")) == {"n1": 3, "n2": 1}
+    views = node_views(nodes, jobs, lambda name: name.startswith("pollux-abc-"), partition="p")
+    assert [(v.info.name, v.info.gpu_type, v.info.num_gpus) for v in views] == [
+        ("n1", "t4", 1), ("n2", "default", 1)]
+    assert views[0].address == "10.0.0.1"
+    allowed = node_views(nodes, [], lambda name: False, allowed=["n2"])
+    assert [v.info.name for v in allowed] == ["n2"]
+
+
+def make_launch(tmp_path: Path, ranks: int = 2) -> SlurmLaunch:
+    replicas = [SlurmReplica(r, "n1", f"step-{r}", tmp_path / f"replica-{r}.exit")
+                for r in range(ranks)]
+    return SlurmLaunch("job-1", 1, "pollux-x-job-1-g1", CLUSTER, "42", replicas)
+
+
+def test_replica_states_come_from_evidence_only(tmp_path: Path) -> None:
+    launch = make_launch(tmp_path)
+    states = [s.state for s in launch.from_job({"job_state": "PENDING", "restart_cnt": 0})]
+    assert states == [ReplicaState.STARTING] * 2
+    assert [s.state for s in launch.from_job({"job_state": "RUNNING"})] == [
+        ReplicaState.RUNNING] * 2
+    # Slurm unreachable: UNKNOWN, never EXITED
+    assert [s.state for s in launch.unknown()] == [ReplicaState.UNKNOWN] * 2
+    # rank 0 recorded its exit; the job still runs: rank 1 runs on
+    write_exit_status(tmp_path / "replica-0.exit", 75)
+    statuses = launch.from_job({"job_state": "COMPLETING"})
+    assert [(s.state, s.exit_code) for s in statuses] == [
+        (ReplicaState.EXITED, 75), (ReplicaState.RUNNING, None)]
+    # the node failed: rank 1 left no status, it was killed
+    statuses = launch.from_job({"job_state": "NODE_FAIL"})
+    assert [(s.state, s.exit_code) for s in statuses] == [
+        (ReplicaState.EXITED, 75), (ReplicaState.EXITED, KILLED)]
+    assert launch.ended
+
+
+def test_a_requeued_or_vanished_job_has_ended_non_zero(tmp_path: Path) -> None:
+    launch = make_launch(tmp_path, 1)
+    statuses = launch.from_job({"job_state": "PENDING", "restart_cnt": 1})
+    assert launch.last_phase is Phase.REQUEUED
+    assert statuses[0].state is ReplicaState.EXITED and statuses[0].exit_code != 0
+    gone = make_launch(tmp_path / "x", 1)
+    assert gone.from_job(None)[0].exit_code == KILLED
+    with pytest.raises(UnknownSlurmState):
+        make_launch(tmp_path, 1).from_job({"job_state": "NEW_IN_SLURM_99"})
+
+
+def fake_command(tmp_path: Path, body: str) -> Path:
+    path = tmp_path / "bin" / "squeue"
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(f"#!/bin/bash\n{body}\n")
+    path.chmod(path.stat().st_mode | stat.S_IEXEC)
+    return path.parent
+
+
+def test_commands_retry_while_the_controller_is_unreachable(tmp_path: Path) -> None:
+    counter = tmp_path / "calls"
+    bin_dir = fake_command(tmp_path, f"""echo x >> {counter}
+if [ $(wc -l < {counter}) -lt 3 ]; then
+  echo "squeue: error: Unable to contact slurm controller (connect failure)" >&2; exit 1
+fi
+echo '{{"errors": [], "jobs": [{{"job_id": 7, "job_state": "RUNNING"}}]}}'""")
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    commands = SlurmCommands(retries=2, env=env)
+    assert commands.jobs() == [{"job_id": 7, "job_state": "RUNNING"}]
+    assert counter.read_text().count("x") == 3
+    counter.unlink()
+    with pytest.raises(SlurmUnavailable, match="unreachable"):
+        SlurmCommands(retries=1, env=env).jobs()
+    refusing = fake_command(tmp_path, 'echo "squeue: error: Invalid user" >&2; exit 1')
+    with pytest.raises(SlurmCommandError, match="Invalid user"):
+        SlurmCommands(env={**os.environ, "PATH": f"{refusing}:{os.environ['PATH']}"}).jobs()
