@@ -61,6 +61,10 @@ def test_the_cli_finds_the_server_and_its_token(tmp_path, monkeypatch):
         assert locate_server(data_dir=tmp_path).url == "http://127.0.0.1:9"
         assert locate_server(data_dir=tmp_path).socket == str(tmp_path / "server.sock")
         assert locate_server(data_dir=tmp_path, token="other").token == "other"
+    record = json.loads((tmp_path / "server.json").read_text())
+    (tmp_path / "server.json").write_text(json.dumps({**record, "machine": "elsewhere"}))
+    with pytest.raises(ServerUnreachableError, match="runs on elsewhere, not on this"):
+        locate_server(data_dir=tmp_path)  # a data dir shared with another machine
     monkeypatch.setenv("POLLUX_SERVER", "http://elsewhere:1")
     assert locate_server(data_dir=tmp_path).token is None  # not that server's token file
     assert locate_server(data_dir=tmp_path).socket is None

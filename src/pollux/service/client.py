@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import ssl
 from dataclasses import dataclass
 from pathlib import Path
@@ -66,6 +67,12 @@ def local_socket_of(record: dict[str, Any], server_file: Path) -> str:
     """The Unix socket of the server that wrote ``record``, once a process of this user
     (or root) answers on it; a stale record is an error saying so."""
     path = record.get("socket")
+    machine = record.get("machine")
+    if machine and machine != socket.gethostname():
+        raise ServerUnreachableError(
+            f"the server of {server_file.parent} runs on {machine}, not on this machine, "
+            "and its Unix socket works there only: pass --server URL (with --token-file "
+            "FILE or $POLLUX_TOKEN)")
     if not path:
         raise ServerUnreachableError(
             f"{server_file} names no local socket (an older pollux server wrote it): "

@@ -59,6 +59,7 @@ def write_server_file(config: ServerConfig, url: str) -> None:
     tmp.unlink(missing_ok=True)
     make_private_file(tmp)
     tmp.write_text(json.dumps({"url": url, "socket": str(config.data_dir / SOCKET_FILE),
+                               "machine": socket.gethostname(),
                                "pid": os.getpid(), "token_file": config.token_file,
                                "has_token": bool(config.token),
                                "tls_cert": config.tls_cert}))
