@@ -38,6 +38,15 @@ if TYPE_CHECKING:
     from pollux.torch.job import JobContext
 
 
+def loader_name(kind: str) -> str:
+    """A loader's checkpoint name, stable across restarts like AdaptDL's: by the epoch it
+    is created in (``None`` outside the epoch loop) and its rank among that epoch's, so
+    a loader made anew in every epoch finds its own state again after a restart."""
+    epoch = DEFAULT_JOB.job.epoch if DEFAULT_JOB.job is not None and \
+        DEFAULT_JOB.in_epoch_loop else None
+    return DEFAULT_JOB.next_name(f"{kind}-epoch{epoch}-")
+
+
 def check_autoscale(batch_size: int, max_batch_size: Any,
                     local_bsz_bounds: tuple[int | None, int | None] | None) -> None:
     """AdaptDL's checks of ``autoscale_batch_size`` (``ValueError`` naming the field)."""
@@ -82,7 +91,7 @@ class AdaptiveDataLoaderHelper:
         self._steps_since_sync = 0
         self._control: ControlLoop | None = None
         self.job: JobContext | None = None
-        self.name = DEFAULT_JOB.next_name("adaptdl-custom-loader")
+        self.name = loader_name("adaptdl-custom-loader")
         DEFAULT_JOB.when_bound(self._bind)
 
     def _bind(self, job: JobContext) -> None:

@@ -22,6 +22,7 @@ from pollux.adaptdl.default_job import DEFAULT_JOB
 from pollux.adaptdl.torch.custom import (
     AdaptiveDataLoaderHelper,
     check_autoscale,
+    loader_name,
     write_loader_scalars,
 )
 from pollux.torch.data_loader import AdaptiveDataLoader as NativeLoader
@@ -172,7 +173,7 @@ class AdaptiveDataLoader(AdaptiveDataLoaderMixin):
         self.shuffle = bool(shuffle)
         self.drop_last = bool(kwargs.pop("drop_last", False))
         self._kwargs = kwargs
-        self.name = DEFAULT_JOB.next_name("adaptdl-loader")
+        self.name = loader_name("adaptdl-loader")
         DEFAULT_JOB.when_bound(self._bind)
 
     def _bind(self, job: JobContext) -> None:

@@ -1,6 +1,7 @@
-"""A custom loader built on AdaptDL's ``AdaptiveDataLoaderMixin`` runs the agent's rhythm:
-it adapts nothing by itself, yet a stop request checkpoints its cursor and a restarted
-job continues from there, every sample once."""
+"""Stopped and restarted in the middle of an epoch, AdaptDL-shaped loaders continue where
+they were, every sample once: a custom loader on ``AdaptiveDataLoaderMixin`` (its cursor
+checkpointed by the agent's stop), and an ``AdaptiveDataLoader`` made anew in every
+epoch (its state found again by the epoch it was made in, as AdaptDL names it)."""
 
 from __future__ import annotations
 
@@ -85,3 +86,32 @@ def test_a_stopped_custom_loader_resumes_where_it_stopped(checkpoints: Path) -> 
     launch(stop_after=None, seen=seen)
     assert sorted(seen) == list(range(2 * NUM_SAMPLES)), seen  # each sample once
     assert adl.finished_epochs() == 2
+
+
+def launch_fresh_loader_each_epoch(stop_after: int | None, seen: list[int]) -> None:
+    data = torch.utils.data.TensorDataset(torch.arange(NUM_SAMPLES, dtype=torch.float32))
+    adl.init_process_group("gloo", config=AgentConfig(max_control_interval_steps=1))
+    net = torch.nn.Linear(1, 1)
+    optimizer = torch.optim.SGD(net.parameters(), lr=1e-3)
+    model = adl.AdaptiveDataParallel(net, optimizer)
+    batches = 0
+    for epoch in adl.remaining_epochs_until(3):
+        loader = adl.AdaptiveDataLoader(data, batch_size=8, shuffle=True)  # one per epoch
+        for (x,) in loader:
+            seen.extend(int(v) + NUM_SAMPLES * epoch for v in x.tolist())
+            optimizer.zero_grad()
+            model(x.unsqueeze(1)).square().mean().backward()
+            optimizer.step()
+            batches += 1
+            if batches == stop_after:
+                adl.default_job().request_stop()
+
+
+def test_a_loader_made_in_each_epoch_resumes_mid_epoch(checkpoints: Path) -> None:
+    seen: list[int] = []
+    with pytest.raises(SystemExit):
+        launch_fresh_loader_each_epoch(stop_after=11, seen=seen)  # 3 batches into epoch 1
+    assert len(seen) == NUM_SAMPLES + 3 * 8
+    adl.destroy_process_group()
+    launch_fresh_loader_each_epoch(stop_after=None, seen=seen)
+    assert sorted(seen) == list(range(3 * NUM_SAMPLES)), seen  # each sample once
