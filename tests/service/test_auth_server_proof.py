@@ -10,8 +10,10 @@ import socket
 import threading
 import warnings
 
+import httpx
 import pytest
 
+from pollux.cli.main import main
 from pollux.errors import ServerUnreachableError
 from pollux.service.api import create_app
 from pollux.service.auth import ApiAuth
@@ -81,7 +83,7 @@ def test_the_server_answers_a_challenge_for_its_own_bound_port(service):
 
 
 @pytest.mark.timeout(120)
-def test_tcp_clients_send_the_token_only_to_the_server_itself(tmp_path):
+def test_tcp_clients_send_the_token_only_to_the_server_itself(tmp_path, capsys):
     server = ServerProcess(tmp_path / "data")
     squatter = relay = None
     try:
@@ -90,6 +92,14 @@ def test_tcp_clients_send_the_token_only_to_the_server_itself(tmp_path):
         assert token
         with PolluxClient(ServerAddress(url, token)) as direct:  # TCP, the real server
             assert direct.health()["status"] == "ok"
+        # pollux dashboard: a one-time link, never the token, for the browser
+        assert main(["dashboard", "--data-dir", str(server.data_dir)]) == 0
+        link = capsys.readouterr().out.strip()
+        assert link.startswith(f"{url}/?login=") and token not in link
+        with httpx.Client(timeout=10) as browser:
+            first = browser.get(link, follow_redirects=False)
+            assert first.status_code == 303 and first.cookies
+            assert browser.get(link, follow_redirects=False).status_code == 401
         squatter = Squatter(0)
         squatted = f"http://127.0.0.1:{squatter.sock.getsockname()[1]}"
         with PolluxClient(ServerAddress(squatted, token), timeout_s=3) as client, \

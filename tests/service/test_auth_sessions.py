@@ -199,3 +199,25 @@ def test_a_link_followed_from_another_site_still_logs_in(client):
     assert response.status_code == 200 and TEST_TOKEN not in response.text
     assert 'http-equiv="refresh" content="0;url=/#csrf=' in response.text
     assert response.cookies.get(SESSION_COOKIE)
+
+
+def test_a_login_link_is_single_use_short_lived_and_minted_by_the_token_only(client, clock):
+    """``pollux dashboard`` asks for a one-time login link, so the token itself never
+    goes into a browser (its history, or the argv of the command that opens it)."""
+    cookie, csrf = log_in(client)
+    assert client.post("/api/dashboard/login", headers=as_session(cookie, csrf)
+                       ).status_code == 403  # a session cannot mint more sessions
+    assert client.post("/api/dashboard/login").status_code == 401
+    minted = client.post("/api/dashboard/login", headers=AUTH_HEADERS)
+    assert minted.status_code == 201, minted.text
+    path = minted.json()["path"]
+    assert path.startswith("/?login=") and TEST_TOKEN not in path
+    first = client.get(path, follow_redirects=False)
+    assert first.status_code == 303 and first.cookies.get(SESSION_COOKIE)
+    assert urlsplit(first.headers["location"]).query == ""  # the code leaves the URL too
+    client.cookies.clear()
+    again = client.get(path, follow_redirects=False)
+    assert again.status_code == 401 and "pollux dashboard" in again.json()["detail"]
+    late = client.post("/api/dashboard/login", headers=AUTH_HEADERS).json()["path"]
+    clock.now += 61
+    assert client.get(late, follow_redirects=False).status_code == 401

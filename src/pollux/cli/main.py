@@ -30,6 +30,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "pollux.cli.workload",
     "pollux.cli.server",
     "pollux.cli.jobs",
+    "pollux.cli.dashboard",
     "pollux.cli.demo",
 )
 

@@ -117,7 +117,8 @@ def run(args: argparse.Namespace) -> int:
               flush=True)
         where = ("$POLLUX_TOKEN" if config.token and not config.token_file
                  else config.token_file or config.data_dir / TOKEN_FILE)
-        print(f"open the dashboard once as {url}/?token=<the token in {where}>", flush=True)
+        print(f"open the dashboard with 'pollux dashboard --data-dir {config.data_dir}' or "
+              f"once as {url}/?token=<the token in {where}>", flush=True)
 
     run_server(config, ready)
     print("pollux server stopped", file=sys.stderr, flush=True)

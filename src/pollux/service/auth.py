@@ -48,6 +48,7 @@ from pollux.service.server_proof import NONCE_PARAM, NONCE_PATTERN, PROOF_PATH, 
 from pollux.service.sessions import (
     CSRF_FRAGMENT,
     CSRF_HEADER,
+    LOGIN_QUERY,
     PAGE_PATH,
     SESSION_CHANGES,
     Origin,
@@ -178,7 +179,8 @@ def _has_body(request: Request) -> bool:
 
 
 def _without_token_query(request: Request) -> str:
-    query = [(k, v) for k, v in request.query_params.multi_items() if k != TOKEN_QUERY]
+    query = [(k, v) for k, v in request.query_params.multi_items()
+             if k not in (TOKEN_QUERY, LOGIN_QUERY)]
     return request.url.path + (f"?{urlencode(query)}" if query else "")
 
 
@@ -276,6 +278,12 @@ def install_guard(app: FastAPI, auth: ApiAuth,
         if link_token is not None and request.method == "GET":
             if not auth.accepts_token(link_token):
                 return error_response(401, "wrong token in the link", "token")
+            return open_session(request, auth, live, own)
+        login = request.query_params.get(LOGIN_QUERY)
+        if login is not None and request.method == "GET":
+            if not live.redeem_login(login):
+                return error_response(401, "this login link was used or has expired; run "
+                                           "'pollux dashboard' for a new one", LOGIN_QUERY)
             return open_session(request, auth, live, own)
         if not exempt(request) and not auth.accepts_token(bearer_token(request)):
             session = live.find(request.cookies.get(cookie_name(own)))

@@ -193,6 +193,11 @@ class PolluxClient:
             return None
         return response.json()
 
+    def dashboard_login(self) -> dict[str, Any]:
+        """A one-time dashboard link: ``{"path": "/?login=<code>", "expires_in_s": 60}``."""
+        result: dict[str, Any] = self._call("POST", "/api/dashboard/login")
+        return result
+
     def health(self) -> dict[str, Any]:
         result: dict[str, Any] = self._call("GET", "/api/health")
         return result

@@ -14,13 +14,15 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
 from fastapi.responses import FileResponse, Response
 from fastapi.staticfiles import StaticFiles
 
 from pollux.service.openapi import STATIC_PREFIX
 from pollux.service.server import SchedulerService
+from pollux.service.sessions import LOGIN_QUERY, LOGIN_TTL_S
 from pollux.service.telemetry import samples_as_columns
 
 METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -49,6 +51,14 @@ def add_dashboard(app: FastAPI, service: SchedulerService) -> None:
     def page() -> FileResponse:
         return FileResponse(STATIC_DIR / "index.html",
                             headers={"Cache-Control": "no-cache"})
+
+    @app.post("/api/dashboard/login", status_code=201, tags=["dashboard"])
+    def login_link(request: Request) -> dict[str, Any]:
+        """A one-time link that opens the dashboard in a browser (one use, within
+        ``expires_in_s``): the token itself need not go into the browser. Needs the
+        token (a dashboard session cannot ask)."""
+        code = request.app.state.sessions.create_login()
+        return {"path": f"/?{urlencode({LOGIN_QUERY: code})}", "expires_in_s": LOGIN_TTL_S}
 
     @app.get("/api/dashboard", tags=["dashboard"])
     def overview() -> dict[str, Any]:

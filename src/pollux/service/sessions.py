@@ -15,6 +15,10 @@ two random secrets, kept in this server's memory only:
   cancelling a job. A session cannot submit jobs (which run commands): that needs the
   token itself.
 
+``pollux dashboard`` gets the browser a session without the token ever entering it: it
+asks the server (with the token) for a one-time login link, ``/?login=<code>``, good for
+one use within a minute, which the guard redeems like a ``?token=`` link.
+
 A session is bound to the origin it was opened on (scheme, host and port): a request
 naming another ``Host``, sent from another ``Origin``, or that the browser marks as not
 same-origin (``Sec-Fetch-Site``), is refused. Sessions expire (``ttl_s``, 8 hours by
@@ -40,6 +44,10 @@ CSRF_FRAGMENT = "csrf"
 """Name of the CSRF token in the URL fragment the ``?token=`` link redirects to."""
 SESSION_TTL_S = 8 * 3600.0
 MAX_SESSIONS = 256
+LOGIN_QUERY = "login"
+"""Query parameter of a one-time login link (``pollux dashboard``)."""
+LOGIN_TTL_S = 60.0
+MAX_LOGINS = 64
 
 Origin = tuple[str, str, int]
 """(scheme, host, port) of a web origin, host lower-case and without brackets."""
@@ -116,7 +124,23 @@ class Sessions:
         self.max_sessions = max_sessions
         self._clock = clock
         self._live: OrderedDict[str, Session] = OrderedDict()
+        self._logins: OrderedDict[str, float] = OrderedDict()
         self._lock = threading.Lock()
+
+    def create_login(self) -> str:
+        """A one-time login code (``/?login=<code>``), good for ``LOGIN_TTL_S``."""
+        code = secrets.token_urlsafe(32)
+        with self._lock:
+            self._logins[code] = self._clock() + LOGIN_TTL_S
+            while len(self._logins) > MAX_LOGINS:
+                self._logins.popitem(last=False)
+        return code
+
+    def redeem_login(self, code: str) -> bool:
+        """Whether ``code`` is a live login code; it is used up either way."""
+        with self._lock:
+            expires_at = self._logins.pop(code, None)
+        return expires_at is not None and expires_at > self._clock()
 
     def create(self, origin: Origin) -> Session:
         session = Session(secrets.token_urlsafe(32), secrets.token_urlsafe(32), origin,
