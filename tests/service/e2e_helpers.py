@@ -73,7 +73,8 @@ class ServerProcess:
         self.starts = 0
 
     def start(self, timeout_s: float = 60.0) -> PolluxClient:
-        env = {**os.environ, **self.extra_env}
+        env = {k: v for k, v in os.environ.items() if k != "POLLUX_TOKEN"}  # not this one's
+        env.update(self.extra_env)
         env["PYTHONPATH"] = os.pathsep.join([str(REPO), *filter(None, [env.get("PYTHONPATH")])])
         self.starts += 1
         log = open(self.data_dir.parent / f"server-{self.starts}.log", "wb")  # noqa: SIM115

@@ -93,3 +93,13 @@ def test_no_process_shows_the_token_and_no_replica_inherits_it(tmp_path):
         assert "POLLUX_HINTS_TOKEN=" in env
     finally:
         process.cleanup()
+
+
+def test_the_demo_server_does_not_take_the_users_token(monkeypatch):
+    """A token exported for a remote server ($POLLUX_TOKEN) is not the demo's: its
+    server generates its own, which its client reads from the data directory."""
+    from pollux.cli.demo import server_environment
+
+    monkeypatch.setenv("POLLUX_TOKEN", SECRET)
+    assert "POLLUX_TOKEN" not in server_environment()
+    assert server_environment()["PATH"] == os.environ["PATH"]

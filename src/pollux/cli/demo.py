@@ -14,6 +14,7 @@ import argparse
 import contextlib
 import importlib.util
 import json
+import os
 import re
 import shutil
 import signal
@@ -34,6 +35,7 @@ from pollux.cli.job_tables import FINAL_STATES, jobs_table, nodes_table
 from pollux.cli.output import EventFeed, is_terminal, make_console
 from pollux.errors import ConfigError
 from pollux.service.client import PolluxClient, server_address
+from pollux.service.tokens import TOKEN_ENV
 
 LAUNCH_PATTERN = re.compile(r"launch \d+: (\d+) replicas?")
 
@@ -72,12 +74,19 @@ def server_command(args: argparse.Namespace, data_dir: Path) -> list[str]:
             "--interval", str(args.interval), "--stop-grace", "30"]
 
 
+def server_environment() -> dict[str, str]:
+    """The demo server's environment: this one without ``$POLLUX_TOKEN`` (a token the
+    user exported for another server; the demo's server generates its own)."""
+    return {name: value for name, value in os.environ.items() if name != TOKEN_ENV}
+
+
 def start_server(args: argparse.Namespace, data_dir: Path) -> tuple[subprocess.Popen[bytes],
                                                                     PolluxClient]:
     command = server_command(args, data_dir)
     log = open(data_dir.parent / "server.log", "wb")  # noqa: SIM115 - handed to the child
     process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
-                               stdin=subprocess.DEVNULL, start_new_session=True)
+                               stdin=subprocess.DEVNULL, start_new_session=True,
+                               env=server_environment())
     log.close()
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
