@@ -36,6 +36,7 @@ import logging
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 from urllib.parse import urlencode
 
@@ -68,13 +69,13 @@ TOKEN_QUERY = "token"
 """Query parameter of the link that opens a dashboard session in a browser."""
 JSON_TYPE = "application/json"
 BODY_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
-PAGE_HEADERS = {
+PAGE_HEADERS = MappingProxyType({
     "X-Frame-Options": "DENY",  # no page may frame the dashboard (clickjacking its
     "Content-Security-Policy": "frame-ancestors 'none'",  # cancel button)
     "Cross-Origin-Opener-Policy": "same-origin",  # an opener keeps no handle on it
     "X-Content-Type-Options": "nosniff",
     "Referrer-Policy": "no-referrer",
-}
+})
 """Set on every answer the routes give."""
 
 
