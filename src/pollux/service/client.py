@@ -5,7 +5,8 @@ The server is found from ``--server URL``, else ``$POLLUX_SERVER``, else the
 record is reached through its Unix socket (see :mod:`pollux.service.local_socket`), never
 its TCP port, and only once it answers there as this user; the token from
 ``--token-file`` (mode 0600), ``$POLLUX_TOKEN``, or the token file the server recorded
-(never from the command line: see :mod:`pollux.service.tokens`).
+(never from the command line: see :mod:`pollux.service.tokens`). A server named by a
+plain-HTTP URL first proves it holds the token (:mod:`pollux.service.server_proof`).
 """
 
 from __future__ import annotations
