@@ -151,13 +151,13 @@ class Allocator:
     def tick(self, now: float | None = None) -> None:
         """Poll replicas, handle cancellations, run a round when due, launch what fits.
         ``now`` (tests) stands for both the wall-clock and the monotonic time."""
+        if self._recovery is not None:  # first: its events are stamped as they happen
+            self._advance_recovery(self.monotonic() if now is None else now)
         if now is None:
             now, mono = self.clock(), self.monotonic()
         else:
             mono = now
         self.launches.mono = mono
-        if self._recovery is not None:
-            self._advance_recovery(mono)
         self._account_service(now, mono)
         self.launches.poll(now)
         self.launches.cancel_requested(now)
