@@ -1,6 +1,7 @@
 """Allocation mode on a real Slurm (issue #22): an ``sbatch`` script asks for 2 nodes and
 starts ``pollux server --backend slurm`` inside; a real job submitted to that server runs
-as job steps of the allocation (``srun --jobid``) and ends Succeeded."""
+as job steps of the allocation (``srun --jobid``) and ends Succeeded; another, cancelled
+(``pollux cancel``), leaves no step behind within the grace."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +44,11 @@ exec {python} -m pollux.cli.main server --backend slurm --data-dir {data} --port
 """
 
 
+def step_names(cluster: SlurmCluster) -> list[str]:
+    return subprocess.run(["squeue", "--steps", "-h", "-o", "%j"], capture_output=True,
+                          text=True, env=cluster.env, check=True, timeout=30).stdout.split()
+
+
 def test_a_server_inside_an_allocation_runs_a_job_as_steps(slurm: SlurmCluster,
                                                            tmp_path: Path) -> None:
     data = tmp_path / "data"
@@ -68,6 +75,13 @@ def test_a_server_inside_an_allocation_runs_a_job_as_steps(slurm: SlurmCluster,
         nodes = {n["name"]: (n["gpu_type"], n["resources"]["gpu"]) for n in client.nodes()}
         assert nodes == {"n3": ("a100", 2), "n4": ("a100", 2)}, server_log()
         job = client.submit(example_spec("inside", 2, epochs=1))["id"]
+        doomed = client.submit(example_spec("doomed", 1, epochs=50))["id"]
+        wait_until(lambda: client.job(doomed)["state"] == "Running", 60, "the doomed job")
+        cancelled_at = time.monotonic()
+        client.cancel(doomed)  # as `pollux cancel` does: its step ends within the grace
+        wait_until(lambda: client.job(doomed)["state"] == "Cancelled", 30, "the cancel")
+        assert not [line for line in step_names(slurm) if doomed in line]
+        assert time.monotonic() - cancelled_at < 20 + 5
         detail = wait_until(lambda: (lambda d: d if d["state"] in FINAL_STATES else None)(
             client.job(job)), 120, "the job to end")
         assert detail["state"] == "Succeeded", (detail["events"], server_log())

@@ -112,3 +112,24 @@ def test_slurm_never_runs_a_launch_twice(slurm: SlurmCluster, tmp_path: Path) ->
     backend.stop("job-c", force=True)
     statuses = wait_states(backend, "job-c", ReplicaState.EXITED)
     assert statuses[0].exit_code not in (0, None)
+
+
+def test_a_launch_that_waits_too_long_for_its_gpus_is_withdrawn(slurm: SlurmCluster,
+                                                                 tmp_path: Path) -> None:
+    # GPUs a foreign job took after the round (not free, but the launch was decided
+    # before): the launch would wait for them forever
+    foreign = subprocess.run(
+        ["sbatch", "--parsable", "-J", "foreign", "-w", "n2", "--gres=gpu:t4:2",
+         f"--output={tmp_path / 'foreign.out'}", "--wrap", "sleep 300"],
+        capture_output=True, text=True, env=slurm.env, check=True).stdout.strip()
+    deadline = time.monotonic() + 20
+    while "RUNNING" not in slurm.scontrol("show", "job", foreign):
+        assert time.monotonic() < deadline, "the foreign job did not start"
+        time.sleep(0.2)
+    backend = SlurmBackend("withdrawn00001", mode="cluster", pending_timeout_s=1.0)
+    assert [n.num_gpus for n in backend.nodes() if n.name == "n2"] == [0]
+    backend.launch(request(tmp_path, "job-d", ("n2",)))
+    assert [s.state for s in backend.poll("job-d")] == [ReplicaState.STARTING]
+    statuses = wait_states(backend, "job-d", ReplicaState.EXITED)
+    assert statuses[0].exit_code not in (0, None)
+    assert "RUNNING" in slurm.scontrol("show", "job", foreign)  # never touched

@@ -47,6 +47,23 @@ def latest_checkpoint(data: Path, job: str) -> int:
         "checkpoint-*.pt")), default=0)
 
 
+def steps_where_placed(cluster: SlurmCluster, data: Path, *jobs: str) -> bool:
+    """Whether Slurm runs a step for every replica of each job's latest launch, on the
+    node the job store records for that rank."""
+    out = subprocess.run(["squeue", "--steps", "-h", "-o", "%j %N"], capture_output=True,
+                         text=True, env=cluster.env, check=True, timeout=30).stdout
+    steps = dict(line.split() for line in out.splitlines() if len(line.split()) == 2)
+    for job in jobs:
+        runs = launches(data, job)
+        generation = max(runs)
+        for rank, node in enumerate(runs[generation]):
+            found = [where for name, where in steps.items()
+                     if name.endswith(f"-{job}-g{generation}-r{rank}")]
+            if found != [node]:
+                return False
+    return True
+
+
 def running(client: Any, *jobs: str) -> bool:
     return all(client.job(job)["state"] == "Running" for job in jobs)
 
@@ -112,6 +129,10 @@ def run_scenario(slurm: SlurmCluster, server: ServerProcess,
     assert {name: n["resources"]["gpu"] for name, n in nodes.items()} == {
         "n1": 1, "n2": 2, "n3": 2, "n4": 2}
     assert client.health()["backend"] == "slurm"
+    assert client.cluster()["num_nodes"] == 4
+    assert main(["top", "--data-dir", str(data), "--json", "--iterations", "1"]) == 0
+    view = json.loads(capsys.readouterr().out.splitlines()[0])
+    assert [(n["name"], n["gpu_type"]) for n in view["nodes"]] == list(TYPES.items())
 
     first = client.submit(example_spec("first", 3, epochs=EPOCHS["first"]))["id"]
     wait_until(lambda: client.job(first)["state"] == "Running", 60, "the first job running")
@@ -120,6 +141,9 @@ def run_scenario(slurm: SlurmCluster, server: ServerProcess,
                90, "the first job rescaled and the second running")
     names = squeue_names(slurm)
     assert any(first in name for name in names) and any(second in name for name in names)
+    # each replica runs as a Slurm step on the node the policy chose for its rank
+    wait_until(lambda: steps_where_placed(slurm, data, first, second), 30,
+               "every replica's step on its node")
 
     # a node taken DOWN under the first job (once it has a checkpoint): relaunched
     # elsewhere within a round plus the grace, resuming from that checkpoint

@@ -60,6 +60,7 @@ logger = logging.getLogger(__name__)
 MODES = (CLUSTER, ALLOCATION)
 POLL_CACHE_S = 0.5
 """How long one ``squeue`` answer serves the polls of all jobs."""
+PENDING_TIMEOUT_S = 120.0
 UNREACHABLE_QUIET_S = 2.0
 """After Slurm was found unreachable, how long polls report UNKNOWN without asking again
 (a Slurm client takes seconds to give up on a controller that is down)."""
@@ -88,7 +89,14 @@ class SlurmBackend(Backend):
     def __init__(self, instance_id: str, partition: str | None = None,
                  account: str | None = None, nodes: str | None = None,
                  mode: str | None = None, allocation_job_id: str | None = None,
-                 commands: SlurmCommands | None = None) -> None:
+                 commands: SlurmCommands | None = None,
+                 pending_timeout_s: float = PENDING_TIMEOUT_S) -> None:
+        """``pending_timeout_s``: how long a launch may wait for its nodes (e.g. GPUs a
+        foreign job took since the round) before it is withdrawn and ends non-zero, so
+        the job is placed again."""
+        if pending_timeout_s <= 0:
+            raise ConfigError("pending_timeout_s", pending_timeout_s, "must be > 0")
+        self.pending_timeout_s = pending_timeout_s
         if mode is None:
             mode = ALLOCATION if os.environ.get("SLURM_JOB_ID") else CLUSTER
         if mode not in MODES:
@@ -220,7 +228,7 @@ class SlurmBackend(Backend):
             self._start_steps(request, shared, commands, replicas)
             slurm_id = self.allocation_job_id
         launch = SlurmLaunch(request.job_id, request.generation, name, self.mode, slurm_id,
-                             replicas)
+                             replicas, submitted_at=time.monotonic())
         self._launches[request.job_id] = launch
         return [LaunchedReplica(r.rank, r.node, launch.handle(r, self.instance_id))
                 for r in replicas]
@@ -322,6 +330,17 @@ class SlurmBackend(Backend):
                                launch.slurm_job_id, exc)
         if launch.pending_signal is not None and not launch.ended:
             self._signal_cluster(launch, launch.pending_signal)
+        elif (launch.last_phase is Phase.WAITING and not launch.withdrawn
+              and time.monotonic() - launch.submitted_at > self.pending_timeout_s):
+            logger.warning("job %s: Slurm job %s still waits for its nodes after %.0f s "
+                           "(%s); withdrawing it so that the job is placed again", job_id,
+                           launch.slurm_job_id, self.pending_timeout_s, launch.state_name)
+            try:
+                self.commands.cancel(launch.slurm_job_id)  # Slurm then says CANCELLED
+                launch.withdrawn = True
+                self._jobs_cache = None
+            except BackendError as exc:
+                logger.warning("cannot withdraw Slurm job %s: %s", launch.slurm_job_id, exc)
         return statuses
 
     # --- stopping ---------------------------------------------------------------------

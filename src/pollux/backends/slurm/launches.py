@@ -50,6 +50,10 @@ class SlurmLaunch:
     mode: str
     slurm_job_id: str
     replicas: list[SlurmReplica]
+    submitted_at: float = 0.0
+    """``time.monotonic()`` of the submission."""
+    withdrawn: bool = False
+    """Cancelled by the backend because it waited too long for its resources."""
     pending_signal: str | None = None
     """A stop that Slurm could not be told yet (``TERM`` or ``KILL``): sent again."""
     cancelled_requeue: bool = False
