@@ -143,6 +143,11 @@ def test_a_page_on_another_port_cannot_cancel_or_get_a_usable_session(tmp_path):
                                   "document.getElementById('job-cancel').click()")
             wait_until(lambda: client.job(job)["state"] in ("Cancelling", "Cancelled"), 20,
                        "the dashboard's cancel")
+            # the cookie without the page's CSRF token (a new tab): told how to sign in
+            driver.execute_script("sessionStorage.clear(); location.reload()")
+            wait_until(lambda: "pollux dashboard" in driver.execute_script(
+                "const e = document.getElementById('error'); return e && !e.hidden ? "
+                "e.textContent : ''"), 20, "the page to say how to sign in")
     finally:
         if attacker is not None:
             attacker.close()

@@ -217,7 +217,11 @@
 
   function showError(error) {
     const box = document.getElementById("error");
-    box.textContent = `cannot reach the server: ${error.message}`;
+    const signedOut = /^40[13] /.test(String(error.message));
+    box.textContent = signedOut
+      ? "not signed in, or the session has expired: open a new link from 'pollux " +
+        `dashboard' (or /?token=<token>). The server said: ${error.message}`
+      : `cannot reach the server: ${error.message}`;
     box.hidden = false;
   }
 
