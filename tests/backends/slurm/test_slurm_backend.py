@@ -133,3 +133,30 @@ def test_a_launch_that_waits_too_long_for_its_gpus_is_withdrawn(slurm: SlurmClus
     statuses = wait_states(backend, "job-d", ReplicaState.EXITED)
     assert statuses[0].exit_code not in (0, None)
     assert "RUNNING" in slurm.scontrol("show", "job", foreign)  # never touched
+
+
+def test_allocation_mode_steps_and_their_recovery(slurm: SlurmCluster, tmp_path: Path
+                                                  ) -> None:
+    allocation = subprocess.run(
+        ["sbatch", "--parsable", "-J", "my-allocation", "-N1", "-w", "n1",
+         "--ntasks-per-node=2", "--gres=gpu:t4:2", f"--output={tmp_path / 'alloc.out'}",
+         "--wrap", "sleep 300"],
+        capture_output=True, text=True, env=slurm.env, check=True).stdout.strip()
+    deadline = time.monotonic() + 20
+    while "RUNNING" not in slurm.scontrol("show", "job", allocation):
+        assert time.monotonic() < deadline, "the allocation did not start"
+        time.sleep(0.2)
+    before = SlurmBackend("allocation0001", mode="allocation", allocation_job_id=allocation)
+    assert [(n.name, n.gpu_type, n.num_gpus) for n in before.nodes()] == [("n1", "t4", 2)]
+    launched = before.launch(request(tmp_path, "job-e", ("n1", "n1")))
+    assert {r.handle["slurm_job_id"] for r in launched} == {allocation}
+    wait_up(tmp_path, "job-e", 2)
+    # a new server on the same data directory (the old one SIGKILLed: its sruns, each in
+    # its own session, and their steps live on)
+    after = SlurmBackend("allocation0001", mode="allocation", allocation_job_id=allocation)
+    stopped = after.recover([], grace_s=20)
+    assert len(stopped) == 2 and all("job-e-g1-r" in s for s in stopped), stopped
+    for replica in launched:
+        assert Path(replica.handle["status_file"]).read_text().strip() == '{"exit_code": 75}'
+    statuses = wait_states(before, "job-e", ReplicaState.EXITED)  # the old sruns ended
+    assert [s.exit_code for s in statuses] == [RESCALE_EXIT_CODE] * 2
