@@ -242,6 +242,22 @@ def test_an_open_data_directory_is_made_private(tmp_path, caplog):
     assert stat.S_IMODE((data_dir / "server.lock").stat().st_mode) == 0o600
 
 
+def test_an_open_directory_of_other_files_is_refused_not_chmodded(tmp_path):
+    """``--data-dir /`` (or a home or shared folder) must not be made 0700: that locks
+    every other user out of it. It is refused, naming the fix, and left as it was."""
+    from pollux.errors import ConfigError
+    from pollux.service.runner import data_dir_lock
+
+    shared = tmp_path / "project"
+    shared.mkdir()
+    shared.chmod(0o755)
+    (shared / "notes.txt").write_text("someone else's")
+    with pytest.raises(ConfigError, match="directory of its own"), data_dir_lock(shared):
+        pass
+    assert stat.S_IMODE(shared.stat().st_mode) == 0o755
+    assert sorted(p.name for p in shared.iterdir()) == ["notes.txt"]
+
+
 def test_files_written_beside_the_store_are_private(tmp_path):
     from pollux.service.runner import write_server_file
     from pollux.service.server import ServerConfig

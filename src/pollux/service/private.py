@@ -31,9 +31,30 @@ def make_private_dir(directory: Path) -> None:
                           "your own")
     mode = stat.S_IMODE(info.st_mode)
     if mode & 0o077:
+        if not _is_data_dir(directory):
+            raise ConfigError("data_dir", str(directory),
+                              f"is open to other users (mode {mode:o}) and holds files that "
+                              "are not Pollux's, so it is not made private for you (that "
+                              "would lock others out of them); give --data-dir a directory "
+                              "of its own, or run 'chmod 700' on it yourself")
         logger.warning("data directory %s was open to other users (mode %o); made it 0700",
                        directory, mode)
         directory.chmod(0o700)
+
+
+DATA_DIR_MARKERS = ("pollux.db", "server.lock")
+"""A directory holding one of these is a Pollux data directory."""
+
+
+def _is_data_dir(directory: Path) -> bool:
+    """Empty, or already a Pollux data directory: safe to make private. Anything else
+    (``/``, a home directory, a shared project folder) is left as it is."""
+    try:
+        with os.scandir(directory) as entries:
+            names = {entry.name for entry in entries}
+    except OSError:
+        return False
+    return not names or any(marker in names for marker in DATA_DIR_MARKERS)
 
 
 def make_private_file(path: Path) -> None:
