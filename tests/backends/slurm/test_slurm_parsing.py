@@ -152,3 +152,12 @@ echo '{{"errors": [], "jobs": [{{"job_id": 7, "job_state": "RUNNING"}}]}}'""")
     refusing = fake_command(tmp_path, 'echo "squeue: error: Invalid user" >&2; exit 1')
     with pytest.raises(SlurmCommandError, match="Invalid user"):
         SlurmCommands(env={**os.environ, "PATH": f"{refusing}:{os.environ['PATH']}"}).jobs()
+
+
+def test_jobs_asked_for_by_id_are_those_only(tmp_path: Path) -> None:
+    # Slurm 22.05's squeue --json answers with every job whatever --jobs says
+    bin_dir = fake_command(tmp_path, """echo '{"errors": [], "jobs": [
+        {"job_id": 7, "job_state": "RUNNING"}, {"job_id": 8, "job_state": "PENDING"}]}'""")
+    commands = SlurmCommands(env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"})
+    assert [j["job_id"] for j in commands.jobs(["8"])] == [8]
+    assert [j["job_id"] for j in commands.jobs()] == [7, 8]

@@ -107,7 +107,9 @@ class SlurmCommands:
             if job_ids and "invalid job id" in str(exc).lower():
                 return []  # every one of them is gone
             raise
-        return [j for j in jobs or [] if isinstance(j, dict)]
+        wanted = set(job_ids)  # 22.05's --json answers with every job, whatever the filter
+        return [j for j in jobs or [] if isinstance(j, dict)
+                and (not wanted or str(j.get("job_id")) in wanted)]
 
     def nodes(self) -> list[dict[str, Any]]:
         """``sinfo --json``'s nodes."""
