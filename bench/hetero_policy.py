@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -26,9 +26,7 @@ import numpy as np
 from pollux.cluster_spec import parse_cluster_spec
 from pollux.models import fit_throughput_params
 from pollux.models.typed import TypedGoodput, TypeProfile
-from pollux.policies.base import Policy
-from pollux.policies.hetero_pollux import HeteroPolluxPolicy
-from pollux.policies.sia import SiaPolicy
+from pollux.policies.registry import make_policy
 from pollux.sim.hetero.job import HeteroJob
 from pollux.sim.hetero.runner import load_for
 from pollux.sim.hetero.simulator import HeteroConfig, HeteroResult, HeteroSimulator
@@ -37,73 +35,51 @@ from pollux.sim.workload import read_workload
 ARTIFACT = Path("..", "shared", "sia-artifact")
 CLUSTER = "aws:6x4,dgx-ext:2x8,rtx:3x8"
 
-VARIANTS: dict[str, Callable[[], Policy]] = {
-    "sia": SiaPolicy,
-    "pollux": HeteroPolluxPolicy,  # the default
-    "age": lambda: HeteroPolluxPolicy(move_discount="age", remaining_exponent=0.0),
-    "rem": lambda: HeteroPolluxPolicy(move_discount="remaining", remaining_exponent=0.0),
-    "both": lambda: HeteroPolluxPolicy(move_discount="both", remaining_exponent=0.0),
-    "smith": lambda: HeteroPolluxPolicy(move_discount="age", remaining_exponent=0.5),
-    "both-smith": lambda: HeteroPolluxPolicy(move_discount="both", remaining_exponent=0.5),
-    "both-smith2": lambda: HeteroPolluxPolicy(move_discount="both", remaining_exponent=0.5,
-                                              max_weight_ratio=2.0),
-    "both-smith-wm": lambda: HeteroPolluxPolicy(move_discount="both", remaining_exponent=0.5,
-                                                weighted_moves=True),
-    "both-smith2-wm": lambda: HeteroPolluxPolicy(move_discount="both", remaining_exponent=0.5,
-                                                 max_weight_ratio=2.0, weighted_moves=True),
-    "both-boost": lambda: HeteroPolluxPolicy(move_discount="both", remaining_exponent=0.5,
-                                             min_weight=1.0),
-    "wm-g4": lambda: HeteroPolluxPolicy(move_discount="both", remaining_exponent=0.5,
-                                        weighted_moves=True, exploration_factor=4),
-    "wm-g8": lambda: HeteroPolluxPolicy(move_discount="both", remaining_exponent=0.5,
-                                        weighted_moves=True, exploration_factor=8),
-    "wm-g4s2": lambda: HeteroPolluxPolicy(move_discount="both", remaining_exponent=0.5,
-                                          weighted_moves=True, exploration_factor=4,
-                                          fast_growth_share=0.02),
-    "wm-g8s2": lambda: HeteroPolluxPolicy(move_discount="both", remaining_exponent=0.5,
-                                          weighted_moves=True, exploration_factor=8,
-                                          fast_growth_share=0.02),
-    **{f"wm-g4p{price}": (lambda price=price: HeteroPolluxPolicy(
-        move_discount="both", remaining_exponent=0.5, weighted_moves=True, exploration_factor=4,
-        gpu_price=price / 1000)) for price in (2, 5, 10, 20)},
-    **{f"wm-g4t{share}": (lambda share=share: HeteroPolluxPolicy(
-        move_discount="both", remaining_exponent=0.5, weighted_moves=True, exploration_factor=4,
-        tail_share=share / 100)) for share in (5, 10, 20)},
-    **{f"wm-g4r{scale}": (lambda scale=scale: HeteroPolluxPolicy(
-        move_discount="both", remaining_exponent=0.5, weighted_moves=True, exploration_factor=4,
-        restart_scale=scale)) for scale in (2, 4)},
-    **{f"wm-g4t20w{weight}": (lambda weight=weight: HeteroPolluxPolicy(
-        move_discount="both", remaining_exponent=0.5, weighted_moves=True, exploration_factor=4,
-        tail_share=0.2, tail_weight=weight)) for weight in (2, 4)},
-    **{f"wm-g4t{share}r2": (lambda share=share: HeteroPolluxPolicy(
-        move_discount="both", remaining_exponent=0.5, weighted_moves=True, exploration_factor=4,
-        tail_share=share / 100, restart_scale=2.0)) for share in (10, 20)},
-    **{f"wm-g4i{start}": (lambda start=start: HeteroPolluxPolicy(
-        move_discount="both", remaining_exponent=0.5, weighted_moves=True, exploration_factor=4,
-        initial_replicas=start)) for start in (2, 4, 8)},
-    "wm-g4i4r2": lambda: HeteroPolluxPolicy(
-        move_discount="both", remaining_exponent=0.5, weighted_moves=True, exploration_factor=4,
-        initial_replicas=4, restart_scale=2.0),
-    "wm-g4i4t20r2": lambda: HeteroPolluxPolicy(
-        move_discount="both", remaining_exponent=0.5, weighted_moves=True, exploration_factor=4,
-        initial_replicas=4, tail_share=0.2, restart_scale=2.0),
-    **{f"wm-g4i4t20w{weight}": (lambda weight=weight: HeteroPolluxPolicy(
-        move_discount="both", remaining_exponent=0.5, weighted_moves=True, exploration_factor=4,
-        initial_replicas=4, tail_share=0.2, tail_weight=weight / 100)) for weight in (50, 100)},
-    **{f"wm{ratio}-g4i4": (lambda ratio=ratio: HeteroPolluxPolicy(
-        move_discount="both", remaining_exponent=0.5, weighted_moves=True,
-        exploration_factor=4, initial_replicas=4, max_weight_ratio=ratio))
+def _paper(options: str) -> str:
+    """``pollux-paper`` (the typed program, every option off) with ``options``."""
+    return f"pollux-paper({options})"
+
+
+WM = "move_discount=both,remaining_exponent=0.5,weighted_moves=true"
+G4 = f"{WM},exploration_factor=4"
+VARIANTS: dict[str, str] = {
+    "sia": "sia",
+    "paper": "pollux-paper",  # the typed default before pollux took the best (sections 1-7)
+    "pollux": "pollux",  # = wm2-g4i4 (README rule)
+    "age": _paper("move_discount=age,remaining_exponent=0"),
+    "rem": _paper("move_discount=remaining,remaining_exponent=0"),
+    "both": _paper("move_discount=both,remaining_exponent=0"),
+    "smith": _paper("move_discount=age,remaining_exponent=0.5"),
+    "both-smith": _paper("move_discount=both,remaining_exponent=0.5"),
+    "both-smith2": _paper("move_discount=both,remaining_exponent=0.5,max_weight_ratio=2"),
+    "both-smith-wm": _paper(WM),
+    "both-smith2-wm": _paper(f"{WM},max_weight_ratio=2"),
+    "both-boost": _paper("move_discount=both,remaining_exponent=0.5,min_weight=1"),
+    "wm-g4": _paper(G4),
+    "wm-g8": _paper(f"{WM},exploration_factor=8"),
+    "wm-g4s2": _paper(f"{G4},fast_growth_share=0.02"),
+    "wm-g8s2": _paper(f"{WM},exploration_factor=8,fast_growth_share=0.02"),
+    **{f"wm-g4p{price}": _paper(f"{G4},gpu_price={price / 1000}") for price in (2, 5, 10, 20)},
+    **{f"wm-g4t{share}": _paper(f"{G4},tail_share={share / 100}") for share in (5, 10, 20)},
+    **{f"wm-g4r{scale}": _paper(f"{G4},restart_scale={scale}") for scale in (2, 4)},
+    **{f"wm-g4t20w{weight}": _paper(f"{G4},tail_share=0.2,tail_weight={weight}")
+       for weight in (2, 4)},
+    **{f"wm-g4t{share}r2": _paper(f"{G4},tail_share={share / 100},restart_scale=2")
+       for share in (10, 20)},
+    **{f"wm-g4i{start}": _paper(f"{G4},initial_replicas={start}") for start in (2, 4, 8)},
+    "wm-g4i4r2": _paper(f"{G4},initial_replicas=4,restart_scale=2"),
+    "wm-g4i4t20r2": _paper(f"{G4},initial_replicas=4,tail_share=0.2,restart_scale=2"),
+    **{f"wm-g4i4t20w{weight}": _paper(
+        f"{G4},initial_replicas=4,tail_share=0.2,tail_weight={weight / 100}")
+       for weight in (50, 100)},
+    **{f"wm{ratio}-g4i4": _paper(f"{G4},initial_replicas=4,max_weight_ratio={ratio}")
        for ratio in (1.5, 2)},
-    "wm2-g4i4p0.5": lambda: HeteroPolluxPolicy(
-        move_discount="both", remaining_exponent=0.5, weighted_moves=True,
-        exploration_factor=4, initial_replicas=4, max_weight_ratio=2.0, gpu_price=0.0005),
-    "wm2-g4i4p0.5t5": lambda: HeteroPolluxPolicy(
-        move_discount="both", remaining_exponent=0.5, weighted_moves=True,
-        exploration_factor=4, initial_replicas=4, max_weight_ratio=2.0, gpu_price=0.0005,
-        tail_share=0.05),
-    "age-g4": lambda: HeteroPolluxPolicy(exploration_factor=4),
+    "wm2-g4i4p0.5": _paper(f"{G4},initial_replicas=4,max_weight_ratio=2,gpu_price=0.0005"),
+    "wm2-g4i4p0.5t5": _paper(f"{G4},initial_replicas=4,max_weight_ratio=2,gpu_price=0.0005,"
+                             "tail_share=0.05"),
+    "age-g4": _paper("exploration_factor=4"),
 }
-"""Variant name -> policy factory; ``oracle-<variant>`` runs it with oracle models,
+"""Variant name -> policy spec (``pollux policies`` lists the options); ``oracle-<variant>`` runs it with oracle models,
 ``linear-<variant>`` with the per-term linear bootstrap, ``norestart-<variant>`` with
 every restart delay 0 (a ceiling)."""
 
@@ -229,7 +205,7 @@ def run_one(variant: str, workload_path: str, traces_dir: str) -> dict[str, Any]
     apps = load_for(CLUSTER, traces_dir)
     config = HeteroConfig(parse_cluster_spec(CLUSTER), interval_s=60.0)
     workload = read_workload(workload_path)
-    result: HeteroResult = HeteroSimulator(workload, apps, VARIANTS[base](), config).run()
+    result: HeteroResult = HeteroSimulator(workload, apps, make_policy(VARIANTS[base]), config).run()
     first: dict[str, float] = {}
     for log in result.rounds:
         for name in log.gpus:

@@ -34,7 +34,8 @@ from pollux.models import GoodputFunction, GradientStats, SpeedupFunction, Throu
 from pollux.models.typed import TypedGoodput, TypeProfile
 from pollux.policies import JobInfo, NodeInfo, make_policy
 from pollux.policies.base import Allocation, Policy
-from pollux.policies.hetero_pollux import HeteroPolluxPolicy
+from pollux.policies.pollux.options import BASES, SEVERAL_TYPES, PolluxOptions
+from pollux.policies.pollux.typed import TypedPollux
 from pollux.policies.sia import Config
 
 INTERVAL_S = 60.0
@@ -124,12 +125,12 @@ def time_rounds(policy_name: str, num_jobs: int, nodes: list[NodeInfo], rounds: 
     return np.array(times)
 
 
-class GapRecorder(HeteroPolluxPolicy):
-    """Typed pollux that also solves each round's program exactly (MILP) and records the
-    relative objective gap of its fast solution; it follows the fast solution."""
+class GapRecorder(TypedPollux):
+    """Typed pollux-paper that also solves each round's program exactly (MILP) and records
+    the relative objective gap of its fast solution; it follows the fast solution."""
 
     def __init__(self) -> None:
-        super().__init__()
+        super().__init__(PolluxOptions(**BASES["paper"][SEVERAL_TYPES]))
         self.gaps: list[float] = []
 
     def _solve(self, jobs: Sequence[JobInfo], configs: Sequence[Config], cost: np.ndarray,

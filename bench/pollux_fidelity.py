@@ -38,7 +38,7 @@ def _lower_priority() -> None:
 
 def run_pair(workload_name: str, seed: int, artifact: str) -> dict[str, Any]:
     """One `pollux-ga` simulation; its summary as a JSON-able dict."""
-    from pollux.policies.pollux import PolluxGAPolicy
+    from pollux.policies.registry import make_policy
     from pollux.sim.metrics import summarize_run
     from pollux.sim.runner import load_applications
     from pollux.sim.simulator import ClusterConfig, run_simulation
@@ -48,7 +48,7 @@ def run_pair(workload_name: str, seed: int, artifact: str) -> dict[str, Any]:
     workload = next(w for w in (read_workload(p, set(apps))
                                 for p in workload_files([Path(artifact) / "workloads"]))
                     if w.name == workload_name)
-    result = run_simulation(workload, apps, PolluxGAPolicy(seed=seed), ClusterConfig())
+    result = run_simulation(workload, apps, make_policy("pollux-ga", seed=seed), ClusterConfig())
     record = summarize_run(result, apps)
     return {"workload": workload_name, "seed": seed, "avg_jct_s": record.avg_jct_s,
             "p99_jct_s": record.p99_jct_s, "max_ftf": record.max_ftf,

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from pollux.policies.pollux import PolluxGAPolicy
+from pollux.policies.registry import make_policy
 from pollux.sim.runner import load_applications
 from pollux.sim.simulator import ClusterConfig, run_simulation
 from pollux.sim.workload import read_workload, workload_files
@@ -43,7 +43,7 @@ def main() -> int:
     workload = next(w for w in (read_workload(p, set(apps))
                                 for p in workload_files([artifact / "workloads"]))
                     if w.name == args.workload)
-    policy = PolluxGAPolicy(seed=args.seed)
+    policy = make_policy("pollux-ga", seed=args.seed)
     optimize = policy.optimize
     lines: list[str] = []
     cpu_s: list[float] = []

@@ -3,8 +3,9 @@
     python bench/pollux_variants.py --variants paper,alpha1 --workloads 2,6
     python bench/pollux_variants.py --load 1.5        # denser: the generator at 1.5x jobs
 
-Each variant is the ``pollux`` policy (marginal-gain optimizer), ``pollux-ga`` or the
-one-type Sia-style MILP (:mod:`pollux.policies.pollux.milp`) with keyword options; runs go to ``--processes`` worker processes. Prints, per variant, the
+Each variant is a policy spec: ``pollux-paper`` (marginal-gain optimizer), ``pollux-ga``
+or the one-type Sia-style program (``optimizer=typed``) with options; runs go to
+``--processes`` worker processes. Prints, per variant, the
 average JCT per workload, the mean, p99 JCT, max finish-time fairness, restarts per job,
 the median policy round, and the workload's lower bound. ``--json`` keeps the records.
 """
@@ -17,135 +18,121 @@ import os
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
-from pollux.policies.base import Policy
-from pollux.policies.pollux import PolluxGAPolicy, PolluxPolicy
-from pollux.policies.pollux.milp import OneTypeMilpPolicy
+from pollux.policies.registry import make_policy
 from pollux.sim.generator import generate_workload
 from pollux.sim.lower_bound import with_lower_bounds
 from pollux.sim.metrics import RunRecord, summarize_run
 from pollux.sim.runner import load_applications
 from pollux.sim.simulator import ClusterConfig, run_simulation
 from pollux.sim.workload import Workload, read_workload, workload_files
+from pollux.spec import format_spec
 
 ARTIFACT = Path(__file__).resolve().parents[1].parent / "shared" / "pollux-artifact"
 
-def _remaining(weight: float, **more: Any) -> tuple[str, dict[str, Any]]:
-    """``pollux`` with the remaining-time ingredients of ``pollux-remaining`` (restart
-    factor, 20% minimum gain, whole-node shrinking), Smith's exponent ``weight`` and
-    ``more`` options."""
-    return ("pollux", {"remaining_weight": weight, "remaining_restart": True,
-                       "min_restart_gain": 0.2, "shrink_whole_nodes": True, **more})
+def _remaining(weight: float, **more: object) -> str:
+    """``pollux-paper`` with the remaining-time ingredients of the old ``pollux-remaining``
+    (restart factor, 20% minimum gain, whole-node shrinking), Smith's exponent ``weight``
+    and ``more`` options, as a spec."""
+    return format_spec("pollux-paper", {"remaining_weight": weight, "remaining_restart": True,
+                                        "min_restart_gain": 0.2, "shrink_whole_nodes": True,
+                                        **more})
 
 
-VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
-    "paper": ("pollux", {}),
-    "alpha0.5": ("pollux", {"remaining_weight": 0.5}),
-    "alpha1": ("pollux", {"remaining_weight": 1.0}),
-    "alpha1.5": ("pollux", {"remaining_weight": 1.5}),
-    "alpha1-step2": ("pollux", {"remaining_weight": 1.0, "remaining_step": 2.0}),
-    "alpha0.5-step2": ("pollux", {"remaining_weight": 0.5, "remaining_step": 2.0}),
-    "alpha1-step4": ("pollux", {"remaining_weight": 1.0, "remaining_step": 4.0}),
-    "alpha1-cap1": ("pollux", {"remaining_weight": 1.0, "remaining_max_ratio": 1.0}),
-    "alpha1-cap1-step2": ("pollux", {
-        "remaining_weight": 1.0, "remaining_max_ratio": 1.0, "remaining_step": 2.0}),
-    "alpha1-adm": ("pollux", {"remaining_weight": 1.0, "remaining_admission": True}),
-    "alpha0.5-adm": ("pollux", {"remaining_weight": 0.5, "remaining_admission": True}),
-    "alpha0.5-cap1": ("pollux", {"remaining_weight": 0.5, "remaining_max_ratio": 1.0}),
-    "alpha2": ("pollux", {"remaining_weight": 2.0}),
-    "paper-rr": ("pollux", {"remaining_restart": True}),
-    "alpha0.5-rr": ("pollux", {"remaining_weight": 0.5, "remaining_restart": True}),
-    "alpha1-rr": ("pollux", {"remaining_weight": 1.0, "remaining_restart": True}),
-    "alpha0.5-g10": ("pollux", {"remaining_weight": 0.5, "min_restart_gain": 0.1}),
-    "alpha0.5-rr-g10": ("pollux", {
-        "remaining_weight": 0.5, "remaining_restart": True, "min_restart_gain": 0.1}),
-    "alpha0.5-rr-g20": ("pollux", {
-        "remaining_weight": 0.5, "remaining_restart": True, "min_restart_gain": 0.2}),
-    "alpha1-rr-g10": ("pollux", {
-        "remaining_weight": 1.0, "remaining_restart": True, "min_restart_gain": 0.1}),
-    "alpha0.5-rr-g10-cap4": ("pollux", {
-        "remaining_weight": 0.5, "remaining_restart": True, "min_restart_gain": 0.1,
-        "remaining_max_ratio": 4.0}),
-    "paper-whole": ("pollux", {"shrink_whole_nodes": True}),
+VARIANTS: dict[str, str] = {
+    "paper": "pollux-paper",
+    "alpha0.5": "pollux-paper(remaining_weight=0.5)",
+    "alpha1": "pollux-paper(remaining_weight=1)",
+    "alpha1.5": "pollux-paper(remaining_weight=1.5)",
+    "alpha1-step2": "pollux-paper(remaining_weight=1,remaining_step=2)",
+    "alpha0.5-step2": "pollux-paper(remaining_weight=0.5,remaining_step=2)",
+    "alpha1-step4": "pollux-paper(remaining_weight=1,remaining_step=4)",
+    "alpha1-cap1": "pollux-paper(remaining_weight=1,remaining_max_ratio=1)",
+    "alpha1-cap1-step2": "pollux-paper(remaining_weight=1,remaining_max_ratio=1,remaining_step=2)",
+    "alpha1-adm": "pollux-paper(remaining_weight=1,remaining_admission=true)",
+    "alpha0.5-adm": "pollux-paper(remaining_weight=0.5,remaining_admission=true)",
+    "alpha0.5-cap1": "pollux-paper(remaining_weight=0.5,remaining_max_ratio=1)",
+    "alpha2": "pollux-paper(remaining_weight=2)",
+    "paper-rr": "pollux-paper(remaining_restart=true)",
+    "alpha0.5-rr": "pollux-paper(remaining_weight=0.5,remaining_restart=true)",
+    "alpha1-rr": "pollux-paper(remaining_weight=1,remaining_restart=true)",
+    "alpha0.5-g10": "pollux-paper(remaining_weight=0.5,min_restart_gain=0.1)",
+    "alpha0.5-rr-g10":
+        "pollux-paper(remaining_weight=0.5,remaining_restart=true,min_restart_gain=0.1)",
+    "alpha0.5-rr-g20":
+        "pollux-paper(remaining_weight=0.5,remaining_restart=true,min_restart_gain=0.2)",
+    "alpha1-rr-g10": "pollux-paper(remaining_weight=1,remaining_restart=true,min_restart_gain=0.1)",
+    "alpha0.5-rr-g10-cap4":
+        "pollux-paper(remaining_weight=0.5,remaining_restart=true,min_restart_gain=0.1,remaining_max_ratio=4)",
+    "paper-whole": "pollux-paper(shrink_whole_nodes=true)",
     "alpha0.5-rr-g20-whole": _remaining(0.5),
-    "alpha1-rr-g20-whole": _remaining(1.0),
+    "alpha1-rr-g20-whole": _remaining(1),
     "alpha0.5-rronly-g20-whole": _remaining(0.5, age_restart_factor=False),
     "alpha0.5-rr-g20big-whole": _remaining(0.5, min_restart_gain_replicas=4),
-    "alpha1-rr-g20big-whole": _remaining(1.0, min_restart_gain_replicas=4),
+    "alpha1-rr-g20big-whole": _remaining(1, min_restart_gain_replicas=4),
     "alpha1.5-rr-g20big-whole": _remaining(1.5, min_restart_gain_replicas=4),
-    "alpha2-rr-g20big-whole": _remaining(2.0, min_restart_gain_replicas=4),
-    "paper-x4": ("pollux", {"exploration_factor": 4.0}),
-    "alpha0.5-rr-g20-whole-x4": _remaining(0.5, exploration_factor=4.0),
-    "alpha1-rr-g20-whole-x4": _remaining(1.0, exploration_factor=4.0),
-    "alpha1-rr-g20big-whole-x4": _remaining(
-        1.0, min_restart_gain_replicas=4, exploration_factor=4.0),
-    "alpha0.5-rr-g20-whole-x4-guard": _remaining(0.5, exploration_factor=4.0, remaining_guard=1.0),
-    "alpha1-rr-g20-whole-x4-guard": _remaining(1.0, exploration_factor=4.0, remaining_guard=1.0),
-    "alpha2-rr-g20-whole-x4-guard": _remaining(2.0, exploration_factor=4.0, remaining_guard=1.0),
-    "alpha0.5-rr-g20-whole-x4-uw": _remaining(
-        0.5, exploration_factor=4.0, unweighted_restarts=True),
-    "alpha1-rr-g20-whole-x4-uw": _remaining(1.0, exploration_factor=4.0, unweighted_restarts=True),
-    "alpha1-rr-g20big-whole-x4-uw": _remaining(
-        1.0, min_restart_gain_replicas=4, exploration_factor=4.0, unweighted_restarts=True),
-    "alpha1-rr-g20-whole-uw": _remaining(1.0, unweighted_restarts=True),
-    "alpha1-rr-g20-whole-x4-cap10": _remaining(
-        1.0, exploration_factor=4.0, remaining_max_ratio=10.0),
-    "alpha1-rr-g20-whole-x4-cap30": _remaining(
-        1.0, exploration_factor=4.0, remaining_max_ratio=30.0),
-    "alpha1-rr-g20-whole-x4-eff0.5": _remaining(1.0, exploration_factor=4.0, efficient_boost=0.5),
-    "alpha1-rr-g20-whole-x4-eff0.7": _remaining(1.0, exploration_factor=4.0, efficient_boost=0.7),
-    "alpha1-rr-g20-whole-x4-eff0.5-uw": _remaining(
-        1.0, exploration_factor=4.0, efficient_boost=0.5, unweighted_restarts=True),
-    "alpha0.75-rr-g20-whole-x4-eff0.5-uw": _remaining(
-        0.75, exploration_factor=4.0, efficient_boost=0.5, unweighted_restarts=True),
-    "alpha0.5-rr-g20-whole-x4-eff0.5-uw": _remaining(
-        0.5, exploration_factor=4.0, efficient_boost=0.5, unweighted_restarts=True),
-    "alpha1-rr-g20-whole-x4-eff0.5-uw-srpt": _remaining(
-        1.0, exploration_factor=4.0, efficient_boost=0.5, unweighted_restarts=True,
-        remaining_max_ratio=1e6),
-    "alpha1-rr-g20-whole-x4-srpt": _remaining(
-        1.0, exploration_factor=4.0, remaining_max_ratio=1e6),
-    "p0.5-alpha1-rr-g20-whole-x4": _remaining(1.0, p=-0.5, exploration_factor=4.0),
-    "p0.5-alpha2-rr-g20-whole-x4": _remaining(2.0, p=-0.5, exploration_factor=4.0),
-    "p2-alpha0.5-rr-g20-whole-x4": _remaining(0.5, p=-2.0, exploration_factor=4.0),
-    "p0.25-alpha4-rr-g20-whole-x4": _remaining(4.0, p=-0.25, exploration_factor=4.0),
-    "p0.5-alpha2-rr-g20-whole": _remaining(2.0, p=-0.5),
-    "p0.5-alpha2-rr-g20-whole-x4-guard1": _remaining(
-        2.0, p=-0.5, exploration_factor=4.0, remaining_guard=1.0),
-    "p0.5-alpha2-rr-g20-whole-x4-guard0.5": _remaining(
-        2.0, p=-0.5, exploration_factor=4.0, remaining_guard=0.5),
-    "p0.5-alpha2-rr-g20-whole-x4-eff0.5-uw": _remaining(
-        2.0, p=-0.5, exploration_factor=4.0, efficient_boost=0.5, unweighted_restarts=True),
-    "milp": ("milp", {}),
-    "milp-w0.5": ("milp", {"remaining_exponent": 0.5}),
-    "milp-w1": ("milp", {"remaining_exponent": 1.0}),
-    "milp-p1-w0.5": ("milp", {"p": -1.0, "remaining_exponent": 0.5}),
-    "milp-w0.5-guard": ("milp", {"remaining_exponent": 0.5, "lambda_n": 50.0}),
-    "milp-w1-guard": ("milp", {"remaining_exponent": 1.0, "lambda_n": 50.0}),
-    "milp-w0.5-guard-x4": ("milp", {
-        "remaining_exponent": 0.5, "lambda_n": 50.0, "exploration_factor": 4.0}),
-    "milp-w1-guard-x4": ("milp", {
-        "remaining_exponent": 1.0, "lambda_n": 50.0, "exploration_factor": 4.0}),
-    "milp-w0.5-both-guard": ("milp", {
-        "remaining_exponent": 0.5, "lambda_n": 50.0, "move_discount": "both",
-        "weighted_moves": True}),
-    "ga": ("pollux-ga", {}),
-    "ga-alpha1": ("pollux-ga", {"remaining_weight": 1.0}),
-    "ga-submission": ("pollux-ga", {"least_service_first": False, "small_first": True}),
+    "alpha2-rr-g20big-whole": _remaining(2, min_restart_gain_replicas=4),
+    "paper-x4": "pollux-paper(exploration_factor=4)",
+    "alpha0.5-rr-g20-whole-x4": _remaining(0.5, exploration_factor=4),
+    "alpha1-rr-g20-whole-x4": _remaining(1, exploration_factor=4),
+    "alpha1-rr-g20big-whole-x4": _remaining(1, min_restart_gain_replicas=4, exploration_factor=4),
+    "alpha0.5-rr-g20-whole-x4-guard": _remaining(0.5, exploration_factor=4, remaining_guard=1),
+    "alpha1-rr-g20-whole-x4-guard": _remaining(1, exploration_factor=4, remaining_guard=1),
+    "alpha2-rr-g20-whole-x4-guard": _remaining(2, exploration_factor=4, remaining_guard=1),
+    "alpha0.5-rr-g20-whole-x4-uw": _remaining(0.5, exploration_factor=4, unweighted_restarts=True),
+    "alpha1-rr-g20-whole-x4-uw": _remaining(1, exploration_factor=4, unweighted_restarts=True),
+    "alpha1-rr-g20big-whole-x4-uw":
+        _remaining(1, min_restart_gain_replicas=4, exploration_factor=4, unweighted_restarts=True),
+    "alpha1-rr-g20-whole-uw": _remaining(1, unweighted_restarts=True),
+    "alpha1-rr-g20-whole-x4-cap10": _remaining(1, exploration_factor=4, remaining_max_ratio=10),
+    "alpha1-rr-g20-whole-x4-cap30": _remaining(1, exploration_factor=4, remaining_max_ratio=30),
+    "alpha1-rr-g20-whole-x4-eff0.5": _remaining(1, exploration_factor=4, efficient_boost=0.5),
+    "alpha1-rr-g20-whole-x4-eff0.7": _remaining(1, exploration_factor=4, efficient_boost=0.7),
+    "alpha1-rr-g20-whole-x4-eff0.5-uw":
+        _remaining(1, exploration_factor=4, efficient_boost=0.5, unweighted_restarts=True),
+    "alpha0.75-rr-g20-whole-x4-eff0.5-uw":
+        _remaining(0.75, exploration_factor=4, efficient_boost=0.5, unweighted_restarts=True),
+    "alpha0.5-rr-g20-whole-x4-eff0.5-uw":
+        _remaining(0.5, exploration_factor=4, efficient_boost=0.5, unweighted_restarts=True),
+    "alpha1-rr-g20-whole-x4-eff0.5-uw-srpt":
+        _remaining(1, exploration_factor=4, efficient_boost=0.5, unweighted_restarts=True, remaining_max_ratio=1000000),
+    "alpha1-rr-g20-whole-x4-srpt": _remaining(1, exploration_factor=4, remaining_max_ratio=1000000),
+    "p0.5-alpha1-rr-g20-whole-x4": _remaining(1, p=-0.5, exploration_factor=4),
+    "p0.5-alpha2-rr-g20-whole-x4": _remaining(2, p=-0.5, exploration_factor=4),
+    "p2-alpha0.5-rr-g20-whole-x4": _remaining(0.5, p=-2, exploration_factor=4),
+    "p0.25-alpha4-rr-g20-whole-x4": _remaining(4, p=-0.25, exploration_factor=4),
+    "p0.5-alpha2-rr-g20-whole": _remaining(2, p=-0.5),
+    "p0.5-alpha2-rr-g20-whole-x4-guard1":
+        _remaining(2, p=-0.5, exploration_factor=4, remaining_guard=1),
+    "p0.5-alpha2-rr-g20-whole-x4-guard0.5":
+        _remaining(2, p=-0.5, exploration_factor=4, remaining_guard=0.5),
+    "p0.5-alpha2-rr-g20-whole-x4-eff0.5-uw":
+        _remaining(2, p=-0.5, exploration_factor=4, efficient_boost=0.5, unweighted_restarts=True),
+    "milp": "pollux-paper(optimizer=typed,p=-0.5)",
+    "milp-w0.5": "pollux-paper(optimizer=typed,p=-0.5,remaining_exponent=0.5)",
+    "milp-w1": "pollux-paper(optimizer=typed,p=-0.5,remaining_exponent=1)",
+    "milp-p1-w0.5": "pollux-paper(optimizer=typed,p=-1,remaining_exponent=0.5)",
+    "milp-w0.5-guard": "pollux-paper(optimizer=typed,p=-0.5,remaining_exponent=0.5,lambda_n=50)",
+    "milp-w1-guard": "pollux-paper(optimizer=typed,p=-0.5,remaining_exponent=1,lambda_n=50)",
+    "milp-w0.5-guard-x4":
+        "pollux-paper(optimizer=typed,p=-0.5,remaining_exponent=0.5,lambda_n=50,exploration_factor=4)",
+    "milp-w1-guard-x4":
+        "pollux-paper(optimizer=typed,p=-0.5,remaining_exponent=1,lambda_n=50,exploration_factor=4)",
+    "milp-w0.5-both-guard":
+        "pollux-paper(optimizer=typed,p=-0.5,remaining_exponent=0.5,lambda_n=50,move_discount=both,weighted_moves=true)",
+    "ga": "pollux-ga",
+    "ga-alpha1": "pollux-ga(remaining_weight=1)",
+    "ga-submission": "pollux-ga(least_service_first=false,small_first=true)",
 }
-"""Variant name -> (optimizer, policy options)."""
+"""Variant name -> policy spec (``milp*``: Sia's program on one type, ``optimizer=typed``)."""
 
 
-def run_one(variant: str, options: dict[str, Any], optimizer: str, workload: Workload,
-            traces: str | None, config: ClusterConfig, seed: int,
-            job_knowledge: str = "measured") -> RunRecord:
+def run_one(variant: str, spec: str, workload: Workload, traces: str | None,
+            config: ClusterConfig, seed: int, job_knowledge: str = "measured") -> RunRecord:
     apps = load_applications(traces)
-    classes: dict[str, type[Policy]] = {"pollux": PolluxPolicy, "pollux-ga": PolluxGAPolicy,
-                                        "milp": OneTypeMilpPolicy}
-    policy = classes[optimizer](seed=seed, **options)
+    policy = make_policy(spec, seed=seed)
     result = run_simulation(workload, apps, policy, config, job_knowledge=job_knowledge)
     record = summarize_run(result, apps)
     return RunRecord(**{**record.__dict__, "policy": variant})
@@ -181,7 +168,7 @@ def main() -> int:
     else:
         workloads = [generate_workload(int(round(20 * args.hours * args.load)), args.hours,
                                        seed=s) for s in range(args.num_generated)]
-    tasks = [(v, VARIANTS[v][1], VARIANTS[v][0], w, traces, config, args.seed,
+    tasks = [(v, VARIANTS[v], w, traces, config, args.seed,
               args.job_knowledge)
              for w in workloads for v in args.variants.split(",")]
     start = time.perf_counter()

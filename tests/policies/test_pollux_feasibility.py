@@ -7,7 +7,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from pollux.policies.base import Allocation, JobInfo, NodeInfo
-from pollux.policies.pollux import PolluxGAPolicy, PolluxPolicy, build_problem, repair
+from pollux.policies.pollux import PolluxPolicy, build_problem, repair
 from pollux.policies.pollux import violations as state_violations
 from tests.policies.pollux_builders import snapshots, violations
 
@@ -16,10 +16,10 @@ SETTINGS = settings(max_examples=100, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 
-def _policy(kind: str, interference: bool) -> PolluxPolicy | PolluxGAPolicy:
+def _policy(kind: str, interference: bool) -> PolluxPolicy:
     if kind == "ga":
-        return PolluxGAPolicy(seed=1, population_size=16, num_generations=6,
-                              interference_avoidance=interference)
+        return PolluxPolicy(seed=1, optimizer="ga", population_size=16, num_generations=6,
+                            interference_avoidance=interference)
     return PolluxPolicy(interference_avoidance=interference)
 
 

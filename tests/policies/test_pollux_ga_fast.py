@@ -17,7 +17,7 @@ from pollux.policies.base import Allocation, JobInfo, NodeInfo
 from pollux.policies.pollux import GAConfig, GeneticOptimizer, build_problem, repair
 from pollux.policies.pollux.ga import PopulationFitness
 from pollux.policies.pollux.objective import PolluxObjective
-from pollux.policies.pollux.objective_config import ObjectiveConfig
+from pollux.policies.pollux.options import PolluxOptions
 from pollux.policies.pollux.problem import AllocationProblem, IntArray, count_along
 from tests.policies.pollux_builders import snapshots
 
@@ -132,7 +132,7 @@ def test_mutation_matches_reference(snapshot: Snapshot, seed: int) -> None:
 @given(snapshot=snapshots(), seed=st.integers(0, 2**16))
 def test_population_fitness_matches_objective(snapshot: Snapshot, seed: int) -> None:
     problem = build_problem(*snapshot)
-    config = ObjectiveConfig()
+    config = PolluxOptions()
     fitness = PopulationFitness(problem, PolluxObjective(problem, config))
     plain = PolluxObjective(problem, config)
     for generation in range(3):  # new entries, then memoized ones

@@ -7,9 +7,17 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from pollux.policies.pollux.milp import OneTypeMilpPolicy
+from pollux.policies.pollux import PolluxPolicy
+from pollux.policies.pollux.typed import OneTypeProgram
 from pollux.policies.sia import INVALID_GOODPUT, Config
 from tests.policies.pollux_builders import job, nodes
+
+
+def OneTypeMilpPolicy(**options: object) -> OneTypeProgram:
+    """``pollux-paper(optimizer=typed,p=-0.5)``'s one-type program."""
+    program = PolluxPolicy(base="paper", optimizer="typed", p=-0.5, **options).optimizer
+    assert isinstance(program, OneTypeProgram)
+    return program
 
 
 def test_rows_are_speedups_and_respect_the_cap() -> None:

@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 from pollux.errors import ConfigError
 from pollux.policies.pollux import (
     FairShareRounding,
-    ObjectiveConfig,
     PolluxObjective,
+    PolluxOptions,
     build_problem,
     power_mean,
     restart_factor,
@@ -57,7 +57,7 @@ def test_restart_factor_math() -> None:
 
 
 def _objective(jobs: list, cluster: list, previous: dict, **config: object) -> PolluxObjective:
-    return PolluxObjective(build_problem(jobs, cluster, previous), ObjectiveConfig(**config))
+    return PolluxObjective(build_problem(jobs, cluster, previous), PolluxOptions(**config))
 
 
 def test_restart_penalty_applies_only_to_changed_jobs() -> None:
@@ -127,9 +127,9 @@ def test_preemptible_nodes_cost_a_little() -> None:
 
 def test_bad_configuration_names_the_field() -> None:
     with pytest.raises(ConfigError, match="epsilon"):
-        ObjectiveConfig(epsilon=0.0)
+        PolluxOptions(epsilon=0.0)
     with pytest.raises(ConfigError, match="p="):
-        ObjectiveConfig(p=float("nan"))
+        PolluxOptions(p=float("nan"))
 
 
 def test_remaining_weight_favours_jobs_close_to_done() -> None:
@@ -137,7 +137,7 @@ def test_remaining_weight_favours_jobs_close_to_done() -> None:
             job("unknown", seed=1)]
     paper = _objective(jobs, nodes(4, 4), {})
     weighted = PolluxObjective(build_problem(jobs, nodes(4, 4), {}),
-                               ObjectiveConfig(remaining_weight=1.0))
+                               PolluxOptions(remaining_weight=1.0))
     index = {p.name: i for i, p in enumerate(weighted.problem.jobs)}
     assert paper.job_scale == pytest.approx([1.0, 1.0, 1.0])
     # equal speedup functions: the scale is the remaining time over the median (100 and
@@ -151,7 +151,7 @@ def test_remaining_weight_favours_jobs_close_to_done() -> None:
             for name, j in index.items()}
     assert gain["short"] > gain["long"]
     with pytest.raises(ConfigError, match="remaining_weight"):
-        ObjectiveConfig(remaining_weight=-1.0)
+        PolluxOptions(remaining_weight=-1.0)
 
 
 def test_remaining_guard_rounding_and_admission() -> None:
@@ -176,7 +176,7 @@ def test_remaining_guard_rounding_and_admission() -> None:
     empty = obj.utility(obj.speedup(j, 0, 0))
     assert float(empty) == pytest.approx(-1 / (10 * obj.config.epsilon))
     with pytest.raises(ConfigError, match="remaining_max_ratio"):
-        ObjectiveConfig(remaining_max_ratio=0.0)
+        PolluxOptions(remaining_max_ratio=0.0)
     # ratios above 100 are clipped by default; a higher bound keeps the longest in order
     longest = [job(name, seed=1, remaining_s=t) for name, t in
                (("a", 100.0), ("b", 1_000.0), ("c", 1_000.0), ("d", 2e5), ("e", 4e5))]
@@ -186,9 +186,9 @@ def test_remaining_guard_rounding_and_admission() -> None:
         by_name = {q.name: float(v) for q, v in zip(obj.problem.jobs, obj.job_scale)}
         assert [by_name[n] for n in "abcde"] == pytest.approx(expected)
     with pytest.raises(ConfigError, match="remaining_max_ratio"):
-        ObjectiveConfig(remaining_max_ratio=1e7)
+        PolluxOptions(remaining_max_ratio=1e7)
     with pytest.raises(ConfigError, match="remaining_step"):
-        ObjectiveConfig(remaining_step=-2.0)
+        PolluxOptions(remaining_step=-2.0)
 
 
 @pytest.mark.parametrize("p", [-1.0, -0.5])
@@ -226,7 +226,7 @@ def test_remaining_guard_keeps_long_jobs_weight_up_to_their_fair_share(p: float)
     assert gain(half, "long", 1, 2) == pytest.approx(10 ** p * gain(paper, "long", 1, 2))
     assert float(half.speedup(long, 1, 1)) == pytest.approx(low)
     with pytest.raises(ConfigError, match="remaining_guard"):
-        ObjectiveConfig(remaining_guard=-1.0)
+        PolluxOptions(remaining_guard=-1.0)
 
 
 def test_unweighted_restarts_charge_long_jobs_the_papers_loss() -> None:
@@ -286,7 +286,7 @@ def test_efficient_boost_weights_a_short_job_up_to_its_efficient_size_only() -> 
     for name in ("mid", "long"):
         assert gain(capped, name, 1, 8) == pytest.approx(gain(weighted, name, 1, 8))
     with pytest.raises(ConfigError, match="efficient_boost"):
-        ObjectiveConfig(efficient_boost=1.5)
+        PolluxOptions(efficient_boost=1.5)
 
 
 def test_remaining_restart_factor_spares_jobs_close_to_done() -> None:
@@ -313,14 +313,14 @@ def test_remaining_restart_factor_spares_jobs_close_to_done() -> None:
     damped = _objective(jobs, nodes(4, 4), previous, min_restart_gain=0.2)
     assert ratio(damped, "long") == pytest.approx(0.8)
     with pytest.raises(ConfigError, match="min_restart_gain"):
-        ObjectiveConfig(min_restart_gain=1.0)
+        PolluxOptions(min_restart_gain=1.0)
     # the hysteresis only for jobs holding more than 1 replica: the one-replica jobs here
     # keep Pollux's factor alone
     small_free = _objective(jobs, nodes(4, 4), previous, min_restart_gain=0.2,
                             min_restart_gain_replicas=1)
     assert ratio(small_free, "long") == pytest.approx(ratio(paper, "long"))
     with pytest.raises(ConfigError, match="min_restart_gain_replicas"):
-        ObjectiveConfig(min_restart_gain_replicas=-1)
+        PolluxOptions(min_restart_gain_replicas=-1)
 
 
 def test_remaining_factor_can_replace_the_age_based_one() -> None:

@@ -10,9 +10,8 @@ import pytest
 from pollux.errors import ConfigError
 from pollux.policies import make_policy
 from pollux.policies.pollux import (
-    ObjectiveConfig,
-    PolluxGAPolicy,
     PolluxObjective,
+    PolluxOptions,
     PolluxPolicy,
     build_problem,
 )
@@ -25,17 +24,25 @@ POLICIES = {
 }
 
 
-def test_registry_builds_both() -> None:
+def PolluxGAPolicy(**options: object) -> PolluxPolicy:
+    return PolluxPolicy(base="paper", optimizer="ga", **options)
+
+
+def test_registry_builds_the_family() -> None:
     assert isinstance(make_policy("pollux"), PolluxPolicy)
-    assert isinstance(make_policy("pollux-ga", seed=1), PolluxGAPolicy)
-    remaining = make_policy("pollux-remaining")
+    ga = make_policy("pollux-ga", seed=1)
+    assert ga.one.optimizer == "ga" and ga.least_service_first  # type: ignore[attr-defined]
+    with pytest.warns(FutureWarning, match="'pollux-remaining' is deprecated: write 'pollux"):
+        remaining = make_policy("pollux-remaining")
     assert isinstance(remaining, PolluxPolicy)
-    assert remaining.objective_config.remaining_weight == 0.5
-    assert remaining.objective_config.remaining_restart
-    assert remaining.objective_config.min_restart_gain == 0.2
-    assert remaining.optimizer.shrink_whole_nodes
+    assert remaining.one.remaining_weight == 0.5
+    assert remaining.one.remaining_restart
+    assert remaining.one.min_restart_gain == 0.2
+    assert remaining.optimizer.shrink_whole_nodes  # type: ignore[union-attr]
+    several = remaining.several  # type: ignore[attr-defined]
+    assert (several.move_discount, several.initial_replicas) == ("both", 4)  # pollux's
     paper = make_policy("pollux")
-    assert paper.objective_config == ObjectiveConfig()
+    assert paper.one == PolluxOptions()  # the paper's objective on one type (README rule)
     assert not paper.optimizer.shrink_whole_nodes
 
 
@@ -135,7 +142,7 @@ def test_ga_is_reproducible_for_a_seed() -> None:
 def _brute_force_best(jobs: list, cluster: list) -> float:
     """Best objective over every feasible state of a tiny problem."""
     problem = build_problem(jobs, cluster, {})
-    objective = PolluxObjective(problem, ObjectiveConfig())
+    objective = PolluxObjective(problem, PolluxOptions())
     ranges = [range(int(c) + 1) for c in problem.max_per_node.ravel()]
     states = np.array(list(itertools.product(*ranges))).reshape(-1, *problem.shape)
     feasible = [s for s in states if not state_violations(problem, s)]
@@ -236,12 +243,26 @@ def test_a_shrinking_distributed_job_keeps_whole_nodes_only() -> None:
 
 
 def test_the_growth_rule_on_several_types_is_the_typed_optimizers() -> None:
-    """Drivers ask the policy for its growth rule on the cluster they have: pollux-remaining
-    hands typed clusters to its typed variant, which grows 4x and starts jobs on 4 GPUs."""
-    from pollux.policies.pollux import PolluxRemainingPolicy
-
-    assert PolluxRemainingPolicy().growth_rule(["a", "b"]) == (4.0, 4)
-    assert PolluxRemainingPolicy().growth_rule(["a"]) == (None, 1)
-    assert PolluxPolicy().growth_rule(["a", "b"]) == (None, 1)
-    assert PolluxPolicy(exploration_factor=3).growth_rule(["a", "b"]) == (3.0, 1)
+    """Drivers ask the policy for its growth rule on the cluster they have: ``pollux``
+    grows 4x on several types and starts jobs on 4 GPUs there (its typed defaults), and
+    keeps the paper's rule on one type; options given apply on both kinds."""
+    assert PolluxPolicy().growth_rule(["a", "b"]) == (4.0, 4)
+    assert PolluxPolicy().growth_rule(["a"]) == (None, 1)
+    assert PolluxPolicy(base="paper").growth_rule(["a", "b"]) == (None, 1)
+    assert PolluxPolicy(base="paper", exploration_factor=3).growth_rule(["a", "b"]) == (3.0, 1)
+    assert PolluxPolicy(exploration_factor=3).growth_rule(["a", "b"]) == (3.0, 4)
     assert PolluxGAPolicy().growth_rule(["x", "y"]) == (None, 1)
+
+
+def test_every_option_is_documented_and_checked() -> None:
+    from dataclasses import fields
+
+    from pollux.policies.pollux.options import field_docs
+
+    docs = field_docs()
+    assert set(docs) == {f.name for f in fields(PolluxOptions)}
+    assert all(len(text) > 10 for text in docs.values())
+    with pytest.raises(ConfigError, match="move_discount"):
+        PolluxPolicy(move_discount="never")
+    with pytest.raises(ConfigError, match="p=0.5"):
+        PolluxPolicy(p=0.5)  # Sia's program on several types needs p < 0

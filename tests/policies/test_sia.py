@@ -96,21 +96,21 @@ def test_decisions_fit_each_type_and_never_span_types(specs: list[tuple[int, boo
 
 
 def test_a_restart_factor_of_zero_costs_the_cap_without_warnings() -> None:
-    from pollux.policies.hetero_pollux import HeteroPolluxPolicy
+    from pollux.policies.pollux import PolluxPolicy
 
     churned = job("a", age_s=100.0, restarts=9)  # factor 0: every other entry is 0
     others = [job(f"b{i}", age_s=600.0) for i in range(3)]
-    for policy in (SiaPolicy(), HeteroPolluxPolicy()):
+    for policy in (SiaPolicy(), PolluxPolicy(base="paper").typed):
         allocations = policy.optimize([churned, *others], NODES,
                                       {"a": ("aws-0",)}).allocations
         assert allocations["a"] in ((), ("aws-0",))
 
 
 def test_sia_solves_exactly_and_pollux_fast_and_an_unknown_solver_is_refused() -> None:
-    from pollux.policies.hetero_pollux import HeteroPolluxPolicy
+    from pollux.policies.pollux import PolluxPolicy
 
     assert SiaPolicy().solver == "milp"
-    assert HeteroPolluxPolicy().solver == "fast"
+    assert PolluxPolicy().typed.solver == "fast"
     with pytest.raises(ConfigError, match="choose from: milp, fast"):
         SiaPolicy(solver="cplex")
 

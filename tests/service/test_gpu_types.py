@@ -333,13 +333,13 @@ def test_the_policys_exploration_factor_sets_the_typed_caps(make_service, fake_b
     assert info.max_replicas == 8
 
 
-def test_pollux_remaining_starts_a_new_job_on_4_gpus_of_the_fastest_type(make_service,
-                                                                          fake_backend):
-    """The service applies the typed variant's growth rule as the simulator does: a job
-    that has not run gets 4 GPUs on the type the cluster's speeds say is fastest, not 1
-    GPU anywhere; plain pollux keeps Sia's 1-GPU start."""
+def test_pollux_starts_a_new_job_on_4_gpus_of_the_fastest_type(make_service, fake_backend):
+    """The service applies pollux's typed growth rule as the simulator does: a job that
+    has not run gets 4 GPUs on the type the cluster's speeds say is fastest, not 1 GPU
+    anywhere; the paper's objective (pollux-paper) keeps Sia's 1-GPU start."""
     fake_backend._nodes = typed_nodes()  # a: 2 nodes x 2, b: 1 node x 4
-    service = make_service(policy="pollux-remaining", gpu_type_speeds="a=1,b=3")
+    service = make_service(policy="pollux", gpu_type_speeds="a=1,b=3")
+    assert service.health()["policy"] == "pollux"
     job = service.submit(make_spec("new", max_replicas=8).to_dict())["id"]
     service.allocator.tick(1.0)
     allocation = service.allocator.last_decision.allocations[job]
@@ -348,6 +348,6 @@ def test_pollux_remaining_starts_a_new_job_on_4_gpus_of_the_fastest_type(make_se
     assert dict(info.max_replicas_by_type) == {"a": 4, "b": 4}
     assert info.extras["type_speeds"] == {"a": 1.0, "b": 3.0}
 
-    plain = make_service(policy="pollux", gpu_type_speeds="a=1,b=3")
+    plain = make_service(policy="pollux-paper", gpu_type_speeds="a=1,b=3")
     plain.allocator.tick(2.0)  # same store; no hints yet: still a job without a model
     assert len(plain.allocator.last_decision.allocations[job]) == 1

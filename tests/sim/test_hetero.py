@@ -262,7 +262,7 @@ class BigStartPolicy(PinnedPolicy):
 @needs_sia
 def test_a_policy_sets_how_many_replicas_a_new_job_may_start_with(
         apps: dict[str, TypedApplication]) -> None:
-    from pollux.policies.hetero_pollux import TYPE_SPEEDS_KEY
+    from pollux.policies.base import TYPE_SPEEDS_KEY
 
     for policy, first_cap in ((PinnedPolicy(), 1), (BigStartPolicy(), 4)):
         one = Workload("one", (JobSpec("cifar10-0", 0.0, "cifar10", 1, 128),))

@@ -44,7 +44,7 @@ def test_bound_is_below_every_baseline(num_jobs: int, hours: float, seed: int) -
 
 @pytest.mark.parametrize("seed", [3])
 def test_bound_is_below_pollux(seed: int) -> None:
-    _check_below(generate_workload(3, 0.25, seed), ("pollux", "pollux-remaining", "pollux-ga"))
+    _check_below(generate_workload(3, 0.25, seed), ("pollux", "pollux(remaining_weight=0.5)", "pollux-ga"))
 
 
 def test_srpt_matches_brute_force_on_one_machine() -> None:

@@ -38,7 +38,7 @@ def policy_listing(names: list[str] | None = None) -> str:
         fixed = ",".join(f"{k}={format_value(v)}" for k, v in named.fixed.items())
         if fixed:
             lines.append(f"  (sets {fixed})")
-        for doc in class_options(load_policy_class(name)):
+        for doc in class_options(load_policy_class(name), named.fixed):
             if doc.name in named.fixed:
                 continue
             text = f"  {doc.name} = {_default(dict(doc.defaults))}"

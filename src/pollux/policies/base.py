@@ -127,9 +127,9 @@ class Policy(ABC):
     """A scheduling policy. Instances may keep state across rounds (e.g. a GA population)."""
 
     name: str
-    """The policy's name as records and logs show it: its class's registered name, or,
-    when :func:`~pollux.policies.registry.make_policy` built it, the name it was asked
-    for with its options (``pollux-paper``, ``pollux(p=-0.5)``)."""
+    """The policy's name as records, logs and the service show it: its class's registered
+    name, or, when :func:`~pollux.policies.registry.make_policy` built it, the canonical
+    spec it was asked for (``pollux-paper``, ``pollux(p=-0.5)``, ``my.mod:Mine``)."""
     exploration_factor: float | None = None
     """How fast the drivers let a job with hints grow: at most this times the most
     replicas it has profiled (:func:`pollux.policies.snapshot.exploration_bound`); None:
@@ -138,18 +138,6 @@ class Policy(ABC):
     """On a cluster of several GPU types, how many replicas the drivers let a job that has
     not run anywhere start with (its cap on every type until it has run); 1: the paper's
     and Sia's rule."""
-
-    _spec: str | None = None
-
-    @property
-    def spec(self) -> str:
-        """The canonical spec this policy was built from (``pollux(p=-0.5)``, set by
-        :func:`~pollux.policies.registry.make_policy`); its name when built directly."""
-        return self._spec or self.name
-
-    @spec.setter
-    def spec(self, value: str) -> None:
-        self._spec = value
 
     def growth_rule(self, gpu_types: Sequence[str]) -> tuple[float | None, int]:
         """``(exploration_factor, initial_replicas)`` the drivers apply to the jobs on a

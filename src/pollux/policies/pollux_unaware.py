@@ -24,7 +24,7 @@ from pollux.policies.base import (
     Policy,
     PolicyDecision,
 )
-from pollux.policies.pollux import PolluxGAPolicy, PolluxPolicy
+from pollux.policies.pollux import PolluxPolicy
 from pollux.resources import DEFAULT_GPU_TYPE, GPU
 
 SEPARATOR = "#"
@@ -52,8 +52,8 @@ class PolluxUnawarePolicy(Policy):
         if optimizer not in ("pollux", "ga"):
             raise ConfigError("optimizer", optimizer, "use 'pollux' (fast) or 'ga' (the "
                               "reference genetic algorithm)")
-        self.inner: Policy = (PolluxGAPolicy(seed=seed, p=-1.0) if optimizer == "ga"
-                              else PolluxPolicy(seed=seed, p=-1.0))
+        self.inner: Policy = PolluxPolicy(seed=seed, base="paper", p=-1.0, optimizer=(
+            "ga" if optimizer == "ga" else "marginal"))
         self.virtual_gpus_per_node = virtual_gpus_per_node
         self.max_replicas = max_replicas
         self.type_preference = tuple(type_preference)

@@ -24,14 +24,12 @@ from pollux.spec import format_spec, parse_spec
 
 @dataclass(frozen=True)
 class NamedPolicy:
-    """A registered policy: its class and the options its name fixes."""
+    """A registered policy: its ``module:Class``, one line for ``pollux policies``, and the
+    options its name sets (a spec's own options may override them)."""
 
     target: str
-    """``module:Class``."""
     summary: str
-    """One line for ``pollux policies``."""
     fixed: Mapping[str, Any] = field(default_factory=dict)
-    """Options the name sets (a spec's own options may override them)."""
 
 
 _POLLUX = "pollux.policies.pollux:PolluxPolicy"
@@ -39,13 +37,9 @@ NAMED_POLICIES: Mapping[str, NamedPolicy] = MappingProxyType({
     "pollux": NamedPolicy(_POLLUX, "the project's best Pollux on each cluster kind (README: "
                                    "'pollux is our best'); options as pollux-paper's"),
     "pollux-paper": NamedPolicy(_POLLUX, "the paper's objective (Sia's program on several GPU "
-                                         "types) on the fast optimizer"),
-    "pollux-ga": NamedPolicy("pollux.policies.pollux:PolluxGAPolicy",
-                             "the paper's objective on its genetic algorithm (faithful, slow)"),
-    "pollux-remaining": NamedPolicy("pollux.policies.pollux:PolluxRemainingPolicy",
-                                    "pollux with remaining-time weights"),
-    "pollux-hetero": NamedPolicy("pollux.policies.hetero_pollux:HeteroPolluxPolicy",
-                                 "the typed solver"),
+                                         "types) on the fast optimizer", {"base": "paper"}),
+    "pollux-ga": NamedPolicy(_POLLUX, "the paper's objective on its genetic algorithm "
+                                      "(faithful, slow)", {"base": "paper", "optimizer": "ga"}),
     "sia": NamedPolicy("pollux.policies.sia:SiaPolicy", "Sia (SOSP'23) as published"),
     "pollux-unaware": NamedPolicy("pollux.policies.pollux_unaware:PolluxUnawarePolicy",
                                   "Pollux blind to GPU types (Sia's baseline)"),
@@ -59,6 +53,9 @@ NAMED_POLICIES: Mapping[str, NamedPolicy] = MappingProxyType({
 """Registered policy names (read-only)."""
 
 DEPRECATED_NAMES: Mapping[str, str] = MappingProxyType({
+    "pollux-remaining": "pollux(remaining_weight=0.5,remaining_restart=true,"
+                        "min_restart_gain=0.2,shrink_whole_nodes=true)",
+    "pollux-hetero": "pollux-paper",
 })
 """Old names -> the spec that now means the same (a warning names it)."""
 
@@ -94,12 +91,12 @@ def load_policy_class(name: str) -> type:
     return load_plugin_class("policy", name, POLICY_CLASSES)
 
 
-def class_options(cls: type) -> list[OptionDoc]:
-    """The options ``cls`` takes: its own table (``Policy.option_docs``) or, for other
-    classes, the keyword parameters of its ``__init__`` chain (``seed`` aside)."""
+def class_options(cls: type, fixed: Mapping[str, Any] | None = None) -> list[OptionDoc]:
+    """The options ``cls`` takes (with ``fixed`` set): its own table (a classmethod
+    ``option_docs(**fixed)``) or the keyword parameters of its ``__init__`` chain."""
     docs = getattr(cls, "option_docs", None)
     if callable(docs):
-        table: list[OptionDoc] = docs()
+        table: list[OptionDoc] = docs(**(fixed or {}))
         if table:
             return table
     found: dict[str, OptionDoc] = {}
@@ -137,12 +134,16 @@ def canonical_spec(spec: str) -> str:
 def make_policy(spec: str, *, seed: int = 0, **options: Any) -> Policy:
     """Instantiate policy ``spec`` (registered name or ``module:Class``, with options) with
     ``seed`` and keyword ``options`` on top; unknown names list the valid choices and
-    unknown options the valid ones. The policy's ``spec`` is the canonical text, its
-    ``name`` the same with a plugin's own name for its ``module:Class``."""
+    unknown options the valid ones. The policy's ``name`` is the canonical spec."""
     name, cls, fixed, given = _resolve(spec)
     given = {**given, **options}
     _check_options(name, cls, given)
-    policy: Policy = cls(seed=seed, **{**fixed, **given})
-    policy.spec = format_spec(name, given)
-    policy.name = format_spec(policy.name if ":" in name else name, given)
+    try:
+        policy: Policy = cls(seed=seed, **{**fixed, **given})
+    except (TypeError, ValueError) as exc:  # a value of the wrong type for a plain __init__
+        if isinstance(exc, ConfigError):
+            raise
+        raise ConfigError(f"{name} options", format_spec(name, given),
+                          f"check the values' types ({exc})") from exc
+    policy.name = format_spec(name, given)
     return policy

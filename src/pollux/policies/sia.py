@@ -121,13 +121,9 @@ class SiaPolicy(Policy):
             return float(job.restart_delay_s)
         return self.restart_penalty_s.get(str(app), DEFAULT_RESTART_PENALTY_S)
 
-    def goodput_row(self, job: JobInfo, configs: Sequence[Config]) -> np.ndarray:
-        """Normalized goodput of ``job`` at each configuration (invalid: 1e-4)."""
-        return self.goodput_matrix([job], configs)[0]
-
     def goodput_matrix(self, jobs: Sequence[JobInfo], configs: Sequence[Config]) -> np.ndarray:
-        """:meth:`goodput_row` of every job, computed one GPU type at a time over all the
-        jobs with a model there (:func:`pollux.models.typed.goodput_matrix`)."""
+        """Each job's normalized goodput at each configuration (invalid: 1e-4), one GPU
+        type at a time (:func:`pollux.models.typed.goodput_matrix`)."""
         matrix = np.full((len(jobs), len(configs)), INVALID_GOODPUT)
         # Sia shares the largest growth cap over types
         caps = np.array([max(max(job.max_replicas_by_type.values(), default=job.max_replicas),

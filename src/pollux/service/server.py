@@ -306,7 +306,7 @@ def build_service(config: ServerConfig, hints_url: str | None,
                          else parse_type_speeds(config.gpu_type_speeds, "--gpu-type-speeds"))),
         autoscaler=autoscaler_for(config, backend.nodes()),
         on_round=recorder)
-    return SchedulerService(store, backend, allocator, config.data_dir, policy.spec,
+    return SchedulerService(store, backend, allocator, config.data_dir, policy.name,
                             autoscaler=config.autoscaler, history=history, metrics=metrics)
 
 

@@ -35,10 +35,10 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike
 
-from pollux.policies.pollux.objective_config import (
+from pollux.policies.pollux.options import (
     MIN_REMAINING_RATIO,
     FairShareRounding,
-    ObjectiveConfig,
+    PolluxOptions,
 )
 from pollux.policies.pollux.problem import (
     AllocationProblem,
@@ -90,7 +90,7 @@ def restart_factor(age_s: ArrayLike, num_restarts: ArrayLike, delay_s: ArrayLike
 class PolluxObjective:
     """Speedups and fitness of candidate states for one round (caches speedup queries)."""
 
-    def __init__(self, problem: AllocationProblem, config: ObjectiveConfig) -> None:
+    def __init__(self, problem: AllocationProblem, config: PolluxOptions) -> None:
         self.problem = problem
         self.config = config
         self._tables: list[FloatArray | None] = [None] * problem.num_jobs

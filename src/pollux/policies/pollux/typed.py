@@ -1,50 +1,14 @@
-"""The project's Pollux on clusters of several GPU types.
+"""Pollux on clusters of several GPU types: Sia's program with the project's fixes.
 
-It keeps Sia's formulation (one configuration per job: a GPU type and a GPU count, chosen
-by one integer program over row-normalized goodputs raised to ``p``) and fixes what
-Sia's own code gets wrong or leaves coarse:
-
-* the restart factor uses each job's own restart delay (``JobInfo.restart_delay_s``,
-  what a restart really costs it) instead of Sia's table, which undercounts cifar10
-  (30 s against 50 s) and yolov3 (45 s against 80 s);
-* costs are not rounded to two decimals (Sia's rounding makes speedups 40 and 50 equal);
-* every GPU count from 1 to a node is a configuration (not only 1, 2, 4), then whole
-  nodes, so jobs fill what powers of two leave over;
-* optional remaining-work awareness, each off by default: ``remaining_exponent``
-  weights each job's term by ``(median remaining / its remaining) ** remaining_exponent``
-  clipped to ``min_weight..max_weight_ratio`` (Smith's rule; ``remaining_s`` from the
-  job's own model), and ``move_discount="both"`` also charges a move its restart delay
-  ``S`` against the work ``W`` the job has left (effective goodput ``g / (1 + S g / W)``
-  on top of Sia's age factor; ``"remaining"``: that charge alone); ``weighted_moves``
-  counts a light job's (weight ``w < 1``) restart delay as ``S / w``, so the weights do
-  not make long jobs cheap to move;
-* placement keeps a job smaller than a node on one node (best fit: the fullest node
-  where it fits), so its synchronization stays on the node as its goodput assumed; only
-  when no node has room does it span nodes;
-* optional growth and start rules, off by default: ``exploration_factor`` (the
-  :class:`~pollux.policies.base.Policy` attribute the drivers apply) lets a job grow to
-  that many times the replicas it ran with on a type instead of 2x;
-  ``fast_growth_share`` keeps that for jobs whose restart delay is at least that share
-  of their remaining time; ``initial_replicas`` lets a job that has not run start with
-  that many GPUs on its fastest type (perfect scaling from its 1-GPU speed per type,
-  ``extras[TYPE_SPEEDS_KEY]``);
-* other measured knobs, off by default: ``tail_share``/``tail_weight`` (the jobs
-  predicted to complete latest weigh at least ``tail_weight``), ``restart_scale``
-  (restart delays counted ``k`` times in both move factors), ``gpu_price`` (a cost per
-  GPU in the objective).
-
-Measured (8 Philly workloads, aws:6x4,dgx-ext:2x8,rtx:3x8, pooled over 1,280 jobs;
-``bench/hetero_policy.py``, study in ``bench/hetero_policy.md``), against Sia's 2,270 s,
-p99 9.39 h, 4.20 GPU-hours per job: the default 2,273 s (1.00x), p99 9.27 h, 4.15 GPU-h;
-``move_discount="both", remaining_exponent=0.5, weighted_moves=True`` 2,193 s (0.966x),
-p99 9.80 h, 3.96 GPU-h; with ``exploration_factor=4`` 2,089 s (0.920x), p99 10.01 h,
-4.30 GPU-h; and ``initial_replicas=4`` on top 2,012 s (0.886x), 2.1 restarts per job
-against Sia's 4.2, but p99 9.73 h and 4.28 GPU-h: the average target is met, the p99
-and GPU-hours are 3.6% and 1.9% worse than Sia's (the imagenet jobs, weighted down by
-Smith's rule, lose A100 time), so it is an option, not the default.
-
-On a cluster of one type it is the plain Pollux policy (``pollux.policies.pollux``):
-:class:`PolluxPolicy` hands typed snapshots here.
+Sia's formulation (one configuration, a GPU type and count, per job, chosen by one integer
+program over row-normalized goodputs raised to ``p``), with: each job's own restart delay
+in the restart factor (Sia's table undercounts cifar10 and yolov3); unrounded costs
+(Sia's rounding makes speedups 40 and 50 equal); every GPU count from 1 to a node, then
+whole nodes; and a job smaller than a node placed on one node (best fit), so its
+synchronization stays where its goodput assumed. The options marked *(several types)* in
+:class:`~pollux.policies.pollux.options.PolluxOptions` add remaining-work awareness,
+faster growth and bigger starts (study: ``bench/hetero_policy.md``).
+:class:`OneTypeProgram` runs the program on one type from the jobs' speedup functions.
 """
 
 from __future__ import annotations
@@ -54,7 +18,6 @@ from dataclasses import replace
 
 import numpy as np
 
-from pollux.errors import ConfigError
 from pollux.policies.base import (
     TYPE_SPEEDS_KEY,
     Allocation,
@@ -63,77 +26,26 @@ from pollux.policies.base import (
     NodeInfo,
     PolicyDecision,
 )
+from pollux.policies.pollux.options import PolluxOptions
 from pollux.policies.sia import INVALID_GOODPUT, MAX_COST, Config, SiaPolicy, restart_factor
 from pollux.policies.snapshot import EXPLORATION_FACTOR
 
-MOVE_DISCOUNTS = ("age", "remaining", "both")
 
-
-class HeteroPolluxPolicy(SiaPolicy):
+class TypedPollux(SiaPolicy):
     """Sia's program with the job's own restart costs, exact costs, every sub-node GPU
     count, and single-node placement of sub-node jobs; see the module docstring."""
 
-    name = "pollux-hetero"
+    name = "pollux"
 
-    def __init__(self, p: float = -0.5, lambda_n: float = 1.1,
-                 remaining_exponent: float = 0.0, max_weight_ratio: float = 4.0,
-                 min_weight: float | None = None, weighted_moves: bool = False,
-                 move_discount: str = "age", exploration_factor: float = 0.0,
-                 fast_growth_share: float = 0.0, gpu_price: float = 0.0,
-                 tail_share: float = 0.0, tail_weight: float = 1.0,
-                 restart_scale: float = 1.0, initial_replicas: int = 1,
-                 seed: int | None = None, solver: str = "fast") -> None:
-        super().__init__(p=p, lambda_n=lambda_n, seed=seed, solver=solver)
-        if move_discount not in MOVE_DISCOUNTS:
-            raise ConfigError("move_discount", move_discount, f"use one of {MOVE_DISCOUNTS}")
-        self.remaining_exponent = float(remaining_exponent)
-        self.max_weight_ratio = float(max_weight_ratio)
-        self.min_weight = 1.0 / self.max_weight_ratio if min_weight is None else min_weight
-        if not 0 < self.min_weight <= self.max_weight_ratio:
-            raise ConfigError("min_weight", min_weight, "use a weight in (0, max_weight_ratio]")
-        self.move_discount = move_discount
-        if not (np.isfinite(exploration_factor)
-                and (exploration_factor == 0 or exploration_factor >= 1)):
-            raise ConfigError("exploration_factor", exploration_factor,
-                              "use 0 (the reference's growth cap, 2x) or a factor >= 1, e.g. 4")
-        self.exploration_factor = float(exploration_factor) or None
-        """A job may grow to this many times the replicas it has run with on a type (the
-        drivers apply it; None: the reference's growth cap, 2x)."""
-        if not (np.isfinite(fast_growth_share) and fast_growth_share >= 0):
-            raise ConfigError("fast_growth_share", fast_growth_share, "use a share >= 0")
-        self.fast_growth_share = float(fast_growth_share)
-        """With ``exploration_factor`` above 2: only a job whose restart delay is at least this
-        share of its remaining time where it runs may use it; others grow 2x."""
-        if not (np.isfinite(gpu_price) and gpu_price >= 0):
-            raise ConfigError("gpu_price", gpu_price, "use a cost >= 0 per GPU")
-        self.gpu_price = float(gpu_price)
-        """Added to the objective per GPU of a configuration (unweighted): a GPU must buy
-        at least this much of the objective."""
-        if not (np.isfinite(tail_share) and 0 <= tail_share < 1):
-            raise ConfigError("tail_share", tail_share, "use a share in [0, 1)")
-        if not (np.isfinite(tail_weight) and tail_weight > 0):
-            raise ConfigError("tail_weight", tail_weight, "use a weight > 0")
-        self.tail_share = float(tail_share)
-        self.tail_weight = float(tail_weight)
-        """The ``tail_share`` of jobs (with a prediction) whose predicted completion
-        (age + remaining time at their current allocation) is latest weigh at least
-        ``tail_weight``: Smith's weights do not slow the jobs that make the p99."""
-        if not (np.isfinite(restart_scale) and restart_scale > 0):
-            raise ConfigError("restart_scale", restart_scale, "use a factor > 0")
-        self.restart_scale = float(restart_scale)
-        """Both move factors count a job's restart delay times this."""
-        if isinstance(initial_replicas, bool) or not isinstance(initial_replicas, int) \
-                or initial_replicas < 1:
-            raise ConfigError("initial_replicas", initial_replicas, "use a whole number >= 1")
-        self.initial_replicas = initial_replicas
-        """A job that has not run yet may start with this many replicas (the reference:
-        1; the drivers apply it, :meth:`~pollux.policies.base.Policy.growth_rule`): without a model, its goodput is taken to scale
-        perfectly from its 1-GPU speed on each type (``extras[TYPE_SPEEDS_KEY]``)."""
-        self._tail: frozenset[str] = frozenset()
-        """This round's tail jobs (``tail_share``), set by :meth:`optimize`."""
-        self.weighted_moves = bool(weighted_moves)
-        self._move_weights: dict[str, float] = {}
-        """This round's job weights below 1 (``weighted_moves``), set by :meth:`optimize`."""
+    def __init__(self, options: PolluxOptions) -> None:
+        super().__init__(p=options.p, lambda_n=options.lambda_n, solver=options.solver)
+        self.options = options
+        self.exploration_factor = options.exploration_factor or None
+        self.initial_replicas = options.initial_replicas
+        self.min_weight = (1.0 / options.max_weight_ratio if options.min_weight is None
+                           else options.min_weight)
+        self._tail: frozenset[str] = frozenset()  # this round's (tail_share)
+        self._move_weights: dict[str, float] = {}  # this round's below 1 (weighted_moves)
 
     def _job_weights(self, jobs: Sequence[JobInfo]) -> np.ndarray:
         """Shorter remaining work weighs more: ``(median / remaining_s) ** exponent``,
@@ -143,24 +55,25 @@ class HeteroPolluxPolicy(SiaPolicy):
                               for job in jobs])
         known = np.isfinite(remaining) & (remaining > 0)
         weights = np.ones(len(jobs))
-        if self.remaining_exponent and known.any():
+        if self.options.remaining_exponent and known.any():
             ratio = np.median(remaining[known]) / remaining[known]
-            weights[known] = np.clip(ratio ** self.remaining_exponent,
-                                     self.min_weight, self.max_weight_ratio)
+            weights[known] = np.clip(ratio ** self.options.remaining_exponent,
+                                     self.min_weight, self.options.max_weight_ratio)
         if self._tail:
             tail = np.array([job.name in self._tail for job in jobs], dtype=bool)
-            weights[tail] = np.maximum(weights[tail], self.tail_weight)
+            weights[tail] = np.maximum(weights[tail], self.options.tail_weight)
         return weights
 
     def optimize(self, jobs: Sequence[JobInfo], nodes: Sequence[NodeInfo],
                  previous_allocations: Allocations) -> PolicyDecision:
         """Sia's round; with ``weighted_moves`` a job weighing ``w < 1`` has its restart
         delay counted as ``S / w``, so its move costs what a weight-1 job's would."""
-        if self.fast_growth_share and (self.exploration_factor or 0) > EXPLORATION_FACTOR:
+        fast = self.exploration_factor or 0
+        if self.options.fast_growth_share and fast > EXPLORATION_FACTOR:
             jobs = self._slow_growth_for_long_jobs(jobs, nodes, previous_allocations)
-        if self.tail_share:
+        if self.options.tail_share:
             self._tail = self._tail_jobs(jobs, nodes, previous_allocations)
-        if self.weighted_moves:
+        if self.options.weighted_moves:
             weights = self._job_weights(jobs)
             self._move_weights = {job.name: float(w) for job, w in zip(jobs, weights)
                                   if w < 1.0}
@@ -183,7 +96,7 @@ class HeteroPolluxPolicy(SiaPolicy):
                 predicted[job.name] = job.age_s + left_s
         if not predicted:
             return frozenset()
-        cut = float(np.quantile(list(predicted.values()), 1.0 - self.tail_share))
+        cut = float(np.quantile(list(predicted.values()), 1.0 - self.options.tail_share))
         return frozenset(name for name, jct_s in predicted.items() if jct_s >= cut)
 
     @staticmethod
@@ -212,7 +125,8 @@ class HeteroPolluxPolicy(SiaPolicy):
             prev = tuple(previous_allocations.get(job.name, ()))
             model = job.typed_goodput
             left_s = self._left_s(job, prev, type_of)
-            fast = left_s is not None and job.restart_delay_s >= self.fast_growth_share * left_s
+            fast = (left_s is not None
+                    and job.restart_delay_s >= self.options.fast_growth_share * left_s)
             if not fast and model is not None and job.max_replicas_by_type:
                 caps = {t: min(cap, max(EXPLORATION_FACTOR * (
                     model.profiles[t].max_profiled_replicas if t in model.profiles else 0), 1))
@@ -243,13 +157,14 @@ class HeteroPolluxPolicy(SiaPolicy):
                previous_config: Sequence[int | None],
                groups: Mapping[str, Sequence[NodeInfo]]) -> list[int | None]:
         """Sia's program, each configuration charged ``gpu_price`` per GPU."""
-        if self.gpu_price:
+        if self.options.gpu_price:
             size = np.array([c.num_gpus for c in configs], dtype=np.float64)
-            cost = cost + self.gpu_price * size[None, :] / self._job_weights(jobs)[:, None]
+            weights = self._job_weights(jobs)[:, None]
+            cost = cost + self.options.gpu_price * size[None, :] / weights
         return super()._solve(jobs, configs, cost, previous_config, groups)
 
     def _penalty_s(self, job: JobInfo) -> float:
-        return (self.restart_scale * float(job.restart_delay_s)
+        return (self.options.restart_scale * float(job.restart_delay_s)
                 / self._move_weights.get(job.name, 1.0))
 
     def _discount_moves(self, job: JobInfo, configs: Sequence[Config], row: np.ndarray,
@@ -259,11 +174,11 @@ class HeteroPolluxPolicy(SiaPolicy):
         an effective goodput of ``g / (1 + S g / W)``; ``age`` is Sia's factor alone."""
         out = row.copy()
         factor = np.ones(len(row))
-        if self.move_discount in ("age", "both"):
+        if self.options.move_discount in ("age", "both"):
             factor *= restart_factor(job, self._penalty_s(job))
         model = job.typed_goodput
         prev = configs[prev_index]
-        if (self.move_discount in ("remaining", "both") and model is not None
+        if (self.options.move_discount in ("remaining", "both") and model is not None
                 and job.remaining_s and model.has_model(prev.gpu_type)
                 and row[prev_index] > INVALID_GOODPUT):
             work = job.remaining_s * model.reference_goodput
@@ -317,3 +232,33 @@ class HeteroPolluxPolicy(SiaPolicy):
                 for name in taken:
                     free[name] += 1
         return placed
+
+
+class OneTypeProgram(TypedPollux):
+    """:class:`TypedPollux`'s program on a cluster of one type, each job's row its
+    ``JobInfo.speedup_fn`` (speedup over one replica is exactly the normalized goodput
+    row): the same program measured against the power mean on the paper's clusters."""
+
+    def goodput_row(self, job: JobInfo, configs: Sequence[Config]) -> np.ndarray:
+        """Speedup over one replica at each configuration (beyond the cap: 1e-4; a job
+        without a model may take one GPU only)."""
+        row = np.full(len(configs), INVALID_GOODPUT)
+        gpus = np.array([c.num_gpus for c in configs])
+        nodes = np.array([c.num_nodes for c in configs])
+        valid = gpus <= max(job.max_replicas, 1)
+        if job.speedup_fn is None:
+            row[np.argmin(gpus)] = 1.0
+            return row
+        if valid.any():
+            values = np.asarray(job.speedup_fn(nodes[valid], gpus[valid]), dtype=np.float64)
+            row[valid] = np.where(np.isfinite(values), values, 0.0)
+        useful = row > INVALID_GOODPUT
+        if useful.any():
+            row[useful] /= row[useful].min()
+        return np.maximum(row, INVALID_GOODPUT)
+
+    def goodput_matrix(self, jobs: Sequence[JobInfo], configs: Sequence[Config]) -> np.ndarray:
+        """:meth:`goodput_row` of every job."""
+        if not jobs:
+            return np.zeros((0, len(configs)))
+        return np.stack([self.goodput_row(job, configs) for job in jobs])
