@@ -25,7 +25,6 @@ from __future__ import annotations
 import ipaddress
 import logging
 import os
-import signal
 import socket
 import subprocess
 import time
@@ -50,6 +49,7 @@ from pollux.backends.slurm.script import (
     step_name,
     work_prefix,
 )
+from pollux.backends.slurm.signals import signal_cluster, signal_steps
 from pollux.backends.slurm.states import Phase, UnknownSlurmState, job_state
 from pollux.errors import BackendError, ConfigError, JobSpecError
 from pollux.job_spec import JobSpec
@@ -301,7 +301,7 @@ class SlurmBackend(Backend):
             return []
         if launch.mode == ALLOCATION:
             if launch.pending_signal is not None:
-                self._signal_steps(launch, launch.pending_signal)
+                self._signal(launch, launch.pending_signal)
             return launch.from_processes()
         if launch.ended:
             return launch.unknown()  # every replica's exit is known
@@ -329,7 +329,7 @@ class SlurmBackend(Backend):
                 logger.warning("cannot cancel requeued Slurm job %s: %s",
                                launch.slurm_job_id, exc)
         if launch.pending_signal is not None and not launch.ended:
-            self._signal_cluster(launch, launch.pending_signal)
+            self._signal(launch, launch.pending_signal)
         elif (launch.last_phase is Phase.WAITING and not launch.withdrawn
               and time.monotonic() - launch.submitted_at > self.pending_timeout_s):
             logger.warning("job %s: Slurm job %s still waits for its nodes after %.0f s "
@@ -349,53 +349,14 @@ class SlurmBackend(Backend):
         launch = self._launches.get(job_id)
         if launch is None or launch.ended:
             return
+        self._signal(launch, "KILL" if force else "TERM")
+
+    def _signal(self, launch: SlurmLaunch, signal_name: str) -> None:
         if launch.mode == CLUSTER:
-            self._signal_cluster(launch, "KILL" if force else "TERM")
+            if signal_cluster(self.commands, launch, signal_name):
+                self._jobs_cache = None
         else:
-            self._signal_steps(launch, "KILL" if force else "TERM")
-
-    def _signal_cluster(self, launch: SlurmLaunch, signal_name: str) -> None:
-        try:
-            if launch.last_phase in (None, Phase.WAITING) and signal_name == "TERM":
-                self.commands.cancel(launch.slurm_job_id)  # nothing runs yet: withdraw it
-            elif signal_name == "TERM":
-                self.commands.signal(launch.slurm_job_id, "TERM")
-            else:
-                self.commands.signal(launch.slurm_job_id, "KILL", full=True)
-                self.commands.cancel(launch.slurm_job_id)
-        except BackendError as exc:
-            logger.warning("cannot signal Slurm job %s (%s); trying again", launch.slurm_job_id,
-                           exc)
-            launch.pending_signal = signal_name
-            return
-        launch.pending_signal = None
-        self._jobs_cache = None
-
-    def _signal_steps(self, launch: SlurmLaunch, signal_name: str) -> None:
-        live = [r for r in launch.replicas if r.exit_code is None
-                and (r.process is None or r.process.poll() is None)]
-        try:
-            steps = self.commands.steps(launch.slurm_job_id) if live else {}
-        except BackendError as exc:
-            logger.warning("cannot list the steps of allocation %s (%s); trying again",
-                           launch.slurm_job_id, exc)
-            launch.pending_signal = signal_name
-            return
-        launch.pending_signal = None
-        for replica in live:
-            step = steps.get(replica.step)
-            try:
-                if step is not None:
-                    self.commands.signal(step, signal_name)
-                elif replica.process is not None:  # no step yet: withdraw the request
-                    replica.process.send_signal(signal.SIGTERM)
-                if signal_name == "KILL" and replica.process is not None:
-                    replica.process.kill()
-            except BackendError as exc:
-                logger.warning("cannot signal step %s (%s); trying again", step, exc)
-                launch.pending_signal = signal_name
-            except ProcessLookupError:
-                pass
+            signal_steps(self.commands, launch, signal_name)
 
     def release(self, job_id: str) -> None:
         launch = self._launches.get(job_id)
