@@ -18,6 +18,7 @@ import argparse
 import json
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -27,9 +28,11 @@ from pollux.cluster_spec import parse_cluster_spec
 from pollux.models import fit_throughput_params
 from pollux.models.typed import TypedGoodput, TypeProfile
 from pollux.policies.registry import make_policy
-from pollux.sim.hetero.job import HeteroJob
-from pollux.sim.hetero.runner import load_for
-from pollux.sim.hetero.simulator import HeteroConfig, HeteroResult, HeteroSimulator
+from pollux.sim.config import ClusterConfig
+from pollux.sim.job import SimJob
+from pollux.sim.semantics import SIA_ARTIFACT
+from pollux.sim.simulator import SimulationResult, Simulator
+from pollux.sim.typed_apps import load_typed_applications
 from pollux.sim.workload import read_workload
 
 ARTIFACT = Path("..", "shared", "sia-artifact")
@@ -117,7 +120,7 @@ def _install_oracle(traces_dir: str) -> None:
     """Jobs describe themselves to the policy with the whole-trace fit on every type."""
     fits = _oracle_models(traces_dir)
 
-    def typed_goodput(self: HeteroJob) -> TypedGoodput | None:
+    def typed_goodput(self: SimJob) -> TypedGoodput | None:
         if self.grad_stats is None:
             return None
         key = ("oracle", self.grad_stats,
@@ -135,7 +138,7 @@ def _install_oracle(traces_dir: str) -> None:
         self._model = (key, model)
         return model
 
-    HeteroJob.typed_goodput = typed_goodput  # type: ignore[method-assign]
+    SimJob.typed_goodput = typed_goodput  # type: ignore[method-assign]
 
 
 def _one_gpu_lines(traces_dir: str) -> dict[tuple[str, str], tuple[float, float]]:
@@ -157,13 +160,11 @@ def _install_linear(traces_dir: str) -> None:
     """Jobs project their fitted model onto unseen types per term: the compute intercept
     and slope each by the ratio of the 1-GPU lines' intercepts and slopes, the sync times
     by the 1-GPU speed ratio (``bench/hetero_bootstrap.py``: error 0.20 against 0.28)."""
-    from dataclasses import replace
-
     from pollux.models.typed import project_params
     lines = _one_gpu_lines(traces_dir)
-    original = HeteroJob.typed_goodput
+    original = SimJob.typed_goodput
 
-    def typed_goodput(self: HeteroJob) -> TypedGoodput | None:
+    def typed_goodput(self: SimJob) -> TypedGoodput | None:
         model = original(self)
         if model is None or not model.projected_from or self.type_speeds is None:
             return model
@@ -187,7 +188,7 @@ def _install_linear(traces_dir: str) -> None:
         self._linear = (model, linear)  # type: ignore[attr-defined]
         return linear
 
-    HeteroJob.typed_goodput = typed_goodput  # type: ignore[method-assign]
+    SimJob.typed_goodput = typed_goodput  # type: ignore[method-assign]
 
 
 def run_one(variant: str, workload_path: str, traces_dir: str) -> dict[str, Any]:
@@ -198,14 +199,15 @@ def run_one(variant: str, workload_path: str, traces_dir: str) -> dict[str, Any]
     elif variant.startswith("linear-"):
         base = variant.removeprefix("linear-")
         _install_linear(traces_dir)
-    elif variant.startswith("norestart-"):  # a ceiling: every restart free
-        from pollux.sim.hetero.apps import TypedApplication
+    config = ClusterConfig(cluster=parse_cluster_spec(CLUSTER), semantics=SIA_ARTIFACT)
+    if variant.startswith("norestart-"):  # a ceiling: every restart free
         base = variant.removeprefix("norestart-")
-        TypedApplication.restart_delay_s = property(lambda self: 0.0)  # type: ignore
-    apps = load_for(CLUSTER, traces_dir)
-    config = HeteroConfig(parse_cluster_spec(CLUSTER), interval_s=60.0)
+        config = replace(config, semantics=replace(SIA_ARTIFACT, restart_delays_s=None),
+                         restart_delay_s=0.0)
+    apps = load_typed_applications(traces_dir, parse_cluster_spec(CLUSTER).gpu_types)
     workload = read_workload(workload_path)
-    result: HeteroResult = HeteroSimulator(workload, apps, make_policy(VARIANTS[base]), config).run()
+    result: SimulationResult = Simulator(workload, apps, make_policy(VARIANTS[base]),
+                                         config).run()
     first: dict[str, float] = {}
     for log in result.rounds:
         for name in log.gpus:
@@ -269,7 +271,7 @@ def main() -> None:
     tasks = [(v, str(ARTIFACT / "workloads" / "philly" / f"workload-{w}.csv"), args.traces)
              for v in args.variants.split(",") for w in args.workloads.split(",")]
     runs = []
-    # a fresh process per run: the oracle and linear variants patch HeteroJob
+    # a fresh process per run: the oracle and linear variants patch SimJob
     with ProcessPoolExecutor(max_workers=args.processes, max_tasks_per_child=1) as pool:
         for run in pool.map(run_one, *zip(*tasks)):  # kept as they come
             runs.append(run)

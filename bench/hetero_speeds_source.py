@@ -38,8 +38,11 @@ import numpy as np
 
 from pollux.cluster_spec import parse_cluster_spec
 from pollux.policies.registry import make_policy
-from pollux.sim.hetero.runner import load_for
-from pollux.sim.hetero.simulator import HeteroConfig, HeteroSimulator, summarize_hetero
+from pollux.sim.config import ClusterConfig
+from pollux.sim.metrics import summarize_run
+from pollux.sim.semantics import SIA_ARTIFACT
+from pollux.sim.simulator import Simulator
+from pollux.sim.typed_apps import load_typed_applications
 from pollux.sim.workload import read_workload
 
 CLUSTER = "aws:6x4,dgx-ext:2x8,rtx:3x8"
@@ -55,8 +58,8 @@ def main() -> None:
     parser.add_argument("--variants", default="own,others,none")
     parser.add_argument("--traces", default=str(SIA / "traces"))
     args = parser.parse_args()
-    apps = load_for(CLUSTER, args.traces)
     spec = parse_cluster_spec(CLUSTER)
+    apps = load_typed_applications(args.traces, spec.gpu_types)
     workloads = [read_workload(SIA / "workloads" / "philly" / f"workload-{w}.csv", set(apps))
                  for w in args.workloads.split(",")]
     print(f"{'policy':<8} {'speeds':<7} {'avg JCT s':>10} {'p99 h':>6} {'GPU-h/job':>9} "
@@ -67,9 +70,10 @@ def main() -> None:
             gpu_h = restarts = 0.0
             per_workload = []
             for workload in workloads:
-                config = HeteroConfig(spec, **VARIANTS[variant])  # type: ignore[arg-type]
-                record = summarize_hetero(HeteroSimulator(
-                    workload, apps, make_policy(policy, seed=0), config).run())
+                config = ClusterConfig(cluster=spec, semantics=SIA_ARTIFACT,
+                                       **VARIANTS[variant])  # type: ignore[arg-type]
+                record = summarize_run(Simulator(
+                    workload, apps, make_policy(policy, seed=0), config).run(), apps)
                 jcts += [job.jct_s for job in record.jobs if job.jct_s is not None]
                 gpu_h += record.gpu_hours_per_job * record.num_jobs
                 restarts += record.restarts_per_job * record.num_jobs

@@ -52,17 +52,17 @@ def toy_workload(*names: str) -> Workload:
 
 
 def test_elastic_cluster_provisions_after_the_delay_and_releases_the_emptiest() -> None:
-    cluster = ElasticCluster(2, 6, 4, provision_delay_s=120.0)
+    cluster = ElasticCluster({"default": 2}, [("default", 6, 4)], provision_delay_s=120.0)
     assert [n.name for n in cluster.nodes()] == ["node-0", "node-1"]
-    assert cluster.resize(4, 60.0, {}) == set()
+    assert cluster.resize({"default": 4}, 60.0, {}) == set()
     assert (len(cluster.nodes()), cluster.num_billed_nodes) == (2, 4)
     cluster.refresh(120.0)
     assert len(cluster.nodes()) == 2  # requested at 60 s: usable from 180 s
     cluster.refresh(180.0)
     assert [n.name for n in cluster.nodes()] == ["node-0", "node-1", "node-2", "node-3"]
-    cluster.resize(5, 200.0, {})
+    cluster.resize({"default": 5}, 200.0, {})
     # shrinking cancels the provisioning node first, then frees the emptiest ready ones
-    released = cluster.resize(2, 240.0, {"node-0": 3, "node-2": 1})
+    released = cluster.resize({"default": 2}, 240.0, {"node-0": 3, "node-2": 1})
     assert released == {"node-1", "node-3"}
     assert [n.name for n in cluster.nodes()] == ["node-0", "node-2"]
     assert cluster.num_billed_nodes == 2

@@ -13,15 +13,24 @@ from pollux.cluster_spec import allocation_gpu_type, parse_cluster_spec
 from pollux.errors import WorkloadError
 from pollux.policies.base import Allocations, JobInfo, NodeInfo, Policy, PolicyDecision
 from pollux.policies.sia import SiaPolicy
-from pollux.sim.hetero.apps import TypedApplication, load_typed_applications
-from pollux.sim.hetero.simulator import HeteroConfig, HeteroSimulator, summarize_hetero
-from pollux.sim.job import JobSpec
+from pollux.sim.config import ClusterConfig
+from pollux.sim.job import BatchMode, JobSpec, SimJob
+from pollux.sim.metrics import summarize_run
+from pollux.sim.semantics import SIA_ARTIFACT
+from pollux.sim.simulator import Simulator
+from pollux.sim.typed_apps import TypedApplication, load_typed_applications
 from pollux.sim.workload import Workload
 
 SIA = Path(__file__).resolve().parents[2].parent / "shared" / "sia-artifact"
 needs_sia = pytest.mark.skipif(not (SIA / "traces").is_dir(),
                                reason=f"the Sia artifact data is not at {SIA}")
 SPEC = parse_cluster_spec("aws:6x4,dgx-ext:2x8,rtx:3x8")
+
+
+def typed(**options: object) -> ClusterConfig:
+    """The typed cluster with the Sia artifact's semantics."""
+    options.setdefault("semantics", SIA_ARTIFACT)
+    return ClusterConfig(cluster=SPEC, **options)  # type: ignore[arg-type]
 
 
 @pytest.fixture(scope="module")
@@ -38,8 +47,8 @@ def test_reference_facts_of_the_typed_applications(apps: dict[str, TypedApplicat
     assert yolo["rtx"] / yolo["aws"] == pytest.approx(0.42, abs=0.005)
     assert apps["deepspeech2"].by_type["rtx"].spec.max_local_bsz == 57
     assert apps["deepspeech2"].by_type["dgx-ext"].spec.max_local_bsz == 320
-    assert apps["cifar10"].calibration == pytest.approx(1 / 1.8)
-    assert apps["imagenet"].restart_delay_s == 250.0
+    assert SIA_ARTIFACT.calibration("cifar10") == pytest.approx(1 / 1.8)
+    assert SIA_ARTIFACT.restart_delay_s("imagenet", 30.0) == 250.0
     with pytest.raises(WorkloadError, match="placements-h100.csv"):
         load_typed_applications(SIA / "traces", ["aws", "h100"])
 
@@ -64,8 +73,8 @@ def workload() -> Workload:
 @needs_sia
 def test_an_allocation_that_spans_types_is_refused(apps: dict[str, TypedApplication],
                                                    caplog: pytest.LogCaptureFixture) -> None:
-    config = HeteroConfig(SPEC, max_time_s=600.0)
-    result = HeteroSimulator(workload(), apps, SpanningPolicy(), config).run()
+    config = typed(max_time_s=600.0)
+    result = Simulator(workload(), apps, SpanningPolicy(), config).run()
     assert not any(r.gpus for r in result.rounds)  # never applied...
     assert "spans GPU types" in caplog.text  # ...and reported, once, as the job's event
     (event,) = [e for job in result.jobs for e in job.events]
@@ -74,8 +83,8 @@ def test_an_allocation_that_spans_types_is_refused(apps: dict[str, TypedApplicat
 
 @needs_sia
 def test_sia_runs_a_small_workload_with_the_reference_accounting(apps: dict[str, TypedApplication]) -> None:
-    result = HeteroSimulator(workload(), apps, SiaPolicy(), HeteroConfig(SPEC)).run()
-    record = summarize_hetero(result)
+    result = Simulator(workload(), apps, SiaPolicy(), typed()).run()
+    record = summarize_run(result, apps)
     assert record.num_completed == 3
     for job in result.jobs:
         assert job.completion_time_s is not None
@@ -98,12 +107,12 @@ def test_fixed_batch_baselines_complete_a_small_typed_workload(
         apps: dict[str, TypedApplication], name: str) -> None:
     from pollux.policies.registry import make_policy
 
-    result = HeteroSimulator(workload(), apps, make_policy(name, seed=0),
-                             HeteroConfig(SPEC)).run()
-    assert summarize_hetero(result).num_completed == 3
+    result = Simulator(workload(), apps, make_policy(name, seed=0),
+                             typed()).run()
+    assert summarize_run(result, apps).num_completed == 3
     nodes = {node.name: node for node in SPEC.node_infos()}
     for job in result.jobs:
-        assert job.fixed_batch_size == job.spec.batch_size
+        assert job.target_batch_size == job.spec.batch_size
         assert not job.events  # every decision applied: none spanned types
         assert all(not p.observations for p in job.profiles.values())
         assert allocation_gpu_type(job.allocation, nodes) is None  # released at the end
@@ -138,9 +147,9 @@ def test_cli_runs_a_typed_cluster_and_keeps_the_record_keys(
 def test_unaware_jobs_pool_one_model(apps: dict[str, TypedApplication]) -> None:
     from pollux.policies.pollux_unaware import PolluxUnawarePolicy
 
-    result = HeteroSimulator(workload(), apps, PolluxUnawarePolicy(),
-                             HeteroConfig(SPEC)).run()
-    assert summarize_hetero(result).num_completed == 3
+    result = Simulator(workload(), apps, PolluxUnawarePolicy(),
+                             typed()).run()
+    assert summarize_run(result, apps).num_completed == 3
     for job in result.jobs:
         assert job.pooled is not None and job.pooled.observations
         assert all(not p.observations for p in job.profiles.values())
@@ -149,13 +158,10 @@ def test_unaware_jobs_pool_one_model(apps: dict[str, TypedApplication]) -> None:
 @needs_sia
 def test_a_fixed_batch_job_trains_its_tuned_batch_on_every_type(
         apps: dict[str, TypedApplication]) -> None:
-    from pollux.sim.adaptive import FitCache
-    from pollux.sim.hetero.job import HeteroJob
-
-    job = HeteroJob(JobSpec("deepspeech2-0", 0.0, "deepspeech2", 6, 320),
-                    apps["deepspeech2"], FitCache(), fixed_batch=True)
+    job = SimJob(JobSpec("deepspeech2-0", 0.0, "deepspeech2", 6, 320),
+                 apps["deepspeech2"], BatchMode.FIXED, placement_limits=True)
     for gpu_type, placement in (("aws", (4, 2)), ("rtx", (6,)), ("dgx-ext", (3,))):
-        job.reallocate(("x",) * sum(placement), placement, gpu_type)
+        job.reallocate(("x",) * sum(placement), placement, 0.0, gpu_type)
         steps = (job.accum_steps + 1) * sum(placement)  # atomic batches per step
         assert 320 <= job.atomic_bsz * steps < 320 + steps  # the tuned batch, rounded up
         assert job.atomic_bsz <= apps["deepspeech2"].by_type[gpu_type].max_local_bsz_at(
@@ -182,7 +188,7 @@ def test_remaining_seconds_match_the_time_the_job_takes(
         apps: dict[str, TypedApplication]) -> None:
     policy = PinnedPolicy()
     one = Workload("one", (JobSpec("cifar10-0", 0.0, "cifar10", 1, 128),))
-    result = HeteroSimulator(one, apps, policy, HeteroConfig(SPEC)).run()
+    result = Simulator(one, apps, policy, typed()).run()
     done = result.jobs[0].completion_time_s
     assert done is not None
     age_s, info = next((age, j) for age, j in policy.seen if j.remaining_s)
@@ -206,7 +212,7 @@ class FastGrowthPolicy(PinnedPolicy):
 def test_a_policy_sets_the_growth_cap_of_its_jobs(apps: dict[str, TypedApplication],
                                                   policy: PinnedPolicy, cap: int) -> None:
     one = Workload("one", (JobSpec("cifar10-0", 0.0, "cifar10", 1, 128),))
-    HeteroSimulator(one, apps, policy, HeteroConfig(SPEC, max_time_s=600.0)).run()
+    Simulator(one, apps, policy, typed(max_time_s=600.0)).run()
     ran = [job for _, job in policy.seen if job.typed_goodput is not None]
     assert ran  # ran on 1 dgx-ext GPU: caps from that, 1 on the types it never ran on
     assert ran[-1].max_replicas_by_type == {"aws": 1, "dgx-ext": cap, "rtx": 1}
@@ -218,7 +224,7 @@ def test_projection_speeds_from_other_applications(apps: dict[str, TypedApplicat
     """``others``: the table a cluster learns from the other applications (leave one
     out), not the job's own ratios; yolov3 runs 0.42x a T4 on an RTX, the others 1.4x+."""
     from pollux.errors import ConfigError
-    from pollux.sim.hetero.simulator import projection_speeds
+    from pollux.sim.simulator import projection_speeds
 
     own = projection_speeds(apps, "own")
     others = projection_speeds(apps, "others")
@@ -226,11 +232,11 @@ def test_projection_speeds_from_other_applications(apps: dict[str, TypedApplicat
     assert others["yolov3"]["rtx"] / others["yolov3"]["aws"] > 1.3
     assert set(others["yolov3"]) == set(SPEC.gpu_types)
     with pytest.raises(ConfigError, match="speeds_from"):
-        HeteroConfig(SPEC, speeds_from="mine")
+        typed(speeds_from="mine")
 
 
 @needs_sia
-def test_typed_cli_refuses_options_it_would_ignore_and_writes_every_output(
+def test_typed_cli_takes_every_option_and_writes_every_output(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from pollux.cli.main import main
     from pollux.sim.workload import write_workload
@@ -239,18 +245,52 @@ def test_typed_cli_refuses_options_it_would_ignore_and_writes_every_output(
     write_workload(workload(), path)
     typed = ["simulate", str(path), "--cluster", str(SPEC), "--traces", str(SIA / "traces"),
              "--policy", "sia", "--processes", "1"]
-    for extra in (["--restart-delay", "10"],
-                  ["--autoscaler", "pollux"], ["--job-knowledge", "oracle"], ["--nodes", "4"]):
-        assert main([*typed, *extra]) != 0, extra
-        assert "not available with a typed --cluster" in capsys.readouterr().err, extra
+    assert main([*typed, "--nodes", "4"]) != 0  # the one option that cannot work
+    assert "a typed --cluster gives the nodes" in capsys.readouterr().err
+    out = tmp_path / "options.json"
+    assert main([*typed, "--policy", "pollux", "--restart-delay", "0", "--interference",
+                 "0.5", "--job-knowledge", "oracle", "--json", str(out)]) == 0
+    capsys.readouterr()
+    run = json.loads(out.read_text())["runs"][0]
+    assert run["num_completed"] == 3 and run["max_ftf"] > 0  # fairness on typed clusters
+    generated = ["simulate", "--cluster", str(SPEC), "--traces", str(SIA / "traces"),
+                 "--policy", "tiresias", "--jobs", "4", "--hours", "0.2", "--json", "-"]
+    assert main(generated) == 0
+    assert json.loads(capsys.readouterr().out)["runs"][0]["num_jobs"] == 4
     assert main([*typed, "--json", "-", "--plot", str(tmp_path / "plots"),
                  "--html", str(tmp_path / "report.html")]) == 0
-    out = capsys.readouterr().out
-    assert json.loads(out)["runs"][0]["num_completed"] == 3
+    out_text = capsys.readouterr().out
+    assert json.loads(out_text)["runs"][0]["num_completed"] == 3
     assert not (Path.cwd() / "-").exists()
     assert {p.name for p in (tmp_path / "plots").glob("*.png")} == {
         "jct_cdf.png", "avg_jct.png", "timeline-sia-three.png", "gpus-three.png"}
     assert "typed cluster" in (tmp_path / "report.html").read_text()
+
+
+@needs_sia
+def test_options_change_the_typed_run(apps: dict[str, TypedApplication]) -> None:
+    """--restart-delay replaces the per-application delays, interference slows distributed
+    jobs sharing a node, and oracle knowledge hands jobs their true model per type."""
+    from dataclasses import replace
+
+    from pollux.policies.registry import make_policy
+
+    def run(config: ClusterConfig, knowledge: str = "measured") -> Simulator:
+        sim = Simulator(workload(), apps, make_policy("pollux", seed=0), config,
+                        job_knowledge=knowledge)
+        sim.run()
+        return sim
+
+    base = run(typed())
+    free = run(typed(semantics=replace(SIA_ARTIFACT, restart_delays_s=None),
+                     restart_delay_s=0.0))
+    assert all(j.completion_time_s is not None for j in base.jobs + free.jobs)
+    assert sum(j.completion_time_s or 0 for j in free.jobs) < sum(
+        j.completion_time_s or 0 for j in base.jobs)
+    oracle = run(typed(), "oracle")
+    assert all(p.params is p.known_params for j in oracle.jobs for p in j.profiles.values()
+               if p.params is not None)
+    assert all(p.known_params is None for j in base.jobs for p in j.profiles.values())
 
 
 class BigStartPolicy(PinnedPolicy):
@@ -266,7 +306,7 @@ def test_a_policy_sets_how_many_replicas_a_new_job_may_start_with(
 
     for policy, first_cap in ((PinnedPolicy(), 1), (BigStartPolicy(), 4)):
         one = Workload("one", (JobSpec("cifar10-0", 0.0, "cifar10", 1, 128),))
-        HeteroSimulator(one, apps, policy, HeteroConfig(SPEC, max_time_s=600.0)).run()
+        Simulator(one, apps, policy, typed(max_time_s=600.0)).run()
         first = policy.seen[0][1]
         assert first.typed_goodput is None
         assert first.max_replicas_by_type == dict.fromkeys(SPEC.gpu_types, first_cap)

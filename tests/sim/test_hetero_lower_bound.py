@@ -11,16 +11,19 @@ from hypothesis import strategies as st
 
 from pollux.cluster_spec import parse_cluster_spec
 from pollux.policies.registry import make_policy
-from pollux.sim.hetero.apps import TypedApplication, load_typed_applications
-from pollux.sim.hetero.lower_bound import typed_best_rates, typed_lower_bound
-from pollux.sim.hetero.simulator import HeteroConfig, HeteroSimulator, summarize_hetero
+from pollux.sim.config import ClusterConfig
 from pollux.sim.job import JobSpec
-from pollux.sim.lower_bound import best_rates
+from pollux.sim.lower_bound import best_rates, cluster_lower_bound, typed_best_rates
+from pollux.sim.metrics import summarize_run
+from pollux.sim.semantics import SIA_ARTIFACT
+from pollux.sim.simulator import Simulator
+from pollux.sim.typed_apps import TypedApplication, load_typed_applications
 from pollux.sim.workload import Workload, read_workload, write_workload
 from tests.sim.test_hetero import SIA, needs_sia
 
 SPEC = parse_cluster_spec("aws:2x4,dgx-ext:1x8,rtx:1x8")
 """Small enough for jobs to queue and share: the bound must hold there too."""
+CONFIG = ClusterConfig(cluster=SPEC, semantics=SIA_ARTIFACT)
 PHILLY_W1 = SIA / "workloads" / "philly" / "workload-1.csv"
 
 
@@ -33,17 +36,17 @@ def apps() -> dict[str, TypedApplication]:
 def test_each_epoch_takes_the_fastest_type_calibrated(apps: dict[str, TypedApplication]
                                                       ) -> None:
     cifar = apps["cifar10"]
-    typed = typed_best_rates(cifar, SPEC)
+    typed = typed_best_rates(cifar, SPEC, SIA_ARTIFACT.calibration("cifar10"))
     per_type = {g.gpu_type: best_rates(cifar.by_type[g.gpu_type], g.num_nodes, g.gpus_per_node)
                 for g in SPEC.groups}
     for epoch, rate in enumerate(typed.rate_per_s):
         best = max(r.rate_per_s[epoch] for r in per_type.values())
-        assert rate == pytest.approx(best * cifar.calibration)
+        assert rate == pytest.approx(best * SIA_ARTIFACT.calibration("cifar10"))
     # cifar10 trains 6.9x faster per GPU on an A100 than on a T4: the A100s set the bound
     assert typed.rate_per_s[0] == pytest.approx(per_type["dgx-ext"].rate_per_s[0]
-                                                * cifar.calibration)
+                                                * SIA_ARTIFACT.calibration("cifar10"))
     one_type = parse_cluster_spec("aws:2x4")
-    assert typed_best_rates(cifar, one_type).alone_s() > typed.alone_s() * 3
+    assert typed_best_rates(cifar, one_type, SIA_ARTIFACT.calibration("cifar10")).alone_s() > typed.alone_s() * 3
 
 
 def _slice(seed: int, num_jobs: int, spread_s: float) -> Workload:
@@ -64,12 +67,11 @@ def _slice(seed: int, num_jobs: int, spread_s: float) -> Workload:
 def test_bound_is_below_every_typed_policy(apps: dict[str, TypedApplication], seed: int,
                                            num_jobs: int, spread_s: float) -> None:
     workload = _slice(seed, num_jobs, spread_s)
-    bound = typed_lower_bound(workload, apps, SPEC, 60.0)
+    bound = cluster_lower_bound(workload, apps, CONFIG)
     assert bound.alone_avg_jct_s <= bound.avg_jct_s and bound.capacity_avg_jct_s > 0
     for name in ("sia", "pollux", "tiresias"):
-        result = HeteroSimulator(workload, apps, make_policy(name, seed=0),
-                                 HeteroConfig(SPEC)).run()
-        record = summarize_hetero(result)
+        result = Simulator(workload, apps, make_policy(name, seed=0), CONFIG).run()
+        record = summarize_run(result, apps)
         if name == "tiresias" and record.num_completed < num_jobs:
             continue  # a tuned GPU count above every type's size never runs
         assert record.num_completed == num_jobs, name

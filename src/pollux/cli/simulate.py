@@ -17,6 +17,7 @@ import argparse
 import json
 import os
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from pollux.cli.output import make_console
 from pollux.cli.simulate_tables import result_tables, rich_table
-from pollux.cluster_spec import ClusterSpec, parse_cluster_spec
+from pollux.cluster_spec import parse_cluster_spec
 from pollux.errors import ConfigError
 from pollux.policies.autoscaling import (
     DEFAULT_HIGH_UTIL,
@@ -36,11 +37,10 @@ from pollux.policies.autoscaling import (
 )
 from pollux.policies.registry import canonical_spec, policy_names
 from pollux.sim.generator import generate_workload
-from pollux.sim.hetero.lower_bound import with_typed_lower_bounds
-from pollux.sim.hetero.runner import HeteroTask, load_for, run_hetero_outcomes
 from pollux.sim.lower_bound import with_lower_bounds
-from pollux.sim.metrics import RunRecord, report
+from pollux.sim.metrics import report
 from pollux.sim.runner import RunOutcome, RunTask, load_applications, run_tasks
+from pollux.sim.semantics import POLLUX_ARTIFACT, SIA_ARTIFACT
 from pollux.sim.simulator import ClusterConfig
 from pollux.sim.workload import Workload, read_workload, workload_files
 from pollux.spec import split_specs
@@ -61,19 +61,58 @@ def _workloads(args: argparse.Namespace, applications: set[str]) -> list[Workloa
     return [read_workload(path, applications) for path in workload_files(args.workloads)]
 
 
+def _node_price(text: str) -> float | dict[str, float]:
+    """``--node-price``: one price for every type, or ``type=PRICE,...``."""
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    prices: dict[str, float] = {}
+    for part in (p.strip() for p in text.split(",") if p.strip()):
+        name, sep, value = part.partition("=")
+        try:
+            prices[name.strip()] = float(value)
+        except ValueError:
+            sep = ""
+        if not sep:
+            raise ConfigError("node_price", text, "give one price (e.g. 3.912) or one per "
+                              "GPU type, e.g. t4=3.91,a100=32.77")
+    return prices
+
+
 def _cluster_config(args: argparse.Namespace) -> ClusterConfig:
+    """The cluster of ``--cluster`` (typed: per-type traces, the Sia artifact's semantics)
+    or ``--nodes`` x ``--gpus-per-node``, with the loop and autoscaling options."""
     autoscaler = check_autoscaler_name(args.autoscaler)
     if autoscaler == "none":
         for flag, value in (("--min-nodes", args.min_nodes), ("--max-nodes", args.max_nodes)):
             if value is not None:
                 raise ConfigError("autoscaler", autoscaler,
                                   f"{flag} needs --autoscaler pollux or throughput")
-    return ClusterConfig(num_nodes=args.nodes, gpus_per_node=args.gpus_per_node,
-                         interval_s=args.interval, restart_delay_s=args.restart_delay,
+    spec = None if args.cluster is None else parse_cluster_spec(args.cluster)
+    typed = spec is not None and spec.is_typed
+    if spec is not None and not typed:
+        if len(spec.groups) > 1:
+            raise ConfigError("cluster", args.cluster, "untyped groups must be one NODESxGPUS")
+        args.nodes, args.gpus_per_node = spec.groups[0].num_nodes, spec.groups[0].gpus_per_node
+    elif typed:
+        for flag, value in (("--nodes", args.nodes), ("--gpus-per-node", args.gpus_per_node)):
+            if value is not None:
+                raise ConfigError(flag, value, "a typed --cluster gives the nodes of each "
+                                  "type; leave it out or change --cluster")
+    semantics = POLLUX_ARTIFACT
+    if typed:
+        semantics = (SIA_ARTIFACT if args.restart_delay is None
+                     else replace(SIA_ARTIFACT, restart_delays_s=None))
+    return ClusterConfig(num_nodes=args.nodes or 16, gpus_per_node=args.gpus_per_node or 4,
+                         interval_s=args.interval,
+                         restart_delay_s=30.0 if args.restart_delay is None
+                         else args.restart_delay,
                          interference=args.interference,
                          min_nodes=1 if args.min_nodes is None else args.min_nodes,
-                         max_nodes=args.max_nodes, node_price_per_hour=args.node_price,
-                         provision_delay_s=args.provision_delay_s)
+                         max_nodes=args.max_nodes, node_price_per_hour=_node_price(args.node_price),
+                         provision_delay_s=args.provision_delay_s,
+                         cluster=spec if typed else None, semantics=semantics)
 
 
 def _autoscaler_options(args: argparse.Namespace) -> dict[str, float]:
@@ -104,85 +143,19 @@ def _progress(console: Console, total: int) -> tuple[Progress, Callable[[RunOutc
     return progress, done
 
 
-def _homogeneous(args: argparse.Namespace, policies: list[str], console: Console
-                 ) -> tuple[list[RunRecord], list[RunOutcome], str]:
-    """Every (workload, policy) on the one-type cluster; the records, the outcomes and
-    the description of the runs."""
-    config = _cluster_config(args)
-    apps = load_applications(args.traces)
-    workloads = _workloads(args, set(apps))
-    options = _autoscaler_options(args)
-    tasks = [RunTask(policy, workload, config, args.traces, args.seed,
-                     timeline=args.plot is not None or args.html is not None,
-                     autoscaler=args.autoscaler,
-                     autoscaler_options=options, job_knowledge=args.job_knowledge)
-             for workload in workloads for policy in policies]
-    processes = args.processes or min(len(tasks), os.cpu_count() or 1)
-    source = args.traces or "built-in catalog"
-    cluster = f"{args.nodes} x {args.gpus_per_node} GPUs"
-    if args.autoscaler != "none":
-        cluster = (f"{config.min_nodes}..{config.scaling_max_nodes} nodes x "
-                   f"{args.gpus_per_node} GPUs ({args.autoscaler} autoscaler)")
-    console.print(f"{len(workloads)} workload(s) x {len(policies)} policies on "
-                  f"{cluster}, applications from {source}, "
-                  f"{processes} process(es)", highlight=False)
-    progress, done = _progress(console, len(tasks))
-    with progress:
-        outcomes = run_tasks(tasks, processes, done)
-    records = with_lower_bounds([o.record for o in outcomes], workloads, apps, config)
-    return records, outcomes, (f"{len(workloads)} workload(s) on {cluster}, applications "
-                               f"from {source}, seed {args.seed}")
-
-
-def _typed(args: argparse.Namespace, spec: ClusterSpec, policies: list[str],
-           console: Console) -> tuple[list[RunRecord], list[RunOutcome], str]:
-    """Every (workload, policy) on the typed cluster ``spec`` (per-type traces)."""
-    check_typed_options(args)
-    if not args.traces:
-        raise ConfigError("traces", None, "a typed --cluster needs per-type traces, e.g. "
-                          "--traces ../shared/sia-artifact/traces")
-    if not args.workloads:
-        raise ConfigError("workloads", None, "give workload files or folders for a typed "
-                          "--cluster, e.g. ../shared/sia-artifact/workloads/philly")
-    apps = load_for(str(spec), args.traces)
-    workloads = [read_workload(path, set(apps)) for path in workload_files(args.workloads)]
-    tasks = [HeteroTask(policy, workload, str(spec), args.traces, args.interval, args.seed,
-                        timeline=bool(args.plot or args.html))
-             for workload in workloads for policy in policies]
-    processes = args.processes or min(len(tasks), os.cpu_count() or 1)
-    cluster = f"{spec} ({spec.num_gpus} GPUs)"
-    console.print(f"{len(workloads)} workload(s) x {len(policies)} policies on {cluster}, "
-                  f"applications from {args.traces}, {processes} process(es)",
-                  highlight=False)
-    progress, done = _progress(console, len(tasks))
-    with progress:
-        outcomes = run_hetero_outcomes(tasks, processes, done)
-    records = with_typed_lower_bounds([o.record for o in outcomes], workloads, apps, spec,
-                                      args.interval)
-    return records, outcomes, (f"{len(workloads)} workload(s) on {cluster}, applications "
-                               f"from {args.traces}, seed {args.seed}")
-
-
-TYPED_UNSUPPORTED = {
-    "nodes": "--nodes", "gpus_per_node": "--gpus-per-node",
-    "restart_delay": "--restart-delay", "interference": "--interference",
-    "job_knowledge": "--job-knowledge", "autoscaler": "--autoscaler",
-    "min_nodes": "--min-nodes", "max_nodes": "--max-nodes", "node_price": "--node-price",
-    "utility_band": "--utility-band", "provision_delay_s": "--provision-delay-s",
-    "jobs": "--jobs", "hours": "--hours",
-}
-"""Options (argparse dest -> flag) a typed ``--cluster`` does not take yet; given with
-one they are refused rather than silently ignored."""
-
-
-def check_typed_options(args: argparse.Namespace) -> None:
-    """ConfigError naming the first option given that a typed cluster does not take."""
-    defaults = getattr(args, "typed_unsupported_defaults", {})
-    for dest, flag in TYPED_UNSUPPORTED.items():
-        if dest in defaults and getattr(args, dest, None) != defaults[dest]:
-            raise ConfigError(flag, getattr(args, dest), "not available with a typed "
-                              "--cluster (the typed simulator takes --policy, --traces, "
-                              "--interval, --seed, --processes, --json, --plot and --html)")
+def _describe(args: argparse.Namespace, config: ClusterConfig) -> str:
+    """The cluster in words."""
+    spec = config.spec
+    if config.cluster is not None:
+        cluster = f"{spec} ({spec.num_gpus} GPUs)"
+        if args.autoscaler != "none":
+            cluster = f"up to {cluster}, from {config.min_nodes} node(s)"
+    else:
+        cluster = f"{config.num_nodes} x {config.gpus_per_node} GPUs"
+        if args.autoscaler != "none":
+            cluster = (f"{config.min_nodes}..{config.scaling_max_nodes} nodes x "
+                       f"{config.gpus_per_node} GPUs")
+    return cluster + (f" ({args.autoscaler} autoscaler)" if args.autoscaler != "none" else "")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -194,15 +167,24 @@ def run(args: argparse.Namespace) -> int:
         console.print(policy_listing(), highlight=False, markup=False)
         return 0
     policies = _policies(args.policy)
-    spec = None if args.cluster is None else parse_cluster_spec(args.cluster)
-    if spec is not None and not spec.is_typed:
-        if len(spec.groups) > 1:
-            raise ConfigError("cluster", args.cluster, "untyped groups must be one NODESxGPUS")
-        args.nodes, args.gpus_per_node = spec.groups[0].num_nodes, spec.groups[0].gpus_per_node
-    typed = spec is not None and spec.is_typed
-    records, outcomes, description = (
-        _typed(args, spec, policies, console) if spec is not None and typed
-        else _homogeneous(args, policies, console))
+    config = _cluster_config(args)
+    apps = load_applications(args.traces, config)
+    workloads = _workloads(args, set(apps))
+    tasks = [RunTask(policy, workload, config, args.traces, args.seed,
+                     timeline=args.plot is not None or args.html is not None,
+                     autoscaler=args.autoscaler, autoscaler_options=_autoscaler_options(args),
+                     job_knowledge=args.job_knowledge)
+             for workload in workloads for policy in policies]
+    processes = args.processes or min(len(tasks), os.cpu_count() or 1)
+    source = args.traces or "built-in catalog"
+    cluster = _describe(args, config)
+    console.print(f"{len(workloads)} workload(s) x {len(policies)} policies on "
+                  f"{cluster}, applications from {source}, "
+                  f"{processes} process(es)", highlight=False)
+    progress, done = _progress(console, len(tasks))
+    with progress:
+        outcomes = run_tasks(tasks, processes, done)
+    records = with_lower_bounds([o.record for o in outcomes], workloads, apps, config)
     tables = result_tables(records)
     for table in tables if not json_out else []:
         console.print(rich_table(table))
@@ -220,8 +202,10 @@ def run(args: argparse.Namespace) -> int:
     if args.html:
         from pollux.sim.report import write_report
 
-        title = "Pollux simulation" + (" on a typed cluster" if typed else "")
-        write_report(args.html, title, description, tables, records, timelines)
+        title = "Pollux simulation" + (" on a typed cluster" if config.cluster else "")
+        write_report(args.html, title, f"{len(workloads)} workload(s) on {cluster}, "
+                     f"applications from {source}, seed {args.seed}", tables, records,
+                     timelines)
         console.print(f"wrote {args.html}", highlight=False)
     return 0
 
@@ -245,12 +229,14 @@ def register(subparsers: Any) -> None:
                         help="typed cluster, type:NODESxGPUS groups, e.g. "
                              "aws:6x4,dgx-ext:2x8,rtx:3x8 (needs per-type --traces); "
                              "NODESxGPUS alone is --nodes/--gpus-per-node")
-    parser.add_argument("--nodes", type=int, default=16, help="nodes (default 16)")
-    parser.add_argument("--gpus-per-node", type=int, default=4, help="GPUs per node (default 4)")
+    parser.add_argument("--nodes", type=int, default=None, help="nodes (default 16)")
+    parser.add_argument("--gpus-per-node", type=int, default=None,
+                        help="GPUs per node (default 4)")
     parser.add_argument("--interval", type=float, default=60.0,
                         help="seconds between scheduling rounds (default 60)")
-    parser.add_argument("--restart-delay", type=float, default=30.0,
-                        help="seconds a job idles after each placement change (default 30)")
+    parser.add_argument("--restart-delay", type=float, default=None,
+                        help="seconds a job idles after each placement change (default 30; "
+                             "on a typed cluster: per application, as Sia's artifact)")
     parser.add_argument("--interference", type=float, default=0.0,
                         help="slowdown of distributed jobs sharing a node (default 0)")
     parser.add_argument("--job-knowledge", choices=("measured", "oracle"), default="measured",
@@ -266,9 +252,12 @@ def register(subparsers: Any) -> None:
                          help="autoscaling: fewest nodes, and the starting size (default 1)")
     scaling.add_argument("--max-nodes", type=int, default=None,
                          help="autoscaling: most nodes (default: --nodes)")
-    scaling.add_argument("--node-price", type=float, default=DEFAULT_NODE_PRICE_PER_HOUR,
-                         help="price of a node-hour for the reported cost (default "
-                              f"{DEFAULT_NODE_PRICE_PER_HOUR}, an AWS g4dn.12xlarge)")
+    scaling.add_argument("--node-price", default=str(DEFAULT_NODE_PRICE_PER_HOUR),
+                         metavar="PRICE|TYPE=PRICE,...",
+                         help="price of a node-hour, one for every type or per GPU type "
+                              "(t4=3.91,a100=32.77): the reported cost, and what the typed "
+                              f"autoscaler weighs (default {DEFAULT_NODE_PRICE_PER_HOUR}, an "
+                              "AWS g4dn.12xlarge)")
     scaling.add_argument("--utility-band", metavar="LOW:HIGH", default=None,
                          help="pollux autoscaler: the cluster-utility band it keeps (default "
                               f"{DEFAULT_LOW_UTIL}:{DEFAULT_HIGH_UTIL}; lower grows sooner, "
@@ -292,5 +281,4 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--html", metavar="OUT",
                         help="write one self-contained HTML page with the tables and every "
                              "figure (embedded; shareable as a single file)")
-    parser.set_defaults(func=run, typed_unsupported_defaults={
-        dest: parser.get_default(dest) for dest in TYPED_UNSUPPORTED})
+    parser.set_defaults(func=run)

@@ -3,9 +3,10 @@
 Applications come from a trace directory in the Pollux artifact format
 (:func:`load_trace_applications`) or from the built-in catalog
 (:func:`load_builtin_applications`); workloads from CSV files (:func:`read_workload`) or
-the generator (:func:`generate_workload`). Both simulators, the homogeneous
-(:mod:`.simulator`) and the typed (:mod:`.hetero.simulator`), are hooks on one round loop
-(:mod:`.loop`) over jobs that share one training core (:class:`~.job.TrainingJob`).
+the generator (:func:`generate_workload`); per-type traces (the Sia artifact's) from
+:func:`~.typed_apps.load_typed_applications`. One simulator (:mod:`.simulator`) runs
+every cluster, a homogeneous one being a typed cluster with one type; what the two
+artifacts' reference simulators do differently is :mod:`.semantics`.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pollux.sim.applications import (
     load_trace_applications,
 )
 from pollux.sim.job import BatchMode, JobKnowledge, JobSpec, JobState, SimJob
+from pollux.sim.semantics import POLLUX_ARTIFACT, SIA_ARTIFACT, ReferenceSemantics
 from pollux.sim.simulator import ClusterConfig, SimulationResult, Simulator, run_simulation
 from pollux.sim.workload import Workload, read_workload, workload_files, write_workload
 
@@ -28,6 +30,9 @@ __all__ = [
     "JobSpec",
     "JobKnowledge",
     "JobState",
+    "POLLUX_ARTIFACT",
+    "ReferenceSemantics",
+    "SIA_ARTIFACT",
     "SimJob",
     "SimulationResult",
     "Simulator",

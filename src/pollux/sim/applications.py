@@ -117,6 +117,11 @@ class Application(ABC):
     def name(self) -> str:
         return self.spec.name
 
+    def max_local_bsz_at(self, placement: Placement) -> int:
+        """Largest atomic batch at a placement (measured sources may know it per
+        placement)."""
+        return self.spec.max_local_bsz
+
     def step_sync_time(self, placement: Placement, local_bsz: float) -> tuple[float, float]:
         """(step seconds, sync seconds) of one optimizer step without accumulation."""
         key = (placement, float(local_bsz))

@@ -8,6 +8,8 @@ tuned batch size there; adaptive jobs pick the goodput-optimal batch from the tr
 application model (an oracle, so the reference is an ideal). Fractional shares interpolate
 speed (1 / JCT) between the whole GPU counts around them; below one GPU the job is
 time-sliced (``JCT(1) / share``). Isolated runs are memoized per (application, batch, GPUs).
+On a typed cluster the share is of the cluster's GPUs, on the type that finishes the job
+soonest (with the type's nodes, the semantics' calibration and restart delay).
 """
 
 from __future__ import annotations
@@ -18,22 +20,26 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from pollux.sim.applications import Application
+from pollux.sim.config import ClusterConfig
 from pollux.sim.job import BatchMode, JobSpec, SimJob
 from pollux.sim.placement import packed_placement
+from pollux.sim.typed_apps import TypedApplication
 
 HORIZON_S = 1e12
 """Simulated seconds an isolated run may take (it always finishes well before)."""
 
 
 class IsolatedRuns:
-    """Memoized JCTs of jobs run alone on a whole number of GPUs."""
+    """Memoized JCTs of jobs run alone on a whole number of GPUs of one type."""
 
-    def __init__(self, applications: Mapping[str, Application], gpus_per_node: int,
-                 restart_delay_s: float) -> None:
-        self.applications = applications
-        self.gpus_per_node = gpus_per_node
-        self.restart_delay_s = restart_delay_s
-        self._cache: dict[tuple[str, BatchMode, int | None, int], float] = {}
+    def __init__(self, applications: Mapping[str, Application] | Mapping[str, TypedApplication],
+                 config: ClusterConfig) -> None:
+        types = config.spec.gpu_types
+        self.applications = {
+            name: app if isinstance(app, TypedApplication) else TypedApplication.of(app, types[0])
+            for name, app in applications.items()}
+        self.config = config
+        self._cache: dict[tuple[str, str, BatchMode, int | None, int], float] = {}
 
     def max_gpus(self, app: Application, batch_size: int | None) -> int:
         """GPUs beyond which the job cannot spread its batch any further."""
@@ -42,38 +48,48 @@ class IsolatedRuns:
             return spec.max_useful_replicas
         return max(1, min(batch_size // spec.min_local_bsz, spec.max_useful_replicas))
 
-    def jct_s(self, application: str, mode: BatchMode, batch_size: int | None,
+    def jct_s(self, application: str, gpu_type: str, mode: BatchMode, batch_size: int | None,
               num_gpus: int) -> float:
-        key = (application, mode, batch_size, num_gpus)
+        key = (application, gpu_type, mode, batch_size, num_gpus)
         found = self._cache.get(key)
         if found is None:
-            found = self._run(self.applications[application], mode, batch_size, num_gpus)
+            found = self._run(application, gpu_type, mode, batch_size, num_gpus)
             self._cache[key] = found
         return found
 
-    def _run(self, app: Application, mode: BatchMode, batch_size: int | None,
+    def _run(self, application: str, gpu_type: str, mode: BatchMode, batch_size: int | None,
              num_gpus: int) -> float:
+        app = self.applications[application].by_type[gpu_type]
+        sem = self.config.semantics
         spec = JobSpec("isolated", 0.0, app.name, num_gpus, batch_size or app.spec.init_batch_size)
-        job = SimJob(spec, app, mode)
-        placement = packed_placement(num_gpus, self.gpus_per_node)
+        job = SimJob(spec, TypedApplication.of(app, gpu_type), mode,
+                     rate_factor=sem.calibration(application),
+                     placement_limits=sem.placement_batch_limits)
+        placement = packed_placement(num_gpus, self.config.gpus_per_node_of(gpu_type))
         allocation = tuple(f"n{i}" for i, count in enumerate(placement) for _ in range(count))
-        job.reallocate(allocation, placement, self.restart_delay_s)
+        job.reallocate(allocation, placement,
+                       sem.restart_delay_s(application, self.config.restart_delay_s))
         job.advance(0.0, HORIZON_S)
         return float(job.completion_time_s if job.completion_time_s is not None else math.inf)
 
     def share_jct_s(self, application: str, mode: BatchMode, batch_size: int | None,
                     share_gpus: float) -> float:
-        """Isolated JCT on a possibly fractional number of GPUs."""
-        app = self.applications[application]
+        """Isolated JCT on a possibly fractional number of GPUs, of the best type."""
+        return min(self._share_jct_s(application, t, mode, batch_size, share_gpus)
+                   for t in self.applications[application].by_type)
+
+    def _share_jct_s(self, application: str, gpu_type: str, mode: BatchMode,
+                     batch_size: int | None, share_gpus: float) -> float:
+        app = self.applications[application].by_type[gpu_type]
         cap = self.max_gpus(app, batch_size)
         share = min(share_gpus, float(cap))
         if share <= 1.0:
-            return self.jct_s(application, mode, batch_size, 1) / max(share, 1e-9)
+            return self.jct_s(application, gpu_type, mode, batch_size, 1) / max(share, 1e-9)
         lo, hi = math.floor(share), math.ceil(share)
-        jct_lo = self.jct_s(application, mode, batch_size, lo)
+        jct_lo = self.jct_s(application, gpu_type, mode, batch_size, lo)
         if hi == lo:
             return jct_lo
-        jct_hi = self.jct_s(application, mode, batch_size, hi)
+        jct_hi = self.jct_s(application, gpu_type, mode, batch_size, hi)
         frac = share - lo
         return 1.0 / ((1.0 - frac) / jct_lo + frac / jct_hi)
 

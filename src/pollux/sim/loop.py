@@ -9,11 +9,9 @@ an infeasible allocation becomes a job event, once per reason, and the job gets 
 and applied. A run stops when every job has completed, at ``max_time_s``, or after
 :data:`MAX_IDLE_ROUNDS` rounds in which nothing runs and nothing is left to arrive.
 
-What differs between the homogeneous cluster (:mod:`pollux.sim.simulator`) and the typed
-one (:mod:`pollux.sim.hetero.simulator`) are the hooks: how a job trains a round
-(interference, calibration), what it reports, what happens before the policy (an
-autoscaler resizing the cluster) and how an allocation is applied (which change is a
-restart, what is accounted).
+The simulator (:mod:`pollux.sim.simulator`) supplies the hooks: how jobs train a round,
+what a job reports, what happens before the policy (an autoscaler resizing the cluster)
+and how an allocation is applied (which change is a restart, what is accounted).
 """
 
 from __future__ import annotations
@@ -32,7 +30,7 @@ from pollux.cluster_spec import gpu_types_of
 from pollux.policies.base import GPU, Allocation, JobInfo, NodeInfo, Policy
 from pollux.policies.decision import check_decision
 from pollux.policies.snapshot import JobReport, Snapshot, SpeedupCache, job_infos
-from pollux.sim.job import TrainingJob
+from pollux.sim.job import SimJob
 from pollux.sim.workload import Workload
 
 logger = logging.getLogger(__name__)
@@ -42,7 +40,7 @@ ONE_GPU = MappingProxyType({GPU: 1.0})
 MAX_IDLE_ROUNDS = 100
 """Rounds in which nothing runs and nothing is left to arrive before the run is abandoned."""
 
-J = TypeVar("J", bound=TrainingJob)
+J = TypeVar("J", bound=SimJob)
 
 
 @dataclass(frozen=True)
@@ -58,7 +56,7 @@ class RoundLog:
     """Wall seconds the policy spent on this round."""
 
 
-def job_report(job: TrainingJob, restart_delay_s: float, **fields: Any) -> JobReport:
+def job_report(job: SimJob, restart_delay_s: float, **fields: Any) -> JobReport:
     """A simulated job's report with what every one shares (one GPU per replica,
     preemptible, its submission, service, restarts and replicas held); ``fields`` add the
     rest."""

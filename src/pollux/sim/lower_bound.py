@@ -40,10 +40,12 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from pollux.cluster_spec import ClusterSpec
 from pollux.sim.applications import MAX_INTERPOLATION_NODES, Application
 from pollux.sim.metrics import RunRecord
 from pollux.sim.placement import Placement, canonical_placement, packed_placement
 from pollux.sim.simulator import ClusterConfig
+from pollux.sim.typed_apps import TypedApplication
 from pollux.sim.workload import Workload
 
 EPOCH_ROUNDING_S = 0.5
@@ -224,19 +226,49 @@ def bound_from_rates(workload: Workload, rates: Mapping[str, BestRates], num_gpu
                       {job.name: a for job, a in zip(jobs, alone)})
 
 
+def typed_best_rates(app: TypedApplication, cluster: ClusterSpec, calibration: float = 1.0
+                     ) -> BestRates:
+    """``app``'s best rates per epoch over every node group of ``cluster``, calibrated: a
+    job's allocation never spans types, but it may change type between epochs for free
+    (restarts are relaxed away), so each epoch's best rate is the largest over the types."""
+    per_group = [best_rates(app.by_type[group.gpu_type], group.num_nodes,
+                            group.gpus_per_node) for group in cluster.groups]
+    rate = np.max([r.rate_per_s for r in per_group], axis=0) * calibration
+    rate_gpu = np.max([r.rate_per_gpu_s for r in per_group], axis=0) * calibration
+    return BestRates(app.name, tuple(rate.tolist()), tuple(rate_gpu.tolist()),
+                     per_group[0].epoch_progress)
+
+
+def cluster_lower_bound(workload: Workload,
+                        applications: Mapping[str, Application] | Mapping[str, TypedApplication],
+                        config: ClusterConfig, rates: dict[str, BestRates] | None = None
+                        ) -> LowerBound:
+    """Lower bounds on the average JCT of ``workload`` on ``config``'s cluster (its
+    largest size when it is elastic). On a typed cluster a job alone uses one type's
+    nodes at a time and the capacity bound counts its work at its best per-GPU rate on
+    any type. ``rates`` (application -> best rates) is filled and reused."""
+    spec = config.spec
+    if config.cluster is None:
+        spec = replace(spec, groups=(replace(spec.groups[0],
+                                             num_nodes=config.scaling_max_nodes),))
+    sem = config.semantics
+    rates = {} if rates is None else rates
+    for name in sorted({job.application for job in workload.jobs} - set(rates)):
+        app = applications[name]
+        typed = app if isinstance(app, TypedApplication) else TypedApplication.of(
+            app, spec.gpu_types[0])
+        rates[name] = typed_best_rates(typed, spec, sem.calibration(name))
+    return bound_from_rates(workload, rates, spec.num_gpus, config.interval_s,
+                            lambda name: sem.restart_delay_s(name, config.restart_delay_s))
+
+
 def with_lower_bounds(records: Sequence[RunRecord], workloads: Sequence[Workload],
-                      applications: Mapping[str, Application],
+                      applications: Mapping[str, Application] | Mapping[str, TypedApplication],
                       config: ClusterConfig) -> list[RunRecord]:
     """``records`` with ``lower_bound_avg_jct_s`` set from their workload (by name) on
-    ``config``'s cluster (its largest size when it is elastic)."""
+    ``config``'s cluster (:func:`cluster_lower_bound`)."""
     rates: dict[str, BestRates] = {}
-    bounds: dict[str, float] = {}
-    for workload in workloads:
-        for name in sorted({job.application for job in workload.jobs} - set(rates)):
-            rates[name] = best_rates(applications[name], config.scaling_max_nodes,
-                                     config.gpus_per_node)
-        bounds[workload.name] = lower_bound(
-            workload, applications, config.scaling_max_nodes, config.gpus_per_node,
-            config.interval_s, config.restart_delay_s, rates).avg_jct_s
+    bounds = {w.name: cluster_lower_bound(w, applications, config, rates).avg_jct_s
+              for w in workloads}
     return [replace(r, lower_bound_avg_jct_s=bounds.get(r.workload, r.lower_bound_avg_jct_s))
             for r in records]

@@ -21,9 +21,10 @@ import numpy as np
 from pollux.sim.applications import Application
 from pollux.sim.cluster import node_seconds
 from pollux.sim.fairness import IsolatedRuns, finish_time_fairness
-from pollux.sim.job import TrainingJob
+from pollux.sim.job import SimJob
 from pollux.sim.loop import RoundLog
 from pollux.sim.simulator import SimulationResult
+from pollux.sim.typed_apps import TypedApplication
 
 UNFAIR_TOLERANCE = 1e-6
 """rho must exceed 1 by more than this to count as unfair (float noise)."""
@@ -130,7 +131,7 @@ def _percentile(values: Sequence[float] | np.ndarray, q: float) -> float:
     return float(np.percentile(arr, q)) if arr.size else float("nan")
 
 
-def job_record(job: TrainingJob, gpu_s: float, ftf: float | None = None) -> JobRecord:
+def job_record(job: SimJob, gpu_s: float, ftf: float | None = None) -> JobRecord:
     """One job's outcome, with the GPU-seconds it is charged."""
     done = job.completion_time_s
     return JobRecord(
@@ -167,33 +168,42 @@ def run_figures(records: Sequence[JobRecord], rounds: Sequence[RoundLog]) -> dic
     }
 
 
-def summarize_run(result: SimulationResult, applications: Mapping[str, Application],
+def summarize_run(result: SimulationResult,
+                  applications: Mapping[str, Application] | Mapping[str, TypedApplication],
                   isolated: IsolatedRuns | None = None) -> RunRecord:
-    """Turn a raw simulation result into a :class:`RunRecord`."""
+    """Turn a raw simulation result into a :class:`RunRecord`. GPU-hours per job are the
+    seconds held while training or restoring, or (the semantics' ``charge_whole_rounds``)
+    every round held in full."""
     cfg = result.config
     if isolated is None:
-        isolated = IsolatedRuns(applications, cfg.gpus_per_node, cfg.restart_delay_s)
+        isolated = IsolatedRuns(applications, cfg)
     times = np.array([r.time_s for r in result.rounds], dtype=np.float64)
     active = np.array([r.num_active for r in result.rounds], dtype=np.float64)
     rho = finish_time_fairness(result.jobs, times, active, cfg.num_gpus, isolated,
                                cfg.interval_s)
-    records = [job_record(job, job.attained_service_s, rho.get(job.name))
-               for job in result.jobs]
+    whole = cfg.semantics.charge_whole_rounds
+    charged = [job.held_gpu_s if whole else job.attained_service_s for job in result.jobs]
+    records = [job_record(job, gpu_s, rho.get(job.name))
+               for job, gpu_s in zip(result.jobs, charged)]
     figures = run_figures(records, result.rounds)
     completions = [r.completion_s for r in records if r.completion_s is not None]
     makespan = figures["makespan_s"]
-    gpu_s = sum(job.attained_service_s for job in result.jobs)
+    gpu_s = sum(charged)
     ftf = list(rho.values())
     num_jobs = len(records)
     all_done = bool(records) and len(completions) == len(records)
     end_s = max(completions) if all_done else (times[-1] if times.size else 0.0)
-    billed_s = node_seconds(result.cluster_sizes, float(end_s))
+    sizes = result.cluster_sizes
+    billed_s = node_seconds(sizes, float(end_s))
+    cost = sum(node_seconds(sizes, float(end_s), t) / 3600.0 * price
+               for t, price in cfg.node_prices().items())
     if result.autoscaler == "none":
         utilization = (gpu_s / (cfg.num_gpus * makespan)
                        if completions and makespan > 0 else 0.0)
     else:
-        utilization = gpu_s / (cfg.gpus_per_node * billed_s) if billed_s > 0 else 0.0
-    sizes = result.cluster_sizes
+        gpu_seconds = sum(node_seconds(sizes, float(end_s), g.gpu_type) * g.gpus_per_node
+                          for g in cfg.spec.groups)
+        utilization = gpu_s / gpu_seconds if gpu_seconds > 0 else 0.0
     return RunRecord(
         policy=result.policy,
         workload=result.workload,
@@ -207,7 +217,7 @@ def summarize_run(result: SimulationResult, applications: Mapping[str, Applicati
         jobs=tuple(records),
         autoscaler=result.autoscaler,
         node_hours=billed_s / 3600.0,
-        cost=billed_s / 3600.0 * cfg.node_price_per_hour,
+        cost=cost,
         nodes_over_time=NodeCounts(
             times_s=tuple(s.time_s for s in sizes),
             num_nodes=tuple(s.num_nodes for s in sizes),

@@ -15,11 +15,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from pollux.errors import PolluxError
+from pollux.errors import ConfigError, PolluxError
 from pollux.policies.autoscaling import (
     Autoscaler,
     AutoscalerConfig,
     NodeTemplate,
+    TypedAutoscaler,
     check_autoscaler_name,
     make_autoscaler,
 )
@@ -27,10 +28,11 @@ from pollux.policies.base import GPU, Policy
 from pollux.policies.registry import POLICY_CLASSES, make_policy
 from pollux.sim.applications import Application, load_trace_applications
 from pollux.sim.cluster import ClusterSize
-from pollux.sim.job import TrainingJob
+from pollux.sim.job import SimJob
 from pollux.sim.loop import RoundLog
 from pollux.sim.metrics import RunRecord, summarize_run
 from pollux.sim.simulator import ClusterConfig, SimulationResult, run_simulation
+from pollux.sim.typed_apps import TypedApplication, load_typed_applications
 from pollux.sim.workload import Workload
 
 logger = logging.getLogger(__name__)
@@ -97,8 +99,15 @@ class RunOutcome:
     timeline: Timeline | None = None
 
 
-def load_applications(traces_dir: str | Path | None) -> dict[str, Application]:
-    """Applications from a trace directory, or the built-in catalog when None."""
+def load_applications(traces_dir: str | Path | None, config: ClusterConfig | None = None
+                      ) -> dict[str, Application] | dict[str, TypedApplication]:
+    """Applications from a trace directory, or the built-in catalog when None; on a typed
+    cluster (``config.cluster``) from per-type traces, on each of its types."""
+    if config is not None and config.cluster is not None and config.cluster.is_typed:
+        if traces_dir is None:
+            raise ConfigError("traces", None, "a typed cluster needs per-type traces, e.g. "
+                              "--traces ../shared/sia-artifact/traces")
+        return load_typed_applications(traces_dir, config.cluster.gpu_types)
     if traces_dir is None:
         from pollux.sim.catalog import load_builtin_applications
 
@@ -118,9 +127,9 @@ def timeline_of(result: SimulationResult) -> Timeline:
                          result.cluster_sizes, result.autoscaler)
 
 
-def timeline_from(rounds: Sequence[RoundLog], jobs: Sequence[TrainingJob], num_gpus: int,
+def timeline_from(rounds: Sequence[RoundLog], jobs: Sequence[SimJob], num_gpus: int,
                   sizes: Sequence[ClusterSize] = (), autoscaler: str = "none") -> Timeline:
-    """:func:`timeline_of` from a run's round log and jobs (any simulator's)."""
+    """:func:`timeline_of` from a run's round log and jobs."""
     points: dict[str, tuple[list[float], list[int]]] = {job.name: ([], []) for job in jobs}
     last: dict[str, int] = {}
     for rnd in rounds:
@@ -150,24 +159,36 @@ def timeline_from(rounds: Sequence[RoundLog], jobs: Sequence[TrainingJob], num_g
 
 
 def build_autoscaler(task: RunTask) -> Autoscaler | None:
-    """The task's autoscaler over template nodes of its cluster; None for "none"."""
+    """The task's autoscaler over template nodes of its cluster; None for "none". On a
+    typed cluster ``pollux`` is the typed autoscaler (one template and bound per type)."""
     if check_autoscaler_name(task.autoscaler) == "none":
         return None
     cfg = task.config
     options = dict(task.autoscaler_options)
     windows = {name: int(options.pop(name)) for name in ("window_rounds", "grow_window_rounds")
                if name in options}
-    config = AutoscalerConfig(
-        template=NodeTemplate({GPU: float(cfg.gpus_per_node)}, cfg.node_price_per_hour),
-        min_nodes=cfg.min_nodes, max_nodes=cfg.scaling_max_nodes, **windows)
-    return make_autoscaler(task.autoscaler, config, **options)
+    prices = cfg.node_prices()
+    templates = {g.gpu_type: NodeTemplate({GPU: float(g.gpus_per_node)}, prices[g.gpu_type])
+                 for g in cfg.spec.groups}
+    first = cfg.spec.gpu_types[0]
+    config = AutoscalerConfig(template=templates[first], min_nodes=cfg.min_nodes,
+                              max_nodes=cfg.scaling_max_nodes, **windows)
+    if cfg.cluster is None:
+        return make_autoscaler(task.autoscaler, config, **options)
+    if task.autoscaler != "pollux":
+        raise ConfigError("autoscaler", task.autoscaler, "a typed cluster is sized per GPU "
+                          "type by goodput per dollar: use --autoscaler pollux")
+    return TypedAutoscaler(config, templates, {g.gpu_type: g.num_nodes
+                                               for g in cfg.spec.groups}, **options)
 
 
 def execute(task: RunTask, index: int = 0,
-            applications: Mapping[str, Application] | None = None) -> RunOutcome:
+            applications: Mapping[str, Application] | Mapping[str, TypedApplication] | None
+            = None) -> RunOutcome:
     """Run one task in this process."""
     try:
-        apps = applications if applications is not None else load_applications(task.traces_dir)
+        apps = (applications if applications is not None
+                else load_applications(task.traces_dir, task.config))
         policy = build_policy(task.policy, task.seed)
         result = run_simulation(task.workload, apps, policy, task.config,
                                 autoscaler=build_autoscaler(task),
@@ -214,5 +235,6 @@ def run_tasks(tasks: Sequence[RunTask], processes: int = 1,
         if task.policy not in POLICY_CLASSES:
             make_policy(task.policy, seed=task.seed)  # raises with the valid choices
         check_autoscaler_name(task.autoscaler)
-    return run_each(tasks, execute, lambda task: load_applications(task.traces_dir),
-                    lambda task: task.traces_dir, processes, on_done)
+    return run_each(tasks, execute, lambda task: load_applications(task.traces_dir, task.config),
+                    lambda task: (task.traces_dir, task.config.spec.gpu_types), processes,
+                    on_done)

@@ -1,126 +1,64 @@
-"""The simulator of a homogeneous cluster: a thin driver around one scheduling policy.
+"""The simulator: a thin driver around one scheduling policy, on any cluster.
 
 The round loop (:mod:`pollux.sim.loop`) advances every job each ``interval_s`` and runs a
-scheduling round the way the service does. Here a job's report carries its scheduling
-state and the hints it reports; a job whose nodes changed (not just their order)
-restarts (``restart_delay_s`` holding its GPUs without progress), and distributed jobs
-sharing a node slow down by ``interference``.
+scheduling round the way the service does. A homogeneous cluster is a typed cluster with
+one type: nodes carry their GPU type, a job's allocation never spans types (the decision
+check refuses it) and a job keeps one model per type (:class:`~pollux.sim.job.SimJob`).
+What the reference simulators of the two artifacts do differently (restart delays per
+application, GPU-hours charging, what the scheduler sees of a job, batch limits,
+calibration) is ``config.semantics`` (:mod:`pollux.sim.semantics`), chosen by the
+trace set. Distributed jobs sharing a node slow down by ``interference``.
 
 Jobs are *fixed* (the tuned batch size, for baselines) or *adaptive* (Pollux jobs that
-fit their own model and report hints, as the agent does). The mode comes from the policy's
-class attribute ``adaptive_jobs``: baselines set it to False; a policy without it gets
-adaptive jobs. ``adaptive_jobs=`` here overrides it.
+fit their own model, as the agent does). The mode comes from the policy's class attribute
+``adaptive_jobs`` (``adaptive_jobs=`` here overrides it); a policy whose class sets
+``heterogeneity_aware = False`` gets, on a typed cluster, jobs with one model pooled over
+every type with the limits of its ``pooled_limits_type``, as Sia's artifact runs Pollux.
+Under the ``typed_goodput`` scheduler model the policy's growth rule on the cluster's
+types (:meth:`~pollux.policies.base.Policy.growth_rule`) sets each job's caps per type.
 
 With an autoscaler (:mod:`pollux.policies.autoscaling`) the cluster is elastic
 (:class:`~pollux.sim.cluster.ElasticCluster`): it starts with ``min_nodes`` ready nodes
 and, every round before the policy runs, the autoscaler's desired size is applied; a new
 node becomes usable ``provision_delay_s`` after its request, and jobs on a released node
-lose their allocation (the policy places them again, a restart). Adaptive jobs then also
-carry their throughput speedup in ``JobInfo.extras["throughput_speedup_fn"]`` (their
-fitted throughput model, statistical efficiency ignored), for the throughput autoscaler.
-Without an autoscaler the cluster keeps ``num_nodes`` nodes and nothing else changes.
-
-What adaptive jobs maximize when they pick their batch size comes from the autoscaler's
-class attribute ``batch_objective``: goodput (no autoscaler, the Pollux autoscaler) or
-throughput, statistical efficiency ignored (the throughput-based baseline, whose jobs then
-report gradient statistics of a fully efficient batch, so the policy sees their
-throughput speedup). ``batch_objective=`` overrides it.
-A job's true progress always follows its true gradient statistics.
-
-``job_knowledge=JobKnowledge.ORACLE`` gives adaptive jobs their true step-time model and
-true goodput (see :class:`~pollux.sim.job.JobKnowledge`): how much better modelling could
-gain, measured against the default ``MEASURED``.
+lose their allocation. Adaptive jobs then also carry their throughput speedup, and what
+they maximize when they pick their batch size is the autoscaler's ``batch_objective``
+(goodput, or throughput with efficiency ignored); ``batch_objective=`` overrides it.
+``job_knowledge=JobKnowledge.ORACLE`` gives adaptive jobs their true step-time model per
+type and true goodput (see :class:`~pollux.sim.job.JobKnowledge`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from types import MappingProxyType
+from dataclasses import dataclass, field
+from typing import Any
 
+from pollux.cluster_spec import allocation_gpu_type
 from pollux.errors import ConfigError
 from pollux.models import ThroughputParams
-from pollux.policies.autoscaling import (
-    DEFAULT_NODE_PRICE_PER_HOUR,
-    Autoscaler,
-    BatchObjective,
-)
-from pollux.policies.base import GPU, Allocation, JobInfo, NodeInfo, Policy, TunedConfig
-from pollux.policies.snapshot import JobReport
+from pollux.models.type_speeds import estimate_type_speeds
+from pollux.policies.autoscaling import Autoscaler, BatchObjective
+from pollux.policies.base import TYPE_SPEEDS_KEY, Allocation, JobInfo, Policy, TunedConfig
+from pollux.policies.snapshot import EXPLORATION_FACTOR, JobReport
 from pollux.sim.adaptive import FitCache
 from pollux.sim.applications import Application
 from pollux.sim.cluster import ClusterSize, ElasticCluster
+from pollux.sim.config import ClusterConfig
 from pollux.sim.job import BatchMode, JobKnowledge, SimJob
 from pollux.sim.loop import MAX_IDLE_ROUNDS, RoundLog, RoundLoop, job_report
-from pollux.sim.oracle import OracleTables, fixed_batch_max_replicas, true_throughput_params
+from pollux.sim.oracle import (
+    OracleTables,
+    RemainingTimeOracle,
+    fixed_batch_max_replicas,
+    true_throughput_params,
+)
 from pollux.sim.placement import placement_of
+from pollux.sim.typed_apps import TypedApplication
 from pollux.sim.workload import Workload
 
 __all__ = ["MAX_IDLE_ROUNDS", "ClusterConfig", "RoundLog", "SimulationResult", "Simulator",
            "run_simulation"]
-
-
-@dataclass(frozen=True)
-class ClusterConfig:
-    """The simulated cluster and scheduling loop."""
-
-    num_nodes: int = 16
-    """Nodes in the cluster."""
-    gpus_per_node: int = 4
-    """GPUs on every node."""
-    interval_s: float = 60.0
-    """Simulated seconds between scheduling rounds."""
-    restart_delay_s: float = 30.0
-    """Seconds a job holds its GPUs without progress after each placement change."""
-    interference: float = 0.0
-    """Slowdown of a distributed job sharing a node with another distributed job (0-1)."""
-    max_time_s: float = 90 * 86400.0
-    """Simulated time after which a run stops even with jobs left."""
-    min_nodes: int = 1
-    """With an autoscaler: the fewest nodes, and the size the cluster starts with."""
-    max_nodes: int | None = None
-    """With an autoscaler: the most nodes (None: ``num_nodes``)."""
-    node_price_per_hour: float = DEFAULT_NODE_PRICE_PER_HOUR
-    """Price of one node for an hour (for the reported cost)."""
-    provision_delay_s: float = 120.0
-    """With an autoscaler: seconds from requesting a node until jobs can use it (billed)."""
-
-    def __post_init__(self) -> None:
-        for name in ("num_nodes", "gpus_per_node", "min_nodes"):
-            value = getattr(self, name)
-            if not (isinstance(value, int) and value >= 1):
-                raise ConfigError(name, value, "use a whole number >= 1")
-        if not (isinstance(self.scaling_max_nodes, int)
-                and self.scaling_max_nodes >= self.min_nodes):
-            raise ConfigError("max_nodes", self.max_nodes,
-                              f"use a whole number >= min_nodes ({self.min_nodes})")
-        if not (self.node_price_per_hour >= 0 and self.node_price_per_hour < float("inf")):
-            raise ConfigError("node_price_per_hour", self.node_price_per_hour,
-                              "use a finite price >= 0")
-        if not (self.provision_delay_s >= 0 and self.provision_delay_s < float("inf")):
-            raise ConfigError("provision_delay_s", self.provision_delay_s,
-                              "use a finite number of seconds >= 0")
-        for name in ("interval_s", "max_time_s"):
-            if not getattr(self, name) > 0:
-                raise ConfigError(name, getattr(self, name), "use a number of seconds > 0")
-        if not self.restart_delay_s >= 0:
-            raise ConfigError("restart_delay_s", self.restart_delay_s, "use seconds >= 0")
-        if not 0 <= self.interference < 1:
-            raise ConfigError("interference", self.interference, "use a fraction in [0, 1)")
-
-    @property
-    def num_gpus(self) -> int:
-        return self.num_nodes * self.gpus_per_node
-
-    @property
-    def scaling_max_nodes(self) -> int:
-        """The autoscaler's upper bound: ``max_nodes``, or ``num_nodes`` when unset."""
-        return self.num_nodes if self.max_nodes is None else self.max_nodes
-
-    def node_infos(self) -> tuple[NodeInfo, ...]:
-        width = len(str(self.num_nodes - 1))
-        resources = MappingProxyType({GPU: float(self.gpus_per_node)})
-        return tuple(NodeInfo(f"node-{i:0{width}d}", resources) for i in range(self.num_nodes))
 
 
 @dataclass(frozen=True)
@@ -140,23 +78,28 @@ class SimulationResult:
     """The cluster's size from time 0, as change points."""
     batch_objective: BatchObjective = BatchObjective.GOODPUT
     """What the adaptive jobs' batch sizes maximized."""
+    gpu_types: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+    """Job -> GPU type -> rounds held on it."""
 
 
 class Simulator(RoundLoop[SimJob]):
     """Runs one workload under one policy."""
 
-    def __init__(self, workload: Workload, applications: Mapping[str, Application],
+    def __init__(self, workload: Workload,
+                 applications: Mapping[str, Application] | Mapping[str, TypedApplication],
                  policy: Policy, config: ClusterConfig | None = None,
                  adaptive_jobs: bool | None = None,
                  autoscaler: Autoscaler | None = None,
                  batch_objective: BatchObjective | None = None,
                  job_knowledge: JobKnowledge | str = JobKnowledge.MEASURED) -> None:
-        self.config = config or ClusterConfig()
-        super().__init__(self.config.interval_s, self.config.max_time_s)
+        self.config = cfg = config or ClusterConfig()
+        super().__init__(cfg.interval_s, cfg.max_time_s)
         self.workload = workload
         self.policy = policy
         self.autoscaler = autoscaler
         self.throughput_speedups = autoscaler is not None
+        self.semantics = sem = cfg.semantics
+        spec = cfg.spec
         if adaptive_jobs is None:
             adaptive_jobs = bool(getattr(type(policy), "adaptive_jobs", True))
         self.adaptive_jobs = adaptive_jobs
@@ -172,38 +115,67 @@ class Simulator(RoundLoop[SimJob]):
         if missing:
             raise ConfigError("application", missing[0],
                               f"no model for it; known: {', '.join(sorted(applications))}")
-        self.fits = FitCache()
-        """Throughput fits shared by the run's adaptive jobs (memoized, deterministic)."""
         try:
             self.job_knowledge = JobKnowledge(job_knowledge)
         except ValueError:
             raise ConfigError("job_knowledge", job_knowledge,
                               f"use one of {', '.join(k.value for k in JobKnowledge)}") from None
-        known: dict[str, ThroughputParams | None] = {}
+        used = sorted({j.application for j in workload.jobs})
+        apps = {name: typed_on(applications[name], spec.gpu_types) for name in used}
+        self.fits = FitCache()
+        """Throughput fits shared by the run's adaptive jobs (memoized, deterministic)."""
+        known: dict[str, dict[str, ThroughputParams]] = {}
         if self.job_knowledge is JobKnowledge.ORACLE and mode is BatchMode.ADAPTIVE:
-            known = {name: true_throughput_params(applications[name], self.config.gpus_per_node)
-                     for name in sorted({j.application for j in workload.jobs})}
-        self.jobs = tuple(SimJob(spec, applications[spec.application], mode, self.fits,
-                                 batch_objective, known.get(spec.application))
-                          for spec in workload.jobs)
+            known = {name: {t: true_throughput_params(a, cfg.gpus_per_node_of(t))
+                            for t, a in apps[name].by_type.items()} for name in used}
+        typed_model = sem.scheduler_model == "typed_goodput"
+        speeds = (projection_speeds({n: typed_on(a, spec.gpu_types)
+                                     for n, a in applications.items()}, cfg.speeds_from)
+                  if typed_model and cfg.project_unseen_types else {})
+        aware = bool(getattr(type(policy), "heterogeneity_aware", True))
+        pooled = None if aware or len(spec.gpu_types) == 1 else (
+            getattr(type(policy), "pooled_limits_type", None) or "")
+        factor, self._initial_replicas = policy.growth_rule(spec.gpu_types)
+        self._growth_factor = factor or EXPLORATION_FACTOR
+        self.jobs = tuple(
+            SimJob(js, apps[js.application], mode, self.fits, batch_objective,
+                   known.get(js.application), type_speeds=speeds.get(js.application),
+                   pooled_type=pooled, rate_factor=sem.calibration(js.application),
+                   placement_limits=sem.placement_batch_limits)
+            for js in workload.jobs)
         self.cluster: ElasticCluster | None = None
         if autoscaler is None:
-            self.nodes = self.config.node_infos()
-        else:
-            self.cluster = ElasticCluster(self.config.min_nodes, self.config.scaling_max_nodes,
-                                          self.config.gpus_per_node,
-                                          self.config.provision_delay_s)
+            self.nodes = cfg.node_infos()
+        else:  # one type: up to max_nodes; typed: up to each group's nodes
+            groups = [(g.gpu_type, cfg.scaling_max_nodes if cfg.cluster is None
+                       else g.num_nodes, g.gpus_per_node) for g in spec.groups]
+            prices = cfg.node_prices()
+            cheapest = min(spec.gpu_types, key=lambda t: (prices[t], t))
+            self.cluster = ElasticCluster({cheapest: cfg.min_nodes}, groups,
+                                          cfg.provision_delay_s)
             self.nodes = self.cluster.nodes()
+        self._by_name = {node.name: node for node in self.nodes}
         self._oracles = OracleTables()
+        self._held: dict[str, dict[str, int]] = {job.name: {} for job in self.jobs}
+
+    def _restart_delay_s(self, job: SimJob) -> float:
+        return self.semantics.restart_delay_s(job.spec.application, self.config.restart_delay_s)
 
     # -- snapshot ------------------------------------------------------------------------
     def _report(self, job: SimJob) -> JobReport:
-        """What the driver knows of a job and what the job reports: one GPU per replica,
-        preemptible, its tuned (or pinned) configuration, and either its hints with the
-        application's useful replicas as the spec bound (adaptive jobs) or the Optimus
-        oracle of remaining time with the bound batch size // smallest atomic batch (fixed
-        jobs)."""
-        spec = job.app.spec
+        """What the driver knows of a job and what the job reports (the semantics'
+        scheduler model)."""
+        if self.semantics.scheduler_model == "hints":
+            return self._hints_report(job)
+        return self._typed_report(job)
+
+    def _hints_report(self, job: SimJob) -> JobReport:
+        """One GPU per replica, preemptible, its tuned (or pinned) configuration, and
+        either its hints with the application's useful replicas as the spec bound
+        (adaptive jobs) or the Optimus oracle of remaining time with the bound batch size
+        // smallest atomic batch (fixed jobs)."""
+        app = job.current_app()
+        spec = app.spec
         tuned_replicas = job.spec.num_replicas
         tuned_batch = job.spec.batch_size
         if spec.pinned_replicas is not None:
@@ -216,14 +188,53 @@ class Simulator(RoundLoop[SimJob]):
             max_replicas = spec.max_useful_replicas
         else:
             batch = job.target_batch_size or tuned_batch
-            max_replicas = fixed_batch_max_replicas(job.app, batch)
-            remaining_fn = self._oracles.oracle(job.app, batch, self.config.gpus_per_node,
-                                                job.epoch)
+            max_replicas = fixed_batch_max_replicas(app, batch)
+            remaining_fn = self._oracles.oracle(
+                app, batch, self.config.gpus_per_node_of(str(job.gpu_type)), job.epoch)
         return job_report(
-            job, self.config.restart_delay_s, max_replicas=max_replicas,
+            job, self._restart_delay_s(job), max_replicas=max_replicas,
             tuned=TunedConfig(num_replicas=tuned_replicas, batch_size=tuned_batch),
             hints=hints, remaining_time_fn=remaining_fn,
             remaining_progress=None if hints is None else job.remaining_progress())
+
+    def _typed_report(self, job: SimJob) -> JobReport:
+        """Per GPU type: a fixed-batch job's replica cap (replicas that each get the
+        type's smallest atomic batch) and Optimus oracle of remaining time (calibration
+        included); an adaptive job's goodput per type and growth caps (the most of them as
+        the spec's bound), or a heterogeneity-unaware job's pooled hints. With the
+        restart delay left and the application's name (Sia's restart penalties)."""
+        extras: dict[str, Any] = {"application": job.app.name}
+        if job.type_speeds is not None:
+            extras[TYPE_SPEEDS_KEY] = job.type_speeds
+        fields: dict[str, Any] = {}
+        tuned = TunedConfig(job.spec.num_replicas, job.spec.batch_size)
+        if job.mode is BatchMode.FIXED:
+            batch = int(job.target_batch_size or job.spec.batch_size)
+            caps: dict[str, int] = {}
+            oracles: dict[str, RemainingTimeOracle] = {}
+            for gpu_type, app in job.app.by_type.items():
+                caps[gpu_type] = fixed_batch_max_replicas(app, batch)
+                oracles[gpu_type] = self._oracles.oracle(
+                    app, batch, self.config.gpus_per_node_of(gpu_type), job.epoch,
+                    job.rate_factor)
+            pinned = job.app.reference().spec.pinned_replicas
+            tuned = TunedConfig(job.spec.num_replicas if pinned is None
+                                else min(job.spec.num_replicas, pinned), batch)
+            fields = {"max_replicas": max(caps.values()), "max_replicas_by_type": caps,
+                      "remaining_time_fn_by_type": oracles}
+        elif job.pooled is not None:
+            spec = job.pooled.spec
+            fields = {"max_replicas": max(1, spec.max_batch_size // spec.min_local_bsz),
+                      "hints": job.pooled.hints()}
+        else:
+            caps = {t: job.max_replicas(t, self._growth_factor, self._initial_replicas)
+                    for t in job.app.by_type}
+            model = job.typed_goodput()
+            fields = {"max_replicas": max(caps.values()), "typed_goodput": model,
+                      "remaining_s": job.remaining_s(model), "max_replicas_by_type": caps}
+        return job_report(job, self._restart_delay_s(job), tuned=tuned,
+                          restart_left_s=job.restart_left_s if job.placement else 0.0,
+                          extras=extras, **fields)
 
     # -- effects -------------------------------------------------------------------------
     def _interfered(self, running: Sequence[SimJob]) -> set[str]:
@@ -246,9 +257,25 @@ class Simulator(RoundLoop[SimJob]):
                         self.config.interference if job.name in interfered else 0.0)
 
     def _apply(self, job: SimJob, allocation: Allocation) -> None:
-        """A job whose nodes changed (not just their order) restarts."""
-        if allocation != job.allocation and sorted(allocation) != sorted(job.allocation):
-            job.reallocate(allocation, placement_of(allocation), self.config.restart_delay_s)
+        """A move restarts the job (the semantics say what a move is); held GPUs are
+        counted per round (whole-round GPU-hours) and per type."""
+        if not allocation:
+            if job.allocation:
+                job.reallocate((), (), self._restart_delay_s(job))
+            return
+        gpu_type = allocation_gpu_type(allocation, self._by_name)
+        placement = placement_of(allocation)
+        if self.semantics.restart_on_node_change:
+            moved = sorted(allocation) != sorted(job.allocation)
+        else:
+            moved = gpu_type != job.gpu_type or placement != job.placement
+            if not moved:
+                job.allocation = allocation
+        if moved:
+            job.reallocate(allocation, placement, self._restart_delay_s(job), gpu_type)
+        job.hold_round(self.interval_s)
+        held = self._held[job.name]
+        held[str(gpu_type)] = held.get(str(gpu_type), 0) + 1
 
     def _before_policy(self, jobs: Sequence[SimJob], infos: Sequence[JobInfo], now_s: float
                        ) -> None:
@@ -260,34 +287,59 @@ class Simulator(RoundLoop[SimJob]):
         """Simulate until every job completes (or nothing can run any more)."""
         rounds, wall_s = self.run_rounds()
         cfg = self.config
+        n = cfg.spec.num_nodes
         sizes: tuple[ClusterSize, ...] = (
-            (ClusterSize(0.0, cfg.num_nodes, cfg.num_nodes, cfg.num_nodes),)
+            (ClusterSize(0.0, n, n, n, {g.gpu_type: g.num_nodes for g in cfg.spec.groups}),)
             if self.cluster is None else tuple(self.cluster.history))
         return SimulationResult(
             policy=self.policy.name, workload=self.workload.name, config=cfg,
             jobs=self.jobs, rounds=rounds, adaptive_jobs=self.adaptive_jobs, wall_s=wall_s,
             autoscaler="none" if self.autoscaler is None else self.autoscaler.name,
-            cluster_sizes=sizes, batch_objective=self.batch_objective)
+            cluster_sizes=sizes, batch_objective=self.batch_objective,
+            gpu_types={name: dict(held) for name, held in self._held.items()})
 
     def _resize(self, autoscaler: Autoscaler, cluster: ElasticCluster, jobs: Sequence[SimJob],
                 infos: Sequence[JobInfo], now: float) -> None:
         """Ask the autoscaler for the cluster's size and resize; jobs on released nodes
         lose their allocation."""
         cluster.refresh(now)
-        decision = autoscaler.decide(infos, cluster.num_billed_nodes)
+        decision = autoscaler.decide_by_type(infos, cluster.billed_by_type())
         load: dict[str, int] = {}
         for job in jobs:
             for node in job.allocation:
                 load[node] = load.get(node, 0) + 1
-        released = cluster.resize(decision.num_nodes, now, load)
+        released = cluster.resize(decision.num_nodes_by_type, now, load)
         for job in jobs:
             if released.intersection(job.allocation):
-                job.reallocate((), (), self.config.restart_delay_s)
+                job.reallocate((), (), self._restart_delay_s(job))
         cluster.record(now, decision.num_nodes)
         self.nodes = cluster.nodes()
+        self._by_name = {node.name: node for node in self.nodes}
 
 
-def run_simulation(workload: Workload, applications: Mapping[str, Application],
+def typed_on(app: Application | TypedApplication, gpu_types: Sequence[str]
+             ) -> TypedApplication:
+    """``app`` on the cluster's types: a plain application is the one type's."""
+    if isinstance(app, TypedApplication):
+        return app
+    if len(gpu_types) != 1:
+        raise ConfigError("traces", app.name, "a typed cluster needs per-type traces "
+                          "(<app>/placements-<type>.csv), e.g. ../shared/sia-artifact/traces")
+    return TypedApplication.of(app, gpu_types[0])
+
+
+def projection_speeds(applications: Mapping[str, TypedApplication], speeds_from: str
+                      ) -> dict[str, dict[str, float]]:
+    """Application -> the type speeds its jobs project with (see ``ClusterConfig``)."""
+    own = {name: app.type_speeds() for name, app in applications.items()}
+    if speeds_from == "own":
+        return own
+    return {name: estimate_type_speeds([s for other, s in own.items() if other != name])
+            for name in own}
+
+
+def run_simulation(workload: Workload,
+                   applications: Mapping[str, Application] | Mapping[str, TypedApplication],
                    policy: Policy, config: ClusterConfig | None = None,
                    adaptive_jobs: bool | None = None,
                    autoscaler: Autoscaler | None = None,
@@ -296,4 +348,3 @@ def run_simulation(workload: Workload, applications: Mapping[str, Application],
     """Simulate ``workload`` under ``policy``; see :class:`Simulator`."""
     return Simulator(workload, applications, policy, config, adaptive_jobs, autoscaler,
                      batch_objective, job_knowledge).run()
-

@@ -3,7 +3,8 @@
 :func:`cluster_utility` measures how close an allocation comes to ideal scaling;
 :class:`PolluxAutoscaler` (``pollux``) keeps it inside a band, :class:`ThroughputAutoscaler`
 (``throughput``) is the throughput-based baseline and :class:`FixedSizeAutoscaler`
-(``none``) keeps the size. Pure functions of the job records, like the policies: the
+(``none``) keeps the size; :class:`TypedAutoscaler` sizes each GPU type of a typed
+cluster by goodput per dollar. Pure functions of the job records, like the policies: the
 simulator and the service ask the autoscaler every round, before the policy, and apply
 the desired size themselves.
 """
@@ -31,6 +32,7 @@ from pollux.policies.autoscaling.registry import (
     make_autoscaler,
 )
 from pollux.policies.autoscaling.runtime import scaling_view, template_from_nodes
+from pollux.policies.autoscaling.typed import TypedAutoscaler
 from pollux.policies.autoscaling.utility import (
     THROUGHPUT_SPEEDUP_KEY,
     cluster_utility,
@@ -54,6 +56,7 @@ __all__ = [
     "SizeEstimate",
     "SizeEvaluator",
     "ThroughputAutoscaler",
+    "TypedAutoscaler",
     "autoscaler_names",
     "check_autoscaler_name",
     "cluster_utility",

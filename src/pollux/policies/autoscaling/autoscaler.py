@@ -147,6 +147,8 @@ class ScalingDecision:
     price_per_hour: float = 0.0
     """Cost per hour of ``num_nodes`` template nodes."""
     info: Mapping[str, Any] = field(default_factory=dict)
+    num_nodes_by_type: Mapping[str, int] = field(default_factory=dict)
+    """Desired nodes per GPU type (:meth:`Autoscaler.decide_by_type`)."""
 
 
 class Autoscaler(ABC):
@@ -198,6 +200,17 @@ class Autoscaler(ABC):
             reason=proposal.reason, utility=proposal.utility,
             price_per_hour=desired * cfg.template.price_per_hour,
             info={"window": list(self._recent), **proposal.info})
+
+    def decide_by_type(self, jobs: Sequence[JobInfo], current: Mapping[str, int]
+                       ) -> ScalingDecision:
+        """:meth:`decide` on a cluster of one GPU type, the desired size as that type's
+        (the typed autoscaler, :mod:`.typed`, decides several)."""
+        if len(current) != 1:
+            raise ConfigError("autoscaler", self.name, "this autoscaler sizes a cluster of "
+                              "one GPU type; a typed cluster takes --autoscaler pollux")
+        ((gpu_type, num_nodes),) = current.items()
+        decision = self.decide(jobs, num_nodes)
+        return replace(decision, num_nodes_by_type={gpu_type: decision.num_nodes})
 
     def evaluator(self, jobs: Sequence[JobInfo]) -> SizeEvaluator:
         return SizeEvaluator(self.estimator, jobs, self.config.template.resources)

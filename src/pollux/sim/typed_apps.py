@@ -4,12 +4,11 @@ The Sia artifact (../shared/sia-artifact/README.md) gives, per application, one
 placements and one scalability file per GPU type and validation files shared by every
 type. Each (application, type) pair is a :class:`~pollux.sim.applications.TraceApplication`
 with that type's step times and batch limits; what differs from the homogeneous Pollux
-reference is gathered here as facts of that simulator:
+reference is gathered here as facts of the data (the simulator's other differences are
+:mod:`pollux.sim.semantics`):
 
 * the local batch bounds are the type's measured range (deepspeech2 on rtx at most 57),
   and at a measured placement the largest atomic batch is the largest measured there;
-* simulated progress is divided by a per-application calibration slowdown;
-* every placement change costs a per-application restart delay;
 * the 1-GPU throughput of a type (largest local batch over the slowest 1-replica step)
   gives the speed ratios that project a job's model onto types it has not run on.
 """
@@ -24,21 +23,11 @@ from types import MappingProxyType
 import numpy as np
 
 from pollux.errors import WorkloadError
-from pollux.sim.applications import TraceApplication
+from pollux.resources import DEFAULT_GPU_TYPE
+from pollux.sim.applications import Application, ApplicationSpec, TraceApplication
 from pollux.sim.placement import Placement, canonical_placement
 from pollux.sim.traces import application_dirs, read_trace_dir
 
-CALIBRATION_SLOWDOWN = MappingProxyType({
-    "cifar10": 1.8, "ncf": 1.5, "imagenet": 1.2, "yolov3": 1.2, "bert": 1.2,
-    "deepspeech2": 1.2,
-})
-"""Simulated progress rate is divided by this (real runs were slower than the traces)."""
-RESTART_DELAY_S = MappingProxyType({
-    "cifar10": 50.0, "deepspeech2": 25.0, "bert": 120.0, "yolov3": 80.0, "imagenet": 250.0,
-    "ncf": 15.0,
-})
-"""Seconds of checkpoint-restore on every placement change (the first start included)."""
-DEFAULT_RESTART_DELAY_S = 30.0
 MAX_LOCAL_BSZ_OVERRIDE = MappingProxyType({("deepspeech2", "rtx"): 57})
 """Largest atomic batch where GPU memory is below the measured range."""
 
@@ -89,22 +78,24 @@ class TypedApplication:
     """One application on every GPU type of a cluster."""
 
     name: str
-    by_type: Mapping[str, TypedTraceApplication]
+    by_type: Mapping[str, Application]
 
-    @property
-    def calibration(self) -> float:
-        """Factor on the simulated progress rate (1 / slowdown)."""
-        return 1.0 / CALIBRATION_SLOWDOWN.get(self.name, 1.0)
-
-    @property
-    def restart_delay_s(self) -> float:
-        return RESTART_DELAY_S.get(self.name, DEFAULT_RESTART_DELAY_S)
+    @classmethod
+    def of(cls, app: Application, gpu_type: str = DEFAULT_GPU_TYPE) -> TypedApplication:
+        """An application measured on one type (a homogeneous cluster's)."""
+        return cls(app.name, MappingProxyType({gpu_type: app}))
 
     def type_speeds(self) -> dict[str, float]:
         """Type -> 1-GPU throughput (samples/s); ratios of these project models."""
-        return {t: app.one_gpu_throughput() for t, app in self.by_type.items()}
+        return {t: app.one_gpu_throughput() for t, app in self.by_type.items()
+                if isinstance(app, TypedTraceApplication)}
 
-    def reference(self) -> TypedTraceApplication:
+    @property
+    def spec(self) -> ApplicationSpec:
+        """The reference type's spec (batch sizes and epochs are the same on every type)."""
+        return self.reference().spec
+
+    def reference(self) -> Application:
         """The type-independent parts (epochs, gradient statistics) of any type."""
         return next(iter(self.by_type.values()))
 

@@ -1,0 +1,83 @@
+"""The simulator's speed against an older checkout, side by side in one run.
+
+    git worktree add /tmp/sim-old <base commit>
+    nice -n 10 python bench/simulate_speed.py --old /tmp/sim-old [--quick]
+
+Runs two command lines with each checkout's code (``PYTHONPATH=<checkout>/src``), the new
+one first for the first and the old one first for the second, so drifting load on a
+shared machine falls on both: the 8 Philly workloads under ``sia,pollux`` on
+``aws:6x4,dgx-ext:2x8,rtx:3x8`` and the 16 baseline runs (8 Pollux workloads x tiresias,
+optimus). It prints the wall seconds and the CPU seconds (user + system of the
+simulations, the figure that a busy machine disturbs least) of each, and whether the
+average JCTs agree (relative difference per run). ``--quick`` takes workloads 1 and 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared"
+
+
+def commands(quick: bool) -> dict[str, list[str]]:
+    pick = (lambda d: [str(d / f"workload-{w}.csv") for w in (1, 2)]) if quick else (
+        lambda d: [str(d)])
+    sia, pollux = SHARED / "sia-artifact", SHARED / "pollux-artifact"
+    return {
+        "typed sia,pollux": ["simulate", *pick(sia / "workloads" / "philly"), "--cluster",
+                             "aws:6x4,dgx-ext:2x8,rtx:3x8", "--traces", str(sia / "traces"),
+                             "--policy", "sia,pollux"],
+        "baselines x16": ["simulate", *pick(pollux / "workloads"), "--traces",
+                          str(pollux / "traces"), "--policy", "tiresias,optimus"],
+    }
+
+
+def timed(src: Path, args: list[str], processes: int) -> tuple[float, float, dict[str, float]]:
+    """(wall s, CPU s, run -> average JCT) of ``pollux <args>`` with ``src``'s code."""
+    env = {**os.environ, "PYTHONPATH": str(src / "src")}
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "out.json"
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        tic = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "pollux.cli.main", *args, "--processes",
+                        str(processes), "--json", str(out)], env=env, check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wall = time.perf_counter() - tic
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        runs = json.loads(out.read_text())["runs"]
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall, cpu, {f"{r['policy']}/{r['workload']}": r["avg_jct_s"] for r in runs}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--old", required=True, type=Path, help="the older checkout")
+    parser.add_argument("--processes", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    print("| runs | old wall s | new wall s | old CPU s | new CPU s | new / old CPU | "
+          "max avg-JCT difference |")
+    print("|---|---|---|---|---|---|---|")
+    for i, (name, cmd) in enumerate(commands(args.quick).items()):
+        order = [("new", ROOT), ("old", args.old)]
+        results = dict((label, timed(src, cmd, args.processes))
+                       for label, src in (order if i % 2 == 0 else order[::-1]))
+        (ow, oc, oj), (nw, nc, nj) = results["old"], results["new"]
+        diff = max(abs(nj[k] / oj[k] - 1) for k in oj) if set(oj) == set(nj) else float("nan")
+        print(f"| {name} | {ow:.0f} | {nw:.0f} | {oc:.0f} | {nc:.0f} | {nc / oc:.2f} | "
+              f"{diff:.2e} |", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
