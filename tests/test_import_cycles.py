@@ -12,15 +12,9 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-import pytest
-
 import pollux
 
 PACKAGE = Path(pollux.__file__).parent
-
-TORCH_CYCLE = frozenset({"pollux.torch.distributed", "pollux.torch.job"})
-"""Being removed by another change; xfailed (not strictly) below until it lands."""
-
 
 def _modules(root: Path) -> dict[str, Path]:
     found: dict[str, Path] = {}
@@ -105,14 +99,8 @@ def import_cycles(root: Path) -> list[frozenset[str]]:
 
 
 def test_no_import_cycles_at_run_time() -> None:
-    cycles = [c for c in import_cycles(PACKAGE) if c != TORCH_CYCLE]
+    cycles = import_cycles(PACKAGE)
     assert not cycles, "import circles: " + "; ".join(" <-> ".join(sorted(c)) for c in cycles)
-
-
-@pytest.mark.xfail(strict=False, reason="torch/distributed <-> torch/job: removed by "
-                   "another change; this passes once it lands (then drop the xfail)")
-def test_no_torch_agent_cycle() -> None:
-    assert TORCH_CYCLE not in import_cycles(PACKAGE)
 
 
 def test_the_check_can_fail(tmp_path: Path) -> None:
