@@ -90,3 +90,13 @@ def test_cli_autoscales_a_typed_cluster_with_per_type_prices(
     assert run_["cost"] > run_["node_hours"] * 3.912  # some A100 node-hours at 32.77
     assert main([*args, "--node-price", "aws=3.912"]) != 0
     assert "one per GPU type" in capsys.readouterr().err
+
+
+def test_a_typed_run_task_goes_to_worker_processes() -> None:
+    """Runs go to worker processes pickled: the typed semantics and per-type prices too."""
+    import pickle
+
+    config = ClusterConfig(cluster=SPEC, semantics=SIA_ARTIFACT,
+                           node_price_per_hour={"aws": 3.912, "dgx-ext": 32.77})
+    task = RunTask("sia", BERT, config, "traces", autoscaler="pollux")
+    assert pickle.loads(pickle.dumps(task)) == task

@@ -28,8 +28,7 @@ class ReferenceSemantics:
     start included), the default for others ``default_restart_delay_s``; None: the
     cluster's one ``restart_delay_s`` for every job (Pollux)."""
     default_restart_delay_s: float = 30.0
-    calibration_slowdown: Mapping[str, float] = field(
-        default_factory=lambda: MappingProxyType({}))
+    calibration_slowdown: Mapping[str, float] = field(default_factory=dict)
     """A job's progress rate is divided by its application's slowdown (Sia: real runs
     were slower than the traces); none by default."""
     charge_whole_rounds: bool = False
@@ -48,6 +47,11 @@ class ReferenceSemantics:
     """The largest atomic batch at a placement is the largest measured there (Sia)."""
 
     def __post_init__(self) -> None:
+        # plain dict copies: picklable (runs go to worker processes), and nobody else's
+        for name in ("restart_delays_s", "calibration_slowdown"):
+            value = getattr(self, name)
+            if value is not None:
+                object.__setattr__(self, name, dict(value))
         if self.scheduler_model not in SCHEDULER_MODELS:
             raise ConfigError("scheduler_model", self.scheduler_model,
                               f"choose from: {', '.join(SCHEDULER_MODELS)}")
