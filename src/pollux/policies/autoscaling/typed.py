@@ -6,7 +6,8 @@ type it takes the most replicas (up to the job's cap on the type) at which the j
 runs at ``target_util`` (the middle of the utility band) of ideal scaling by its own
 goodput model (:class:`~pollux.models.typed.TypedGoodput`), and the goodput per dollar
 there (goodput / (replicas x the price of one GPU-hour of the type)). Jobs, best value
-first, ask for their replicas on their best type with room; a job without a model yet
+first, ask for their replicas on their best type, or for what room is left there (the
+types' bounds), and only on a full type move to their next; a job without a model yet
 asks for its first replicas on the type of best 1-GPU speed per dollar (its
 ``extras[TYPE_SPEEDS_KEY]``; without them, the cheapest GPU). The replicas asked per type,
 in whole nodes, within each type's bounds and at least ``min_nodes`` in all (on the
@@ -104,9 +105,10 @@ class TypedAutoscaler(Autoscaler):
         asked = dict.fromkeys(self.templates, 0)
         wants = [self._wants(job) for job in jobs]
         for options in sorted(wants, key=lambda w: w[0][0] if w else 0.0, reverse=True):
-            for _, gpu_type, replicas in options:
-                if asked[gpu_type] + replicas <= room[gpu_type]:
-                    asked[gpu_type] += replicas
+            for _, gpu_type, replicas in options:  # fewer replicas on a better type first
+                take = min(replicas, room[gpu_type] - asked[gpu_type])
+                if take >= 1:
+                    asked[gpu_type] += take
                     break
         nodes = {t: min(math.ceil(n / max(self.gpus(t), 1)), self.max_nodes[t])
                  for t, n in asked.items()}
