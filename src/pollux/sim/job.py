@@ -275,13 +275,8 @@ class SimJob:
         self.restart_left_s = float(restart_delay_s)
         self.num_restarts = 0 if self.num_restarts is None else self.num_restarts + 1
 
-    def hold_round(self, interval_s: float) -> None:
-        """Count one scheduling round of the GPUs now held (whole-round GPU-hours)."""
-        self.held_gpu_s += interval_s * self.num_replicas
-
     def advance(self, now_s: float, seconds: float, interference: float = 0.0) -> None:
-        """Train for ``seconds`` starting at simulated time ``now_s``, slowed by
-        ``interference`` (a fraction)."""
+        """Train for ``seconds`` from ``now_s``, slowed by ``interference`` (a fraction)."""
         self._train(now_s, seconds, self.rate_factor * (1.0 - interference))
 
     # -- the batch -----------------------------------------------------------------------
@@ -342,8 +337,7 @@ class SimJob:
 
     def _observe(self, num_nodes: int, num_replicas: int, atomic_bsz: int, step_s: float,
                  sync_s: float, grad_sqr: float, grad_var: float) -> None:
-        """The true gradient statistics, and for adaptive jobs the measurement in their
-        profile."""
+        """The true gradient statistics; for adaptive jobs the measurement, profiled."""
         self.grad_stats = GradientStats(max(grad_sqr, 0.0), max(grad_var, 0.0))
         profile = self.profile
         if profile is not None:

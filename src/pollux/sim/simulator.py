@@ -273,7 +273,7 @@ class Simulator(RoundLoop[SimJob]):
                 job.allocation = allocation
         if moved:
             job.reallocate(allocation, placement, self._restart_delay_s(job), gpu_type)
-        job.hold_round(self.interval_s)
+        job.held_gpu_s += self.interval_s * job.num_replicas  # whole rounds held
         held = self._held[job.name]
         held[str(gpu_type)] = held.get(str(gpu_type), 0) + 1
 
