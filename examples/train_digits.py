@@ -30,10 +30,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 import torch.distributed as dist
 
 import pollux.torch as pt
-import torch
 from pollux.jobenv import RESCALE_EXIT_CODE
 
 NUM_VALIDATION = 360
@@ -190,7 +190,8 @@ def main(argv: list[str] | None = None) -> int:
     else:
         optimizer = torch.optim.Adam(net.parameters(), lr=args.lr or 0.002)
     model = pt.AdaptiveDataParallel(net, optimizer, job=job)
-    loader = pt.AdaptiveDataLoader(train, batch_size=args.batch_size, job=job, seed=args.seed)
+    loader = pt.AdaptiveDataLoader(train, batch_size=args.batch_size, shuffle=True, job=job,
+                                   seed=args.seed)
     if args.autoscale:
         loader.autoscale_batch_size(args.max_batch_size, tuple(args.local_bsz_bounds))
     samples = SampleLog(job)

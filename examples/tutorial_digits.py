@@ -109,7 +109,8 @@ def main() -> None:
 
     job = pt.init_process_group()
     train_data, test_data = digits_datasets(args.seed)
-    train_loader = pt.AdaptiveDataLoader(train_data, batch_size=args.batch_size, job=job)
+    train_loader = pt.AdaptiveDataLoader(train_data, batch_size=args.batch_size,
+                                         shuffle=True, job=job)
     test_loader = pt.AdaptiveDataLoader(test_data, batch_size=args.test_batch_size,
                                         shuffle=False, job=job)
     train_loader.autoscale_batch_size(512, local_bsz_bounds=(16, 128))

@@ -51,7 +51,7 @@ def test_accumulated_micro_batches_equal_one_big_batch() -> None:
     optimizer = torch.optim.SGD(model_net.parameters(), lr=0.1)
     model = pt.AdaptiveDataParallel(model_net, optimizer, job=job)
     loader = pt.AdaptiveDataLoader(data, batch_size=32, job=job, shuffle=False)
-    loader.autoscale_batch_size(64, (8, 8))
+    loader.autoscale_batch_size(64, (8, 8), gradient_accumulation=True)
     seen = []
     for x, y in loader:  # pattern: zero_grad first, step after every batch
         optimizer.zero_grad()
@@ -78,7 +78,7 @@ def test_zero_grad_after_step_keeps_accumulating() -> None:
     optimizer = torch.optim.SGD(model_net.parameters(), lr=0.0)
     model = pt.AdaptiveDataParallel(model_net, optimizer, job=job)
     loader = pt.AdaptiveDataLoader(dataset(), batch_size=32, job=job, shuffle=False)
-    loader.autoscale_batch_size(64, (16, 16))
+    loader.autoscale_batch_size(64, (16, 16), gradient_accumulation=True)
     grads = []
     for x, y in loader:  # pattern: step and zero_grad after every batch
         torch.nn.functional.mse_loss(model(x), y).backward()
@@ -99,7 +99,7 @@ def test_statistics_every_nth_step_decay_as_much_per_update() -> None:
                                         job=job)
         loader = pt.AdaptiveDataLoader(dataset(7 * 32), batch_size=32, job=job,
                                        shuffle=False)
-        loader.autoscale_batch_size(64, (16, 16))
+        loader.autoscale_batch_size(64, (16, 16), gradient_accumulation=True)
         for x, y in loader:  # one replica, 32 per step as 2 micro-batches of 16
             torch.nn.functional.mse_loss(model(x), y).backward()
             model.optimizer.step()
@@ -175,7 +175,7 @@ def run_scaled(scaler: torch.amp.GradScaler | None, poison_step: int | None = No
     optimizer = torch.optim.SGD(model_net.parameters(), lr=0.0)
     model = pt.AdaptiveDataParallel(model_net, optimizer, job=job, grad_scaler=scaler)
     loader = pt.AdaptiveDataLoader(dataset(64), batch_size=32, job=job, shuffle=False)
-    loader.autoscale_batch_size(64, (16, 16))
+    loader.autoscale_batch_size(64, (16, 16), gradient_accumulation=True)
     progress = []
     for i, (x, y) in enumerate(loader):
         optimizer.zero_grad()
@@ -217,7 +217,7 @@ def test_a_checkpoint_mid_accumulation_replays_the_unfinished_step(tmp_path: obj
         optimizer = torch.optim.SGD(model_net.parameters(), lr=0.1)
         model = pt.AdaptiveDataParallel(model_net, optimizer, job=job)
         loader = pt.AdaptiveDataLoader(dataset(48), batch_size=16, job=job, seed=5)
-        loader.autoscale_batch_size(64, (4, 4))
+        loader.autoscale_batch_size(64, (4, 4), gradient_accumulation=True)
         return model, loader, job
 
     directory = str(tmp_path)

@@ -16,9 +16,9 @@ import pytest
 import pollux.torch as pt
 from tests.torch.launcher import REPO
 
-MODULES = ("accumulator", "batch_size", "data_loader", "data_parallel", "distributed", "launch",
-           "elastic_sampler", "epochs", "gradient_noise", "job", "scaling_rules",
-           "checkpoint")
+MODULES = ("accumulator", "batch_decider", "batch_size", "data_loader", "data_parallel",
+           "distributed", "launch", "elastic_sampler", "epochs", "gradient_noise", "job",
+           "scaling_rules", "checkpoint")
 
 
 @pytest.mark.parametrize("name", pt.__all__)

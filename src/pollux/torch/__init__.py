@@ -6,7 +6,7 @@ survive being resized or killed without losing or repeating a sample::
 
     job = pollux.torch.init_process_group()
     model = AdaptiveDataParallel(net, optimizer, scheduler, job=job)
-    loader = AdaptiveDataLoader(dataset, batch_size=64, job=job)
+    loader = AdaptiveDataLoader(dataset, batch_size=64, shuffle=True, job=job)
     loader.autoscale_batch_size(1024, local_bsz_bounds=(16, 256))
     for epoch in remaining_epochs_until(30, job):
         for x, y in loader:

@@ -1,8 +1,9 @@
 """Choosing the atomic batch size and accumulation steps (numpy only, no process group).
 
-Rank 0 calls :func:`choose_batch_config` at agreement points and broadcasts the answer.
-A new configuration is adopted only when its predicted goodput beats the current one's
-by more than ``min_gain`` (e.g. 5%), so noise in the fit cannot make the job flap.
+At agreement points rank 0's :class:`~pollux.torch.batch_decider.BatchDecider` picks the
+configuration (a gain threshold, confirmations and hysteresis, so that noisy estimates
+cannot make the job flap) and broadcasts it; :func:`choose_batch_config` is the one-shot
+gain rule alone.
 """
 
 from __future__ import annotations

@@ -3,7 +3,8 @@
 Every so many optimizer steps (decided at the previous agreement so that every rank
 stops at the same step), the loader's iteration calls :meth:`ControlLoop.synchronize`.
 Rank 0 collects the profile, refits the throughput model, reads the gradient statistics
-and proposes a batch configuration; one collective (:func:`pollux.torch.control.agree`)
+and proposes a batch configuration (:mod:`pollux.torch.batch_decider`: a change needs a
+gain confirmed at several agreement points, more to go back); one collective (:func:`pollux.torch.control.agree`)
 makes every rank adopt it. When a replica was asked to stop (SIGTERM, SIGINT, a
 rescale), every rank checkpoints and leaves *from inside the iteration*:
 :meth:`~pollux.torch.job.JobContext.exit_for_rescale` raises ``SystemExit`` with the
@@ -17,8 +18,9 @@ import time
 from typing import TYPE_CHECKING
 
 from pollux.models import GoodputFunction, GradientStats, JobHints
-from pollux.torch.batch_size import BatchConfig, choose_batch_config
-from pollux.torch.control import Agreement, agree
+from pollux.torch.batch_decider import BatchDecider
+from pollux.torch.batch_size import BatchConfig
+from pollux.torch.control import Agreement, StopWatch, agree
 from pollux.torch.gradient_noise import GradientNoiseEstimator
 
 if TYPE_CHECKING:
@@ -45,6 +47,12 @@ class ControlLoop:
         self.next_sync_steps = 1
         """Optimizer steps until the next agreement point (agreed by every rank)."""
         self._last_sync_time = time.monotonic()
+        self.stop_watch = StopWatch(loader.job.control_group, loader.job.num_replicas)
+        """Notices a stop request between agreement points (within two steps)."""
+        self._decider = BatchDecider(loader.job.config.decision_rule())
+        """Rank 0's batch-size decisions (a confidence rule with hysteresis)."""
+        self.steps_done = 0
+        """Steps handed out by the loader (counted by it: an evaluation loader's too)."""
         self._steps_at_last_sync = 0
 
     def _propose(self, model: AdaptiveDataParallel) -> Agreement:
@@ -60,9 +68,9 @@ class ControlLoop:
         if raw[3] >= job_config.min_noise_updates:
             stats = GradientNoiseEstimator.stats_from_raw(raw, loader.init_batch_size)
         current = loader.batch_config if loader.config_replicas == job.num_replicas else None
-        chosen = choose_batch_config(loader.limits, profiler.params, stats, job.num_nodes,
-                                     job.num_replicas, current, job_config.min_goodput_gain)
-        steps = model.optimizer_steps - self._steps_at_last_sync
+        chosen = self._decider.decide(loader.limits, profiler.params, stats, job.num_nodes,
+                                      job.num_replicas, current)
+        steps = self.steps_done - self._steps_at_last_sync
         elapsed = time.monotonic() - self._last_sync_time
         if steps > 0 and elapsed > 0:
             wanted = job_config.control_interval_s * steps / elapsed
@@ -88,7 +96,7 @@ class ControlLoop:
         model.set_grad_stats(agreement.grad_stats)
         self.next_sync_steps = agreement.next_sync_steps
         self._last_sync_time = time.monotonic()
-        self._steps_at_last_sync = model.optimizer_steps
+        self._steps_at_last_sync = self.steps_done
         if agreement.stop:
             job.checkpoint.save()
             job.exit_for_rescale()
@@ -101,7 +109,7 @@ class ControlLoop:
                                                         job.num_replicas))
         loader.batch_config = agreement.batch_config
         loader.config_replicas = job.num_replicas
-        if job.rank == 0:
+        if job.rank == 0 and loader.trains is not False:  # no hints from evaluation
             self._report(model, urgent=changed)
         return changed
 

@@ -9,6 +9,10 @@ even one taken in the middle of an accumulation). It also marks micro-step times
 profile and reports hints.
 
 The ``batch_size`` given is the initial *total* batch size ``M0``, split over replicas.
+The defaults are PyTorch's ``DataLoader``'s (and AdaptDL's): ``shuffle=False``,
+``drop_last=False``, and ``autoscale_batch_size`` accumulates gradients only when asked
+(``gradient_accumulation=True``). Every micro-batch handed out holds the configuration's
+local batch size, except in the epoch's last step (or none of it, with ``drop_last``).
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Iterator, Sized
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch.utils.data
@@ -58,18 +62,14 @@ class BatchInfo:
     accum_steps: int
 
 
-def split_in_halves(plan: StepPlan) -> StepPlan:
-    """A one-replica, one-micro-batch step as two micro-batches of the same samples."""
-    (batch,), = plan.batches
-    half = (len(batch) + 1) // 2
-    return replace(plan, batches=((batch[:half].copy(), batch[half:].copy()),))
-
-
 class AdaptiveDataLoader:
     """Data loader over an elastic, seeded, checkpointed sample order.
 
     Extra keyword arguments go to :class:`torch.utils.data.DataLoader` (``num_workers``,
     ``collate_fn``, ``pin_memory``, ...); ``sampler``/``batch_sampler`` are the agent's.
+    ``shuffle`` (default False, as in PyTorch) draws a new seeded order every epoch;
+    ``drop_last`` (default False) drops the epoch's last, incomplete optimizer step (fewer
+    samples than the total batch) instead of spreading it over the replicas.
 
     >>> loader = AdaptiveDataLoader(dataset, batch_size=64, job=job, num_workers=2)  # doctest: +SKIP
     >>> loader.autoscale_batch_size(1024, local_bsz_bounds=(16, 256))  # doctest: +SKIP
@@ -77,18 +77,19 @@ class AdaptiveDataLoader:
     ...     ...
     """
 
-    def __init__(self, dataset: Any, batch_size: int, shuffle: bool = True, *,
+    def __init__(self, dataset: Any, batch_size: int, shuffle: bool = False, *,
                  job: JobContext, seed: int = 0, name: str | None = None,
-                 **loader_kwargs: Any) -> None:
+                 drop_last: bool = False, **loader_kwargs: Any) -> None:
         if not isinstance(dataset, Sized):
             raise ConfigError("dataset", type(dataset).__name__, "give a map-style data set "
                               "with __len__ and __getitem__")
-        for key in ("sampler", "batch_sampler", "batch_size", "shuffle", "drop_last"):
+        for key in ("sampler", "batch_sampler"):
             if key in loader_kwargs:
                 raise ConfigError(key, loader_kwargs[key], "the agent decides this; remove it")
         self.job = job
         self.dataset: Any = dataset
         self.init_batch_size = int(batch_size)
+        self.drop_last = bool(drop_last)
         self.limits = BatchLimits(self.init_batch_size, self.init_batch_size,
                                   (1, self.init_batch_size), accumulation=False)
         self.sampler = ElasticSampler(len(dataset), shuffle=shuffle, seed=seed)
@@ -102,6 +103,14 @@ class AdaptiveDataLoader:
         :attr:`batch_info` record is built from it only when asked for."""
         self.epoch_padding = 0
         """Padding samples handed out so far this epoch (at most replicas - 1)."""
+        self.trains: bool | None = None
+        """Whether optimizer steps are taken while iterating this loader (True: a
+        training loader; False: an evaluation loader, which runs forward passes only;
+        None: not iterated yet). An evaluation loader reports no hints."""
+        self._handed_out = 0
+        self._handed_epoch = -1
+        """Micro-batches of the steps completed in epoch ``_handed_epoch`` by this
+        process (for ``len``)."""
         self._control = ControlLoop(self)
         job.checkpoint.register(f"pollux/loader/{self.name}", self)
 
@@ -109,8 +118,10 @@ class AdaptiveDataLoader:
 
     def autoscale_batch_size(self, max_batch_size: int,
                              local_bsz_bounds: tuple[int, int] | None = None,
-                             gradient_accumulation: bool = True) -> None:
-        """Let the agent pick the batch size between ``batch_size`` and ``max_batch_size``."""
+                             gradient_accumulation: bool = False) -> None:
+        """Let the agent pick the batch size between ``batch_size`` and ``max_batch_size``,
+        with a per-replica batch within ``local_bsz_bounds`` and, only if
+        ``gradient_accumulation``, several micro-batches per optimizer step."""
         bounds = local_bsz_bounds if local_bsz_bounds is not None else (1, max_batch_size)
         self.limits = BatchLimits(self.init_batch_size, int(max_batch_size),
                                   (int(bounds[0]), int(bounds[1])),
@@ -138,17 +149,26 @@ class AdaptiveDataLoader:
         return self.batch_config.total(self.job.num_replicas)
 
     def __len__(self) -> int:
-        """Micro-batches per epoch on this rank with the current configuration (noise
-        probes included: with one replica, an adaptive loader splits every
-        ``probe_interval_steps``-th step in two)."""
+        """Micro-batches of this epoch on this rank: those of the steps completed so far
+        in this epoch plus those the rest of the epoch takes with the current configuration
+        (before iterating: the whole epoch). Equal to the iterations of a pass when the
+        batch size does not change during it."""
         config = self.batch_config or BatchConfig(
             math.ceil(self.init_batch_size / self.job.num_replicas))
-        num_micro = math.ceil(self.sampler.num_samples
-                              / (self.job.num_replicas * config.local_bsz))
-        if (self.job.num_replicas == 1 and self.limits.adaptive and config.accum_steps == 0
-                and config.local_bsz >= 2):  # noise probes: one more micro-batch each
-            num_micro += math.ceil(num_micro / self.job.config.probe_interval_steps)
-        return num_micro
+        remaining = (self.sampler.num_samples if self.sampler.epoch != self.job.epoch
+                     else self.sampler.remaining)
+        handed = self._handed_out if self._handed_epoch == self.job.epoch else 0
+        return handed + self._micro_batches_for(remaining, config)
+
+    def _micro_batches_for(self, samples: int, config: BatchConfig) -> int:
+        """Micro-batches on this rank for ``samples`` samples of an epoch (as
+        :func:`~pollux.torch.elastic_sampler.plan_step` plans them)."""
+        replicas = self.job.num_replicas
+        micro = config.accum_steps + 1
+        full_steps, rest = divmod(samples, replicas * config.local_bsz * micro)
+        share = math.ceil(rest / replicas)  # the last, short step's samples per replica
+        last = 0 if rest == 0 or self.drop_last else math.ceil(share / config.local_bsz)
+        return full_steps * micro + last
 
     def to_tensorboard(self, writer: Any, step: int, prefix: str = "pollux/") -> None:
         """Add the agent's view of this loader as scalars at ``step`` to ``writer`` (a
@@ -198,21 +218,22 @@ class AdaptiveDataLoader:
 
     def _plan_rest_of_epoch(self, config: BatchConfig,
                             model: AdaptiveDataParallel) -> tuple[list[StepPlan], set[int]]:
-        """The steps left in this epoch, and which of them are noise probes (split in two
-        micro-batches, see :meth:`AdaptiveDataParallel.wants_probe`)."""
+        """The steps left in this epoch, and which of them keep their gradient for the
+        noise measurement of one replica (:meth:`AdaptiveDataParallel.wants_probe`).
+        With ``drop_last``, the last incomplete step is left out."""
         plans: list[StepPlan] = []
         probes: set[int] = set()
         position = self.sampler.position
         order = self.sampler.order
-        # only a loader that adapts its batch size needs the noise (a fixed one keeps
-        # exactly one micro-batch per optimizer step)
-        may_probe = self.limits.adaptive and config.accum_steps == 0 and config.local_bsz >= 2
+        # only a loader that adapts its batch size needs the noise
+        may_probe = self.limits.adaptive and config.accum_steps == 0
         while position < self.sampler.num_samples:
             plan = plan_step(order, position, self.job.num_replicas, config.local_bsz,
                              config.accum_steps)
+            if not plan.regular and self.drop_last:
+                break
             if may_probe and plan.regular and model.wants_probe(steps_ahead=len(plans)):
                 probes.add(len(plans))
-                plan = split_in_halves(plan)
             plans.append(plan)
             position = plan.end
         return plans, probes
@@ -231,6 +252,7 @@ class AdaptiveDataLoader:
             yield from self._iterate(model)
         finally:
             job.current_dataloader = None
+            self._control.stop_watch.settle()
 
     def _iterate(self, model: AdaptiveDataParallel) -> Iterator[Any]:
         job = self.job
@@ -238,6 +260,8 @@ class AdaptiveDataLoader:
             self.epoch_padding = 0
         self.sampler.set_epoch(job.epoch)
         epoch = self.sampler.epoch
+        if self._handed_epoch != epoch:
+            self._handed_epoch, self._handed_out = epoch, 0
         profiling = job.rank == 0
         clock = job.profiler.clock
         self._control.synchronize(model)
@@ -251,33 +275,46 @@ class AdaptiveDataLoader:
             key = (job.num_nodes, job.num_replicas, config.local_bsz)
             warmup = job.config.profile_warmup_steps
             for step_number, plan in enumerate(plans):
-                if steps_since_sync >= self._control.next_sync_steps:
+                stopping = self._control.stop_watch.poll(job.stop_requested.is_set())
+                if stopping or steps_since_sync >= self._control.next_sync_steps:
                     steps_since_sync = 0
                     if self._control.synchronize(model):
                         reconfigured = True
                         break
                 probe = step_number in probes
-                profile_step = (profiling and plan.regular and step_number >= warmup
-                                and not probe)
+                profile_step = profiling and plan.regular and step_number >= warmup
                 num_micro = plan.num_micro_steps
                 step_batch = plan.total_batch_size
-                local_bsz = len(plan.batches[0][0]) if probe else config.local_bsz
                 for micro in range(num_micro):
                     last = micro == num_micro - 1
+                    steps_before = model.optimizer_steps
                     start = clock.mark() if profile_step else None
                     data = next(batches)
                     self._current = (epoch, plan, micro, config)
-                    model.begin_micro_step(micro, num_micro, local_bsz, step_batch,
+                    model.begin_micro_step(micro, num_micro, config.local_bsz, step_batch,
                                            self.init_batch_size, plan.regular,
                                            profile_step and last, probe=probe)
                     yield data
-                    if start is not None:
+                    # only what trained is a step: an evaluation pass (forward only) over
+                    # a loader is neither profiled nor counted as training
+                    trained = (model.optimizer_steps > steps_before if last
+                               else model.has_pending_gradients)
+                    self.trains = bool(self.trains) or trained
+                    if start is not None and trained:
                         job.profiler.record(MicroStepTiming(
                             key=key, optimizer_step=last, start=start, end=clock.mark(),
                             compute_end=model.compute_end_mark if last else None))
                 self.sampler.commit(plan)
+                self._handed_out += num_micro
                 self.epoch_padding += plan.num_padding
                 steps_since_sync += 1
+                self._control.steps_done += 1
             del batches
             if not reconfigured:
                 break
+        if self.sampler.remaining > 0:  # drop_last: the incomplete last step is skipped
+            config = self.batch_config
+            assert config is not None
+            self.sampler.commit(plan_step(self.sampler.order, self.sampler.position,
+                                          job.num_replicas, config.local_bsz,
+                                          config.accum_steps))

@@ -34,6 +34,7 @@ from pollux.torch.adam_scale import AdamGainScale, AdamPreconditioner
 from pollux.torch.gradient_noise import GradientNoiseEstimator
 from pollux.torch.gradient_norms import (
     GradientNormCollector,
+    GradientPair,
     MicroStep,
     comm_hook,
 )
@@ -110,6 +111,7 @@ class AdaptiveDataParallel(DistributedDataParallel):
         self._norms = GradientNormCollector(self._step, world_size=self._world,
                                             process_group=self.process_group,
                                             mark=job.profiler.clock.mark)
+        self._pair = GradientPair()
         self.grad_stats: GradientStats | None = None
         """Host copy of the gradient statistics at the initial batch (from agreements)."""
         self.register_comm_hook(self._norms, comm_hook)
@@ -138,6 +140,12 @@ class AdaptiveDataParallel(DistributedDataParallel):
     def accumulating(self) -> bool:
         """True during an accumulation micro-step (no synchronization, no optimizer step)."""
         return self._step.index < self._step.num_micro - 1
+
+    @property
+    def has_pending_gradients(self) -> bool:
+        """A training forward pass ran since the last optimizer step (its gradients are
+        pending); False after an evaluation (``eval()`` or ``no_grad``) forward."""
+        return self._step.grads_pending
 
     @property
     def gain(self) -> float:
@@ -177,8 +185,8 @@ class AdaptiveDataParallel(DistributedDataParallel):
                          mark_compute_end: bool = False, probe: bool = False) -> None:
         """Announce micro-step ``index`` of ``num_micro_steps`` of the next optimizer step.
 
-        ``probe``: a one-replica step split into micro-batches only to measure the
-        gradient noise (:meth:`wants_probe`); ``local_bsz`` is then the first one's size.
+        ``probe``: one replica without accumulation: keep this step's gradient to pair
+        it with the next step's for the noise measurement (:meth:`wants_probe`).
         """
         step = self._step
         step.index = index
@@ -193,12 +201,10 @@ class AdaptiveDataParallel(DistributedDataParallel):
         if index == 0:
             step.reset_norms()
             # Every rank has taken the same optimizer steps: they agree on ``collect``.
-            if probe:
-                step.collect, step.weight_steps = True, self._probe_interval
-            else:
-                step.collect = (regular and (self._world > 1 or num_micro_steps > 1)
-                                and self._trainer.optimizer_steps % self._noise_interval == 0)
-                step.weight_steps = self._noise_interval
+            step.pair = probe
+            step.collect = (regular and (self._world > 1 or num_micro_steps > 1)
+                            and self._trainer.optimizer_steps % self._noise_interval == 0)
+            step.weight_steps = self._noise_interval
         elif index == 1 and self._world == 1 and step.collect:
             step.first_micro_sqr = self._norms.params_sqr(self.module.parameters(),
                                                           self.job.device)
@@ -207,13 +213,13 @@ class AdaptiveDataParallel(DistributedDataParallel):
                                        step_batch_size, init_batch_size, regular, probe)
 
     def wants_probe(self, steps_ahead: int = 0) -> bool:
-        """Whether the optimizer step ``steps_ahead`` after the next one should be split
-        into two micro-batches to measure the gradient noise: with one replica, every
+        """Whether the optimizer step ``steps_ahead`` after the next one should keep its
+        gradient to measure the gradient noise with the following step's
+        (:class:`~pollux.torch.gradient_norms.GradientPair`): with one replica, every
         ``probe_interval_steps``-th step (several replicas, or accumulation, measure
-        without it). Never in a job of several models (:mod:`pollux.torch.
+        within a step). Never in a job of several models (:mod:`pollux.torch.
         model_followers`): a GAN's generator loss back-propagates through the
-        discriminator after its step, and a split step would carry those gradients into
-        the discriminator's next micro-batch."""
+        discriminator after its step, which a pair of steps must not mix in."""
         return (self._world == 1 and len(self.job.models) == 1
                 and (self._trainer.optimizer_steps + steps_ahead) % self._probe_interval == 0)
 
@@ -229,6 +235,15 @@ class AdaptiveDataParallel(DistributedDataParallel):
         return float(scaler.get_scale()) ** 2
 
     def _fold_gradient_stats(self) -> None:
+        step = self._step
+        if self._world == 1 and step.num_micro == 1:
+            if step.pair or self._pair.holding:
+                grads = self._norms.step_gradients(self.module.parameters())
+                batch = step.step_batch or step.local_bsz or 0
+                m0 = step.init_batch_size or batch
+                self._pair.observe(grads, batch, step.pair, self._loss_scale_sqr(),
+                                   self.noise, scale=batch / max(m0, 1) * self._probe_interval)
+            return
         self._norms.fold(self.noise, self._loss_scale_sqr())
 
     def set_grad_stats(self, stats: GradientStats | None) -> None:

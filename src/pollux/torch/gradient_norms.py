@@ -8,10 +8,11 @@ over replicas *and* accumulation micro-steps and, on steps chosen for measuremen
 * with several replicas: each replica's own squared norm (summed over replicas by riding
   on the last bucket's all-reduce: no extra collective for small buckets) and the
   averaged gradient's;
-* with one replica: the first micro-batch's accumulated gradient (read before the second
-  micro-step) and the averaged gradient's. Without accumulation, the data loader splits
-  every ``probe_interval_steps``-th step into two half micro-batches for this (a *probe*:
-  same samples, same update, one more forward/backward launch).
+* with one replica and accumulation: the first micro-batch's accumulated gradient (read
+  before the second micro-step) and the averaged gradient's;
+* with one replica without accumulation (:class:`GradientPair`): every
+  ``probe_interval_steps``-th step's gradient is kept and paired with the next step's,
+  two independent batches of the same size; the loader's batches keep their size.
 
 :meth:`GradientNormCollector.fold` hands the two norms to a
 :class:`~pollux.torch.gradient_noise.GradientNoiseEstimator` at the optimizer step.
@@ -41,6 +42,8 @@ class Preconditioner(Protocol):
     def squared_norm(self, params: Iterable[torch.Tensor],
                      flat: torch.Tensor | None = None) -> torch.Tensor: ...
 
+    def divisor(self, param: torch.Tensor) -> torch.Tensor | None: ...
+
 
 class MicroStep:
     """Where the current optimizer step stands (a plain object: setting attributes on an
@@ -49,7 +52,7 @@ class MicroStep:
     __slots__ = ("index", "num_micro", "local_bsz", "step_batch", "init_batch_size",
                  "collect", "grads_pending", "local_parts", "global_parts", "local_sqr_sum",
                  "first_micro_sqr", "mark_compute_end", "compute_end_mark", "gain",
-                 "lr_factor", "weight_steps")
+                 "lr_factor", "weight_steps", "pair")
 
     def __init__(self) -> None:
         self.index = 0
@@ -69,6 +72,9 @@ class MicroStep:
         self.lr_factor = 1.0
         self.weight_steps = 1
         """Optimizer steps this step's measurement stands for (until the next one)."""
+        self.pair = False
+        """One replica without accumulation: keep this step's gradient to pair it with
+        the next step's (:class:`GradientPair`)."""
 
     def reset_norms(self) -> None:
         """Forget the previous step's norms (at micro-step 0)."""
@@ -132,6 +138,18 @@ class GradientNormCollector:
         if self.preconditioner is None:
             return accumulated_grad_sqr(parameters, device)
         return self.preconditioner.squared_norm(parameters).to(device)
+
+    def step_gradients(self, parameters: Iterable[torch.nn.Parameter]) -> list[torch.Tensor]:
+        """The gradients of ``parameters`` in the measured metric (preconditioned for
+        AdamScale; none before Adam's first step) for :class:`GradientPair`."""
+        params = [p for p in parameters if p.grad is not None]
+        grads = [p.grad for p in params if p.grad is not None]
+        if self.preconditioner is None:
+            return grads
+        divisors = [self.preconditioner.divisor(p) for p in params]
+        if any(d is None for d in divisors):
+            return []
+        return [g / d for g, d in zip(grads, divisors) if d is not None]
 
     def on_bucket(self, bucket: dist.GradBucket) -> torch.futures.Future[Any]:
         step = self.step
@@ -214,6 +232,64 @@ class GradientNormCollector:
         m0 = step.init_batch_size or big_bsz
         noise.update(small, small_bsz, big, big_bsz, scale=big_bsz / m0 * step.weight_steps)
         step.global_parts = []
+
+
+class GradientPair:
+    """The noise measurement of one replica without accumulation, at no extra compute.
+
+    Two optimizer steps in a row see two independent batches of ``b`` samples: their
+    gradients ``g1`` and ``g2`` give the mean squared norm at ``b`` samples,
+    ``(|g1|^2 + |g2|^2) / 2``, and the squared norm of their average ``|(g1 + g2) / 2|^2``
+    at ``2b``, the two norms :func:`~pollux.torch.gradient_noise.two_batch_estimates`
+    solves. A chosen step's gradient is copied (unscaled, on its device) at its optimizer
+    step and folded in with the next step's; nothing else is kept between steps. The
+    update of the weights between the two steps makes ``g2`` see slightly different
+    weights; at learning rates that train stably this drift is small next to the
+    sampling noise of a batch (exact at learning rate 0, which the tests measure).
+    """
+
+    def __init__(self) -> None:
+        self._kept: list[torch.Tensor] | None = None
+        self._kept_sqr: torch.Tensor | None = None
+        self._kept_batch = 0
+
+    @property
+    def holding(self) -> bool:
+        return self._kept is not None
+
+    def observe(self, grads: list[torch.Tensor], batch: int, keep: bool,
+                loss_scale_sqr: torch.Tensor | float, noise: GradientNoiseEstimator,
+                scale: float) -> None:
+        """At an optimizer step of ``batch`` samples: fold the pair if a gradient was kept
+        at the previous step (of the same size), then keep this one if ``keep``. ``scale``
+        is the update's weight in the estimator (steps it stands for x batch / M0)."""
+        inverse = (1.0 / loss_scale_sqr ** 0.5 if isinstance(loss_scale_sqr, float)
+                   else loss_scale_sqr.rsqrt().float())
+        if self._kept is not None and self._kept_sqr is not None:
+            if batch == self._kept_batch and len(grads) == len(self._kept) and grads:
+                current = _unscaled(grads, inverse)
+                second = _sqr_sum(current)
+                torch._foreach_add_(self._kept, current)
+                small = (self._kept_sqr + second) / 2
+                big = _sqr_sum(self._kept) / 4
+                noise.update(small, batch, big, 2 * batch, scale=scale)
+            self._kept = self._kept_sqr = None
+        if keep and grads:
+            self._kept = _unscaled(grads, inverse)
+            self._kept_sqr = _sqr_sum(self._kept)
+            self._kept_batch = batch
+
+
+def _unscaled(grads: list[torch.Tensor], inverse: torch.Tensor | float) -> list[torch.Tensor]:
+    """Copies of ``grads`` times ``inverse`` (new tensors, never the gradients)."""
+    if isinstance(inverse, float) and inverse == 1.0:
+        return [g.detach().clone() for g in grads]
+    return list(torch._foreach_mul([g.detach() for g in grads], inverse))
+
+
+def _sqr_sum(tensors: list[torch.Tensor]) -> torch.Tensor:
+    norms = torch._foreach_norm(tensors)
+    return torch.stack([n.double() for n in norms]).square().sum()
 
 
 def comm_hook(state, bucket):

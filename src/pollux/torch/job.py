@@ -23,6 +23,7 @@ from pollux.errors import ConfigError
 from pollux.jobenv import RESCALE_EXIT_CODE
 from pollux.models.hints import check_gpu_type
 from pollux.torch.accumulator import AccumulatorStates
+from pollux.torch.batch_decider import DecisionRule
 from pollux.torch.checkpoint import CheckpointManager
 from pollux.torch.hints_reporter import HintsReporter
 from pollux.torch.launch import LaunchEnvironment
@@ -62,7 +63,14 @@ class AgentConfig:
     hints_timeout_s: float = 5.0
     """Timeout of one hints POST."""
     min_goodput_gain: float = 0.05
-    """Change the batch configuration only if predicted goodput improves by this much."""
+    """Change the batch configuration only if predicted goodput improves by this much
+    (the rule: :mod:`pollux.torch.batch_decider`)."""
+    batch_change_confirmations: int = 3
+    """Agreement points in a row that must propose a change (in the same direction)
+    before the batch configuration changes."""
+    batch_reversal_gain: float = 0.25
+    """Predicted goodput gain needed to move the batch size back the other way after a
+    change (hysteresis: noise cannot make the batch size go back and forth)."""
     noise_smoothing: float = 0.999
     """Per-step decay of the gradient-statistics averages (at the initial batch)."""
     min_noise_updates: int = 10
@@ -74,12 +82,11 @@ class AgentConfig:
     small model on CPU (``bench/agent.py``), a quarter of that every 4th step."""
     probe_interval_steps: int = 4
     """With one replica and no accumulation, a loader that adapts its batch size
-    (``autoscale_batch_size``) splits every this many-th optimizer step into two
-    micro-batches (same samples, same update) so that the gradient noise keeps being
-    measured: one more forward/backward launch per this many steps. Measured on CPU
-    (paired rounds, every 4th step): +21% per step for a tiny model (MLP 64-128-128-10,
-    batch 32, where per-launch overhead dominates), within noise for a larger one
-    (hidden 1024, batch 128); raise it to trade tracking for speed."""
+    (``autoscale_batch_size``) keeps the gradient of every this many-th optimizer step
+    and pairs it with the next step's to measure the gradient noise (two independent
+    batches of the same size; :class:`~pollux.torch.gradient_norms.GradientPair`): a copy
+    of the gradients and two norms per this many steps, no extra forward or backward
+    pass, and every batch keeps its size."""
     profile_warmup_steps: int = 2
     """Optimizer steps not profiled after each (re)configuration (warm-up outliers)."""
     refit_interval_s: float = 5.0
@@ -112,14 +119,20 @@ class AgentConfig:
         if self.max_control_interval_steps < 1:
             raise ConfigError("max_control_interval_steps", self.max_control_interval_steps,
                               "must be >= 1")
-        if not self.min_goodput_gain >= 0:
-            raise ConfigError("min_goodput_gain", self.min_goodput_gain, "must be >= 0")
+        self.decision_rule()  # checks min_goodput_gain and the batch-change thresholds
         if self.gpu_type is not None:
             check_gpu_type("gpu_type", self.gpu_type)
         if self.log_level is not None and not isinstance(
                 logging.getLevelName(self.log_level.upper()), int):
             raise ConfigError("log_level", self.log_level,
                               "use DEBUG, INFO, WARNING or ERROR (or None)")
+
+
+    def decision_rule(self) -> DecisionRule:
+        """When the batch configuration may change (:class:`BatchDecider`'s rule)."""
+        return DecisionRule(min_gain=self.min_goodput_gain,
+                            confirmations=self.batch_change_confirmations,
+                            reversal_gain=self.batch_reversal_gain)
 
 
 def _show_agent_logs(level: str) -> logging.Handler | None:

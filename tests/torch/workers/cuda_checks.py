@@ -67,7 +67,7 @@ def main() -> None:
     agent_opt = torch.optim.SGD(agent_net.parameters(), lr=0.01)
     agent = pt.AdaptiveDataParallel(agent_net, agent_opt, job=job)
     loader = pt.AdaptiveDataLoader(data, batch_size=64, job=job)
-    loader.autoscale_batch_size(512, (32, 32))  # one replica: 2 micro-batches of 32
+    loader.autoscale_batch_size(512, (32, 32), gradient_accumulation=True)  # 2 x 32
     agent_batches = iter(loader)
 
     def agent_step() -> None:
@@ -91,7 +91,7 @@ def main() -> None:
     amp_opt = torch.optim.Adam(amp_net.parameters(), lr=1e-3)
     amp = pt.AdaptiveDataParallel(amp_net, amp_opt, job=amp_job, grad_scaler=scaler)
     amp_loader = pt.AdaptiveDataLoader(data, batch_size=64, job=amp_job)
-    amp_loader.autoscale_batch_size(512, (32, 32))
+    amp_loader.autoscale_batch_size(512, (32, 32), gradient_accumulation=True)
     losses = []
     for x, y in amp_loader:
         amp_opt.zero_grad()

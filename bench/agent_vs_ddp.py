@@ -1,0 +1,268 @@
+"""The same training under the Pollux agent and under plain DDP, side by side (CPU, gloo).
+
+    python bench/agent_vs_ddp.py                     # 2 replicas, 3 interleaved rounds
+    python bench/agent_vs_ddp.py --replicas 1 --rounds 2
+
+Workload: examples/train_digits.py's data and MLP (scikit-learn's digits, SGD with
+momentum, initial total batch 32), trained to a target validation accuracy. Each round
+runs, in an order rotated from round to round so that machine load affects all alike:
+
+* ``ddp``: plain ``DistributedDataParallel`` + ``DistributedSampler`` at batch 32;
+* ``agent-fixed``: ``AdaptiveDataParallel`` + ``AdaptiveDataLoader`` at batch 32 (the
+  per-step overhead of the agent against ``ddp``);
+* ``agent``: the same with ``autoscale_batch_size(512)`` (the batch sizes chosen over
+  time, and the time to the target accuracy);
+* ``agent-stop``: ``agent`` sent SIGTERM (every replica, as a rescale does) after 60
+  steps: optimizer steps and seconds from the signal to the exit with the checkpoint
+  written. Plain DDP has no stop protocol (SIGTERM kills it, nothing is saved).
+
+Printed: one line per run, then a side-by-side table of medians.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+MODES = ("ddp", "agent-fixed", "agent", "agent-stop")
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def launch(mode: str, args: argparse.Namespace, seed: int) -> list[dict[str, Any]]:
+    """Run one training of ``mode`` on ``args.replicas`` processes; rank outputs' JSON."""
+    port = free_port()
+    procs = []
+    with tempfile.TemporaryDirectory() as ckpt:
+        for rank in range(args.replicas):
+            env = {k: v for k, v in os.environ.items() if not k.startswith("POLLUX_")}
+            env.update({"RANK": str(rank), "WORLD_SIZE": str(args.replicas),
+                        "LOCAL_RANK": str(rank), "LOCAL_WORLD_SIZE": str(args.replicas),
+                        "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+                        "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": "",
+                        "PYTHONPATH": os.pathsep.join([str(REPO / "src"), str(REPO)])})
+            procs.append(subprocess.Popen(
+                [sys.executable, __file__, "--worker", mode, "--seed", str(seed),
+                 "--target", str(args.target), "--max-epochs", str(args.max_epochs),
+                 "--checkpoint-dir", ckpt],
+                env=env, cwd=REPO, text=True, stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT))
+        if mode == "agent-stop":
+            _signal_when_ready(procs)
+        outputs = [proc.communicate(timeout=args.timeout_s)[0] for proc in procs]
+    results = []
+    for proc, out in zip(procs, outputs):
+        lines = [ln for ln in out.splitlines() if ln.startswith('{"mode"')]
+        if not lines:
+            raise RuntimeError(f"{mode} failed ({proc.returncode}):\n{out[-3000:]}")
+        results.append(json.loads(lines[-1]))
+    return results
+
+
+def _signal_when_ready(procs: list[subprocess.Popen[str]]) -> None:
+    """SIGTERM to every replica once rank 0 prints its ready line."""
+    assert procs[0].stdout is not None
+    buffered = []
+    for line in procs[0].stdout:
+        buffered.append(line)
+        if line.startswith('{"ready"'):
+            break
+    for proc in procs:
+        proc.send_signal(signal.SIGTERM)
+    rest = procs[0].stdout.read()
+    procs[0].communicate = lambda timeout=None: ("".join(buffered) + rest, "")  # type: ignore
+
+
+# -- the worker ---------------------------------------------------------------------------
+
+
+def worker(args: argparse.Namespace) -> None:
+    import torch
+    import torch.distributed as dist
+
+    sys.path.insert(0, str(REPO / "examples"))
+    from train_digits import build_model, split_digits
+
+    torch.manual_seed(args.seed)
+    torch.set_num_threads(1)
+    train, validation = split_digits(args.seed)
+    net = build_model(128)
+    optimizer = torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.9)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    mode = args.worker
+    if mode == "ddp":
+        dist.init_process_group("gloo")
+        rank, world = dist.get_rank(), dist.get_world_size()
+        model: Any = torch.nn.parallel.DistributedDataParallel(net)
+        sampler = torch.utils.data.DistributedSampler(train, shuffle=True, seed=args.seed)
+        loader: Any = torch.utils.data.DataLoader(train, batch_size=32 // world,
+                                                  sampler=sampler)
+        job = None
+    else:
+        import pollux.torch as pt
+
+        job = pt.init_process_group(checkpoint_dir=args.checkpoint_dir,
+                                    config=pt.AgentConfig(log_level=None))
+        rank, world = job.rank, job.num_replicas
+        model = pt.AdaptiveDataParallel(net, optimizer, job=job)
+        loader = pt.AdaptiveDataLoader(train, batch_size=32, shuffle=True, job=job,
+                                       seed=args.seed)
+        if mode in ("agent", "agent-stop"):
+            loader.autoscale_batch_size(512, local_bsz_bounds=(8, 256))
+        sampler = None
+    signalled: list[float] = []
+    if mode == "agent-stop":
+        agents = signal.getsignal(signal.SIGTERM)
+
+        def on_term(signum: int, frame: Any) -> None:
+            signalled.append(time.perf_counter())
+            if callable(agents):
+                agents(signum, frame)
+
+        signal.signal(signal.SIGTERM, on_term)
+    step_times: list[float] = []
+    timeline: list[tuple[float, int]] = []
+    steps = 0
+    steps_at_signal: int | None = None
+    reached: float | None = None
+    accuracy = 0.0
+    start = time.perf_counter()
+    last = start
+
+    def report(**extra: Any) -> None:
+        print(json.dumps({"mode": mode, "rank": rank, "steps": steps,
+                          "step_s": statistics.median(step_times) if step_times else None,
+                          "timeline": timeline, "time_to_target_s": reached,
+                          "accuracy": accuracy, **extra}), flush=True)
+
+    try:
+        epochs: Any = (range(args.max_epochs) if job is None
+                       else pt.remaining_epochs_until(args.max_epochs, job))
+        for epoch in epochs:
+            if sampler is not None:
+                sampler.set_epoch(epoch)
+            for images, labels, _ in loader:
+                optimizer.zero_grad()
+                loss_fn(model(images), labels).backward()
+                optimizer.step()
+                now = time.perf_counter()
+                if model.training and not getattr(model, "accumulating", False):
+                    steps += 1
+                    step_times.append(now - last)
+                    last = now
+                    batch = 32 if job is None else int(loader.current_batch_size)
+                    if not timeline or timeline[-1][1] != batch:
+                        timeline.append((round(now - start, 2), batch))
+                if mode == "agent-stop" and steps == 60 and rank == 0:
+                    print(json.dumps({"ready": True}), flush=True)
+                if signalled and steps_at_signal is None:
+                    steps_at_signal = steps
+            accuracy = evaluate(model, validation, rank, world)
+            if reached is None and accuracy >= args.target:
+                reached = time.perf_counter() - start
+                if mode != "agent-stop":
+                    break
+    except SystemExit:
+        report(stop_steps=steps - (steps_at_signal or steps),
+               stop_s=time.perf_counter() - signalled[0] if signalled else None)
+        raise
+    report()
+    if job is not None:
+        job.close()
+    else:
+        dist.destroy_process_group()
+
+
+def evaluate(model: Any, data: Any, rank: int, world: int) -> float:
+    import torch
+    import torch.distributed as dist
+
+    net = model.module
+    net.eval()
+    share = torch.arange(rank, len(data), world)
+    with torch.no_grad():
+        correct = float((net(data.images[share]).argmax(1) == data.labels[share]).sum())
+    counts = torch.tensor([correct, float(len(share))])
+    if world > 1:
+        dist.all_reduce(counts)
+    net.train()
+    return float(counts[0] / counts[1])
+
+
+# -- the driver ---------------------------------------------------------------------------
+
+
+def _median(values: list[Any]) -> float | None:
+    present = [v for v in values if v is not None]
+    return statistics.median(present) if present else None
+
+
+def _fmt(value: float | None, unit: str = "", digits: int = 2) -> str:
+    return "-" if value is None else f"{value:.{digits}f}{unit}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--replicas", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--target", type=float, default=0.96)
+    parser.add_argument("--max-epochs", type=int, default=40)
+    parser.add_argument("--timeout-s", type=float, default=600)
+    parser.add_argument("--worker", choices=MODES, help=argparse.SUPPRESS)
+    parser.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--checkpoint-dir", default="", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        worker(args)
+        return
+    runs: dict[str, list[dict[str, Any]]] = {mode: [] for mode in MODES}
+    for round_number in range(args.rounds):
+        order = MODES[round_number % len(MODES):] + MODES[:round_number % len(MODES)]
+        for mode in order:
+            chief = launch(mode, args, seed=round_number)[0]
+            runs[mode].append(chief)
+            print(f"round {round_number} {mode:12s} steps {chief['steps']:4d}  step "
+                  f"{_fmt(chief['step_s'] and chief['step_s'] * 1e3, ' ms')}  to "
+                  f"{args.target:.2f}: {_fmt(chief['time_to_target_s'], ' s')}  batch "
+                  f"sizes {[b for _, b in chief['timeline']]}"
+                  + (f"  stop: {chief.get('stop_steps')} steps "
+                     f"{_fmt(chief.get('stop_s'), ' s')}" if mode == "agent-stop" else ""),
+                  flush=True)
+    ddp_step = _median([r["step_s"] for r in runs["ddp"]])
+    print(f"\n{args.replicas} replica(s), {args.rounds} interleaved rounds, medians:")
+    print(f"{'':28s}{'plain DDP':>14s}{'agent':>14s}")
+    fixed_step = _median([r["step_s"] for r in runs["agent-fixed"]])
+    overhead = (None if ddp_step is None or fixed_step is None
+                else 100 * (fixed_step / ddp_step - 1))
+    print(f"{'step at batch 32 (ms)':28s}{_fmt(ddp_step and ddp_step * 1e3):>14s}"
+          f"{_fmt(fixed_step and fixed_step * 1e3):>14s}   overhead {_fmt(overhead, '%', 1)}")
+    print(f"{'time to target (s)':28s}"
+          f"{_fmt(_median([r['time_to_target_s'] for r in runs['ddp']])):>14s}"
+          f"{_fmt(_median([r['time_to_target_s'] for r in runs['agent']])):>14s}")
+    print(f"{'stop after SIGTERM':28s}{'killed, no ckpt':>14s}"
+          f"{_fmt(_median([r.get('stop_steps') for r in runs['agent-stop']]), ' st', 0):>14s}"
+          f"  {_fmt(_median([r.get('stop_s') for r in runs['agent-stop']]), ' s')}"
+          " (checkpoint written)")
+    for r in runs["agent"]:
+        print(f"{'batch sizes over time':28s}{'32 fixed':>14s}   "
+              + ", ".join(f"{b}@{t:g}s" for t, b in r["timeline"]))
+
+
+if __name__ == "__main__":
+    main()
