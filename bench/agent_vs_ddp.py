@@ -65,7 +65,12 @@ def launch(mode: str, args: argparse.Namespace, seed: int) -> list[dict[str, Any
                 stderr=subprocess.STDOUT))
         if mode == "agent-stop":
             _signal_when_ready(procs)
-        outputs = [proc.communicate(timeout=args.timeout_s)[0] for proc in procs]
+        try:
+            outputs = [proc.communicate(timeout=args.timeout_s)[0] for proc in procs]
+        except subprocess.TimeoutExpired:
+            for proc in procs:
+                proc.kill()
+            raise RuntimeError(f"{mode} timed out after {args.timeout_s} s") from None
     results = []
     for proc, out in zip(procs, outputs):
         lines = [ln for ln in out.splitlines() if ln.startswith('{"mode"')]
@@ -224,6 +229,8 @@ def main() -> None:
     parser.add_argument("--target", type=float, default=0.96)
     parser.add_argument("--max-epochs", type=int, default=40)
     parser.add_argument("--timeout-s", type=float, default=600)
+    parser.add_argument("--modes", default=",".join(MODES),
+                        help=f"comma-separated subset of {','.join(MODES)}")
     parser.add_argument("--worker", choices=MODES, help=argparse.SUPPRESS)
     parser.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--checkpoint-dir", default="", help=argparse.SUPPRESS)
@@ -231,9 +238,11 @@ def main() -> None:
     if args.worker:
         worker(args)
         return
+    modes = tuple(m for m in MODES if m in args.modes.split(","))
     runs: dict[str, list[dict[str, Any]]] = {mode: [] for mode in MODES}
     for round_number in range(args.rounds):
-        order = MODES[round_number % len(MODES):] + MODES[:round_number % len(MODES)]
+        shift = round_number % len(modes)
+        order = modes[shift:] + modes[:shift]
         for mode in order:
             chief = launch(mode, args, seed=round_number)[0]
             runs[mode].append(chief)

@@ -109,7 +109,7 @@ class ControlLoop:
                                                         job.num_replicas))
         loader.batch_config = agreement.batch_config
         loader.config_replicas = job.num_replicas
-        if job.rank == 0 and loader.trains is not False:  # no hints from evaluation
+        if job.rank == 0 and getattr(loader, "trains", None) is not False:  # not evaluation
             self._report(model, urgent=changed)
         return changed
 
