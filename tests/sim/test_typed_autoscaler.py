@@ -32,10 +32,10 @@ def apps() -> dict[str, TypedApplication]:
     return load_typed_applications(SIA / "traces", SPEC.gpu_types)
 
 
-def run(apps: dict[str, TypedApplication], prices: dict[str, float]
-        ) -> tuple[Simulator, SimulationResult]:
+def run(apps: dict[str, TypedApplication], prices: dict[str, float],
+        max_nodes: int | None = None) -> tuple[Simulator, SimulationResult]:
     config = ClusterConfig(cluster=SPEC, semantics=SIA_ARTIFACT, node_price_per_hour=prices,
-                           provision_delay_s=0.0, max_time_s=4 * 3600.0)
+                           provision_delay_s=0.0, max_time_s=4 * 3600.0, max_nodes=max_nodes)
     task = RunTask("pollux", BERT, config, autoscaler="pollux",
                    autoscaler_options={"window_rounds": 1})
     sim = Simulator(BERT, apps, make_policy("pollux", seed=0), config,
@@ -61,6 +61,13 @@ def test_the_type_with_more_goodput_per_dollar_gets_the_nodes(
         assert record.cost == pytest.approx(hours["aws"] * 3.912 + hours["dgx-ext"] * dgx_price)
         # the other type only while the wanted one is full (its group's 4 or 2 nodes)
         assert hours[wanted] > 3 * hours[other], (dgx_price, hours)
+
+
+@needs_sia
+def test_max_nodes_bounds_the_typed_cluster_in_all(apps: dict[str, TypedApplication]) -> None:
+    sim, result = run(apps, {"aws": 3.912, "dgx-ext": 32.77}, max_nodes=2)
+    assert max(size.num_billed_nodes for size in result.cluster_sizes) == 2
+    assert summarize_run(result, apps).num_completed == 2
 
 
 def test_node_prices_name_every_type() -> None:

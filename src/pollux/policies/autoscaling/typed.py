@@ -10,7 +10,7 @@ first, ask for their replicas on their best type, or for what room is left there
 types' bounds), and only on a full type move to their next; a job without a model yet
 asks for its first replicas on the type of best 1-GPU speed per dollar (its
 ``extras[TYPE_SPEEDS_KEY]``; without them, the cheapest GPU). The replicas asked per type,
-in whole nodes, within each type's bounds and at least ``min_nodes`` in all (on the
+in whole nodes, within each type's bounds and ``max_nodes`` in all, at least ``min_nodes`` (on the
 cheapest node's type), are this round's proposal. Per type it is smoothed as
 :meth:`Autoscaler.decide` smooths one size: a type grows only when the last
 ``grow_window_rounds`` proposals all exceed its size, and shrinks only when the last
@@ -104,9 +104,18 @@ class TypedAutoscaler(Autoscaler):
         room = {t: self.max_nodes[t] * self.gpus(t) for t in self.templates}
         asked = dict.fromkeys(self.templates, 0)
         wants = [self._wants(job) for job in jobs]
+        def spare(gpu_type: str) -> int:
+            """GPUs of the type still askable: its bound, and whole nodes within the
+            cluster's ``max_nodes`` in all."""
+            gpus = max(self.gpus(gpu_type), 1)
+            used = sum(math.ceil(n / max(self.gpus(t), 1)) for t, n in asked.items())
+            free_nodes = self.config.max_nodes - used
+            partial = -asked[gpu_type] % gpus  # GPUs left on the type's last node
+            return min(room[gpu_type] - asked[gpu_type], partial + free_nodes * gpus)
+
         for options in sorted(wants, key=lambda w: w[0][0] if w else 0.0, reverse=True):
             for _, gpu_type, replicas in options:  # fewer replicas on a better type first
-                take = min(replicas, room[gpu_type] - asked[gpu_type])
+                take = min(replicas, spare(gpu_type))
                 if take >= 1:
                     asked[gpu_type] += take
                     break
@@ -145,6 +154,9 @@ class TypedAutoscaler(Autoscaler):
         if short > 0:
             cheapest = self.cheapest_type()
             desired[cheapest] = min(desired[cheapest] + short, self.max_nodes[cheapest])
+        while sum(desired.values()) > cfg.max_nodes:  # a type grew before another shrank
+            grown = max(desired, key=lambda t: desired[t] - int(current.get(t, 0)))
+            desired[grown] -= 1
         total = sum(desired.values())
         return ScalingDecision(
             num_nodes=total, proposed_num_nodes=sum(proposed.values()),
