@@ -94,6 +94,11 @@ def test_cli_autoscales_a_typed_cluster_with_per_type_prices(
     run_ = json.loads(capsys.readouterr().out)["runs"][0]
     assert run_["num_completed"] == 2 and run_["autoscaler"] == "pollux"
     assert run_["cost"] > run_["node_hours"] * 3.912  # some A100 node-hours at 32.77
+    baseline = [a if a != "pollux" or i != args.index("--autoscaler") + 1 else "throughput"
+                for i, a in enumerate(args)]
+    assert main([*baseline, "--node-price", "3.912"]) == 0  # the throughput baseline too
+    run_ = json.loads(capsys.readouterr().out)["runs"][0]
+    assert run_["num_completed"] == 2 and run_["autoscaler"] == "throughput"
     assert main([*args, "--node-price", "aws=3.912"]) != 0
     assert "one per GPU type" in capsys.readouterr().err
 

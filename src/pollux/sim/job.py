@@ -135,10 +135,8 @@ class SimJob:
         """Type of the current (or last) allocation."""
         self.allocation: tuple[str, ...] = ()
         self.placement: Placement = ()
-        self.atomic_bsz = 0
-        self.accum_steps = 0
+        self.atomic_bsz = self.accum_steps = self.epoch = 0
         self.progress = 0.0
-        self.epoch = 0
         self.attained_service_s = 0.0
         """GPU-seconds held while training or restoring (within rounds)."""
         self.held_gpu_s = 0.0
@@ -243,8 +241,10 @@ class SimJob:
                         for t, p in self.profiles.items() if p.params is not None}
             bounds = {t: (float(a.spec.min_local_bsz), float(a.spec.max_local_bsz))
                       for t, a in self.app.by_type.items()}
-            model = TypedGoodput(profiles, self.grad_stats, ref.init_batch_size,
-                                 ref.max_batch_size, bounds, True, self.type_speeds)
+            stats = (self.grad_stats if self.batch_objective is BatchObjective.GOODPUT
+                     else EFFICIENCY_IGNORED)  # throughput jobs report their throughput
+            model = TypedGoodput(profiles, stats, ref.init_batch_size, ref.max_batch_size,
+                                 bounds, True, self.type_speeds)
         self._model = (key, model)
         return model
 

@@ -21,6 +21,7 @@ from pollux.policies.autoscaling import (
     AutoscalerConfig,
     NodeTemplate,
     TypedAutoscaler,
+    TypedThroughputAutoscaler,
     check_autoscaler_name,
     make_autoscaler,
 )
@@ -160,7 +161,8 @@ def timeline_from(rounds: Sequence[RoundLog], jobs: Sequence[SimJob], num_gpus: 
 
 def build_autoscaler(task: RunTask) -> Autoscaler | None:
     """The task's autoscaler over template nodes of its cluster; None for "none". On a
-    typed cluster ``pollux`` is the typed autoscaler (one template and bound per type)."""
+    typed cluster ``pollux`` and ``throughput`` are the typed ones (one template and bound
+    per type)."""
     if check_autoscaler_name(task.autoscaler) == "none":
         return None
     cfg = task.config
@@ -175,11 +177,9 @@ def build_autoscaler(task: RunTask) -> Autoscaler | None:
                               max_nodes=cfg.scaling_max_nodes, **windows)
     if cfg.cluster is None:
         return make_autoscaler(task.autoscaler, config, **options)
-    if task.autoscaler != "pollux":
-        raise ConfigError("autoscaler", task.autoscaler, "a typed cluster is sized per GPU "
-                          "type by goodput per dollar: use --autoscaler pollux")
-    return TypedAutoscaler(config, templates, {g.gpu_type: g.num_nodes
-                                               for g in cfg.spec.groups}, **options)
+    typed = TypedThroughputAutoscaler if task.autoscaler == "throughput" else TypedAutoscaler
+    return typed(config, templates, {g.gpu_type: g.num_nodes for g in cfg.spec.groups},
+                 **options)
 
 
 def execute(task: RunTask, index: int = 0,

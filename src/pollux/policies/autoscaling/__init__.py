@@ -32,7 +32,7 @@ from pollux.policies.autoscaling.registry import (
     make_autoscaler,
 )
 from pollux.policies.autoscaling.runtime import scaling_view, template_from_nodes
-from pollux.policies.autoscaling.typed import TypedAutoscaler
+from pollux.policies.autoscaling.typed import TypedAutoscaler, TypedThroughputAutoscaler
 from pollux.policies.autoscaling.utility import (
     THROUGHPUT_SPEEDUP_KEY,
     cluster_utility,
@@ -57,6 +57,7 @@ __all__ = [
     "SizeEvaluator",
     "ThroughputAutoscaler",
     "TypedAutoscaler",
+    "TypedThroughputAutoscaler",
     "autoscaler_names",
     "check_autoscaler_name",
     "cluster_utility",

@@ -40,6 +40,7 @@ from pollux.policies.autoscaling.autoscaler import (
     Proposal,
     ScalingDecision,
 )
+from pollux.policies.autoscaling.objective import BatchObjective
 from pollux.policies.base import GPU, TYPE_SPEEDS_KEY, JobInfo
 
 
@@ -164,3 +165,22 @@ class TypedAutoscaler(Autoscaler):
             price_per_hour=sum(n * self.templates[t].price_per_hour
                                for t, n in desired.items()),
             info={"proposed_by_type": proposed}, num_nodes_by_type=desired)
+
+
+class TypedThroughputAutoscaler(TypedAutoscaler):
+    """``throughput`` on a typed cluster, the baseline: the same sizing by goodput per
+    dollar, but its jobs ignore statistical efficiency (they pick throughput-optimal
+    batches and report their throughput), and a job asks for replicas while each still
+    adds ``min_marginal_efficiency`` of ideal scaling, as :class:`ThroughputAutoscaler`."""
+
+    name: ClassVar[str] = "throughput"
+    batch_objective: ClassVar[BatchObjective] = BatchObjective.THROUGHPUT
+
+    def __init__(self, config: AutoscalerConfig, templates: Mapping[str, NodeTemplate],
+                 max_nodes: Mapping[str, int], *, min_marginal_efficiency: float = 0.5
+                 ) -> None:
+        super().__init__(config, templates, max_nodes)
+        if not 0 < min_marginal_efficiency <= 1:
+            raise ConfigError("min_marginal_efficiency", min_marginal_efficiency,
+                              "use a fraction in (0, 1], e.g. 0.5")
+        self.target_util = float(min_marginal_efficiency)
