@@ -28,6 +28,8 @@ DEFAULT_NODES: tuple[tuple[str, str, int], ...] = (
     ("n1", "t4", 2), ("n2", "t4", 2), ("n3", "a100", 2), ("n4", "a100", 2))
 """(name, GPU type, GPUs) of the virtual nodes."""
 CPUS_PER_NODE = 8
+URGENT_PARTITION = "urgent"
+"""A partition over the same nodes whose jobs preempt the default partition's."""
 START_TIMEOUT_S = 30.0
 
 
@@ -141,6 +143,8 @@ class SlurmCluster:
             "SlurmdTimeout=30", "SchedulerType=sched/backfill",
             "SchedulerParameters=batch_sched_delay=0,sched_min_interval=0",
             "MessageTimeout=5",
+            # jobs of the `urgent` partition preempt those of the default one
+            "PreemptType=preempt/partition_prio", "PreemptMode=REQUEUE",
         ]
         lines.extend(self.extra_conf)
         for name, gpu_type, gpus in self.nodes:
@@ -150,6 +154,8 @@ class SlurmCluster:
         names = ",".join(name for name, _, _ in self.nodes)
         lines.append(f"PartitionName={self.partition} Nodes={names} Default=YES "
                      "MaxTime=INFINITE State=UP OverSubscribe=NO")
+        lines.append(f"PartitionName={URGENT_PARTITION} Nodes={names} PriorityTier=10 "
+                     "PreemptMode=OFF MaxTime=INFINITE State=UP")
         self.conf.write_text("\n".join(lines) + "\n")
         devices = root / "dev"
         devices.mkdir(exist_ok=True)
@@ -269,6 +275,13 @@ class SlurmCluster:
                                                              "FAILED", "NODE_FAIL",
                                                              "TIMEOUT", "PREEMPTED")]
 
+    def cancel_all(self) -> None:
+        """Kill every job of every partition (steps and batch shells), and cancel it."""
+        for partition in (self.partition, URGENT_PARTITION):
+            for args in (["--full", "--signal=KILL"], []):
+                subprocess.run(["scancel", *args, f"--partition={partition}"],
+                               capture_output=True, env=self.env, timeout=15, check=False)
+
     def reset(self, timeout_s: float = 30.0) -> None:
         """After a test: every daemon up, every node in service, no job left."""
         if not daemon_alive(self.root / "slurmctld.pid"):
@@ -276,10 +289,7 @@ class SlurmCluster:
         for name, _, _ in self.nodes:
             if not daemon_alive(self.node_pid_file(name)):
                 self.start_node(name)
-        subprocess.run(["scancel", "--full", "--signal=KILL", f"--partition={self.partition}"],
-                       capture_output=True, env=self.env, timeout=15, check=False)
-        subprocess.run(["scancel", f"--partition={self.partition}"], capture_output=True,
-                       env=self.env, timeout=15, check=False)
+        self.cancel_all()
         deadline = time.monotonic() + timeout_s
         while self.live_jobs() and time.monotonic() < deadline:
             time.sleep(0.2)
@@ -295,8 +305,7 @@ class SlurmCluster:
     def stop(self) -> None:
         """Cancel every job, stop every daemon by its pid file (idempotent)."""
         if read_pid(self.root / "slurmctld.pid") is not None:
-            subprocess.run(["scancel", "--full", "--signal=KILL", f"--partition={self.partition}"],
-                           capture_output=True, env=self.env, timeout=15, check=False)
+            self.cancel_all()
         for name, _, _ in self.nodes:
             self.stop_pid_file(self.node_pid_file(name))
         self.stop_controller()

@@ -17,7 +17,7 @@ from pollux.backends.slurm.backend import POLL_CACHE_S
 from pollux.backends.slurm.commands import SlurmCommands
 from pollux.job_spec import JobSpec
 from pollux.jobenv import RESCALE_EXIT_CODE
-from tests.backends.slurm.cluster import SlurmCluster
+from tests.backends.slurm.cluster import URGENT_PARTITION, SlurmCluster
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -160,3 +160,19 @@ def test_allocation_mode_steps_and_their_recovery(slurm: SlurmCluster, tmp_path:
         assert Path(replica.handle["status_file"]).read_text().strip() == '{"exit_code": 75}'
     statuses = wait_states(before, "job-e", ReplicaState.EXITED)  # the old sruns ended
     assert [s.exit_code for s in statuses] == [RESCALE_EXIT_CODE] * 2
+
+
+def test_a_preempted_launch_ends_non_zero_and_never_runs_again(slurm: SlurmCluster,
+                                                               tmp_path: Path) -> None:
+    backend = SlurmBackend("preempted00001", mode="cluster")
+    launched = backend.launch(request(tmp_path, "job-f", ("n4",)))
+    wait_states(backend, "job-f", ReplicaState.RUNNING)
+    wait_up(tmp_path, "job-f", 1)
+    subprocess.run(["sbatch", "-p", URGENT_PARTITION, "-w", "n4", "--gres=gpu:a100:2",
+                    f"--output={tmp_path / 'urgent.out'}", "--wrap", "sleep 300"],
+                   capture_output=True, text=True, env=slurm.env, check=True)
+    statuses = wait_states(backend, "job-f", ReplicaState.EXITED)
+    assert statuses[0].exit_code not in (0, None)  # the service resumes from a checkpoint
+    slurm_id = launched[0].handle["slurm_job_id"]
+    time.sleep(1.0)
+    assert "JobState=PREEMPTED" in slurm.scontrol("show", "job", slurm_id)
