@@ -21,11 +21,13 @@ def slurm_cluster() -> Iterator[SlurmCluster]:
         pytest.skip(reason)
     root = Path(tempfile.mkdtemp(prefix="pollux-slurm-"))
     root.chmod(0o755)  # munged (user munge) must reach its socket under it
-    cluster = SlurmCluster(root).start()
     try:
-        yield cluster
+        cluster = SlurmCluster(root).start()  # stops what it started when it fails
+        try:
+            yield cluster
+        finally:
+            cluster.stop()
     finally:
-        cluster.stop()
         shutil.rmtree(root, ignore_errors=True)
 
 

@@ -161,3 +161,22 @@ def test_jobs_asked_for_by_id_are_those_only(tmp_path: Path) -> None:
     commands = SlurmCommands(env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"})
     assert [j["job_id"] for j in commands.jobs(["8"])] == [8]
     assert [j["job_id"] for j in commands.jobs()] == [7, 8]
+
+
+def test_the_slurm_flags_reach_the_backend_and_need_it() -> None:
+    import argparse
+
+    from pollux.cli.server import add_server_arguments, backend_options_from_args
+    from pollux.errors import ConfigError
+
+    parser = argparse.ArgumentParser()
+    add_server_arguments(parser)
+    args = parser.parse_args(["--backend", "slurm", "--slurm-partition", "gpu",
+                              "--slurm-account", "lab", "--slurm-nodes", "g[01-04]",
+                              "--slurm-mode", "cluster"])
+    assert backend_options_from_args(args) == {"partition": "gpu", "account": "lab",
+                                               "nodes": "g[01-04]", "mode": "cluster"}
+    with pytest.raises(ConfigError, match="--slurm-partition needs --backend slurm"):
+        backend_options_from_args(parser.parse_args(["--slurm-partition", "gpu"]))
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--backend", "slurm", "--slurm-mode", "both"])
