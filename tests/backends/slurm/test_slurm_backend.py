@@ -22,21 +22,22 @@ from tests.backends.slurm.cluster import URGENT_PARTITION, SlurmCluster
 pytestmark = pytest.mark.timeout(120)
 
 REPLICA = """
-import signal, sys, time
+import os, signal, sys, time
 signal.signal(signal.SIGTERM, lambda *_: sys.exit(75))
-print("replica up", flush=True)
+print("replica up", os.environ.get("POLLUX_HINTS_TOKEN"), flush=True)
 time.sleep(120)
 """
 
 
-def request(tmp_path: Path, job_id: str, allocation: tuple[str, ...]) -> LaunchRequest:
+def request(tmp_path: Path, job_id: str, allocation: tuple[str, ...],
+            hints_token: str | None = None) -> LaunchRequest:
     script = tmp_path / "replica.py"
     script.write_text(REPLICA)
     spec = JobSpec.from_dict({"name": job_id, "command": [sys.executable, str(script)],
                               "working_dir": str(tmp_path), "max_replicas": len(allocation)})
     return LaunchRequest(job_id=job_id, generation=1, spec=spec, allocation=allocation,
                          checkpoint_dir=str(tmp_path / job_id / "checkpoint"),
-                         log_dir=str(tmp_path / job_id / "logs"),
+                         log_dir=str(tmp_path / job_id / "logs"), hints_token=hints_token,
                          gpu_type="t4" if allocation[0] in ("n1", "n2") else "a100")
 
 
@@ -85,9 +86,16 @@ def test_slurm_unreachable_is_unknown_never_exited(slurm: SlurmCluster, tmp_path
 def test_a_restarted_server_finds_its_work_by_name(slurm: SlurmCluster, tmp_path: Path
                                                    ) -> None:
     before = SlurmBackend("restarted00001", mode="cluster")
-    launched = before.launch(request(tmp_path, "job-b", ("n3",)))
+    launched = before.launch(request(tmp_path, "job-b", ("n3",), hints_token="s3cr3t-t0k3n"))
     wait_states(before, "job-b", ReplicaState.RUNNING)
     wait_up(tmp_path, "job-b", 1)
+    # the replica got its hints token, which no command line nor the job's script shows
+    logs = tmp_path / "job-b" / "logs"
+    assert "replica up s3cr3t-t0k3n" in (logs / "replica-0.log").read_text()
+    assert "s3cr3t" not in (logs / "launch-1.sbatch").read_text()
+    slurm_id = launched[0].handle["slurm_job_id"]
+    assert "s3cr3t" not in slurm.scontrol("show", "job", slurm_id)
+    assert (logs / "replica-0.launch-1.env").stat().st_mode & 0o077 == 0
     names = subprocess.run(["squeue", "-h", "-o", "%j"], capture_output=True, text=True,
                            env=slurm.env, check=True).stdout
     assert "job-b" in names

@@ -41,6 +41,7 @@ from pollux.backends.slurm.recovery import recover_allocation, recover_cluster
 from pollux.backends.slurm.script import (
     batch_options,
     batch_script,
+    env_file,
     host_file,
     job_environment,
     launch_name,
@@ -48,6 +49,7 @@ from pollux.backends.slurm.script import (
     step_command,
     step_name,
     work_prefix,
+    write_env_file,
 )
 from pollux.backends.slurm.signals import signal_cluster, signal_steps
 from pollux.backends.slurm.states import Phase, UnknownSlurmState, job_state
@@ -218,7 +220,9 @@ class SlurmBackend(Backend):
             replicas.append(SlurmReplica(env.rank, node, step_name(
                 self.instance_id, request.job_id, request.generation, env.rank), status))
         shared = job_environment(request, loopback)
-        commands = [step_command(request, self.instance_id, env.rank, node, env.to_env(),
+        for env in envs:
+            write_env_file(env_file(request, env.rank), env.to_env())
+        commands = [step_command(request, self.instance_id, env.rank, node,
                                  self.allocation_job_id)
                     for env, node in zip(envs, request.allocation)]
         if self.mode == CLUSTER:

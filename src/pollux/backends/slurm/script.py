@@ -5,7 +5,8 @@ Each replica is one job step of one task and one GPU, pinned to the node the pol
 chose (``srun --nodelist NODE --ntasks 1 --exact --gres gpu[:TYPE]:1``), so Slurm sets
 its ``CUDA_VISIBLE_DEVICES``. The step runs the job's command under the exit-status
 wrapper (:mod:`pollux.backends.slurm.step_wrapper`), with the launch contract
-(:mod:`pollux.jobenv`) in its environment, its output appended to
+(:mod:`pollux.jobenv`) in its environment (from a file only the server's user reads),
+its output appended to
 ``<log_dir>/replica-<rank>.log``.
 
 In cluster mode one ``sbatch`` per launch allocates exactly the policy's placement: the
@@ -18,6 +19,7 @@ output goes to ``<log_dir>/slurm-launch-<generation>-<slurm job id>.out``.
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import time
@@ -79,9 +81,24 @@ def cpus_per_task(request: LaunchRequest) -> int:
     return max(1, int(request.spec.resources.cpu))
 
 
+def env_file(request: LaunchRequest, rank: int) -> Path:
+    """Where replica ``rank``'s own variables (its launch contract, hints token included)
+    are written for its wrapper: a file only the server's user reads, never a command
+    line that ``ps`` shows every user of the node."""
+    return Path(request.log_dir) / f"replica-{rank}.launch-{request.generation}.env"
+
+
+def write_env_file(path: Path, env: Mapping[str, str]) -> None:
+    path.unlink(missing_ok=True)
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(descriptor, "w") as handle:
+        json.dump(dict(env), handle)
+
+
 def step_command(request: LaunchRequest, instance_id: str, rank: int, node: str,
-                 replica_env: Mapping[str, str], job_id: str | None = None) -> list[str]:
-    """``srun`` of one replica (``job_id``: in that allocation, allocation mode)."""
+                 job_id: str | None = None) -> list[str]:
+    """``srun`` of one replica (``job_id``: in that allocation, allocation mode); its own
+    variables are in :func:`env_file`."""
     log_dir = Path(request.log_dir)
     status = exit_status_path(log_dir, request.generation, rank)
     args = ["srun"]
@@ -93,8 +110,8 @@ def step_command(request: LaunchRequest, instance_id: str, rank: int, node: str,
              f"--job-name={step_name(instance_id, request.job_id, request.generation, rank)}",
              f"--output={log_dir / f'replica-{rank}.log'}", "--open-mode=append",
              "--kill-on-bad-exit=0", "--quiet"]
-    env_args = [f"{k}={v}" for k, v in sorted(replica_env.items())]
-    return [*args, "env", *env_args, *wrapped_step(str(status), list(request.spec.command))]
+    return [*args, *wrapped_step(str(status), str(env_file(request, rank)),
+                                 list(request.spec.command))]
 
 
 def log_header(request: LaunchRequest, rank: int, node: str, where: str) -> str:
