@@ -8,8 +8,9 @@ tuned batch size there; adaptive jobs pick the goodput-optimal batch from the tr
 application model (an oracle, so the reference is an ideal). Fractional shares interpolate
 speed (1 / JCT) between the whole GPU counts around them; below one GPU the job is
 time-sliced (``JCT(1) / share``). Isolated runs are memoized per (application, batch, GPUs).
-On a typed cluster the share is of the cluster's GPUs, on the type that finishes the job
-soonest (with the type's nodes, the semantics' calibration and restart delay).
+On a typed cluster the share is of the cluster's GPUs, of the type where one GPU trains the
+job fastest (its 1-GPU throughput; with the type's nodes, the semantics' calibration and
+restart delay): one type's isolated runs, not every type's, keep it as cheap as on one.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ class IsolatedRuns:
             for name, app in applications.items()}
         self.config = config
         self._cache: dict[tuple[str, str, BatchMode, int | None, int], float] = {}
+        self._fastest: dict[str, str] = {}
 
     def max_gpus(self, app: Application, batch_size: int | None) -> int:
         """GPUs beyond which the job cannot spread its batch any further."""
@@ -72,11 +74,21 @@ class IsolatedRuns:
         job.advance(0.0, HORIZON_S)
         return float(job.completion_time_s if job.completion_time_s is not None else math.inf)
 
+    def fastest_type(self, application: str) -> str:
+        """The type where one GPU trains ``application`` fastest (the only one, on one)."""
+        found = self._fastest.get(application)
+        if found is None:
+            app = self.applications[application]
+            speeds = app.type_speeds() if len(app.by_type) > 1 else {}
+            found = max(speeds, key=lambda t: speeds[t]) if speeds else next(iter(app.by_type))
+            self._fastest[application] = found
+        return found
+
     def share_jct_s(self, application: str, mode: BatchMode, batch_size: int | None,
                     share_gpus: float) -> float:
-        """Isolated JCT on a possibly fractional number of GPUs, of the best type."""
-        return min(self._share_jct_s(application, t, mode, batch_size, share_gpus)
-                   for t in self.applications[application].by_type)
+        """Isolated JCT on a possibly fractional number of GPUs of the fastest type."""
+        return self._share_jct_s(application, self.fastest_type(application), mode,
+                                 batch_size, share_gpus)
 
     def _share_jct_s(self, application: str, gpu_type: str, mode: BatchMode,
                      batch_size: int | None, share_gpus: float) -> float:
