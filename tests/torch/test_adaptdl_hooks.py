@@ -23,13 +23,15 @@ def job() -> Iterator[pt.JobContext]:
 
 
 def train_steps(model: pt.AdaptiveDataParallel, optimizers: list[torch.optim.Optimizer],
-                steps: int, loss_scale: float = 1.0, extra: torch.nn.Module | None = None
-                ) -> None:
-    """``steps`` optimizer steps of two micro-batches of 8 (one replica, accumulation)."""
+                steps: int, loss_scale: float = 1.0, extra: torch.nn.Module | None = None,
+                num_micro: int = 2) -> None:
+    """``steps`` optimizer steps of ``num_micro`` micro-batches of 8 on one replica (as
+    the loader drives them: with one micro-batch, every few steps are paired)."""
     gen = torch.Generator().manual_seed(0)
     for _ in range(steps):
-        for micro in range(2):
-            model.begin_micro_step(micro, 2, 8, 16, 16, True)
+        for micro in range(num_micro):
+            model.begin_micro_step(micro, num_micro, 8, 8 * num_micro, 16, True,
+                                   probe=num_micro == 1 and model.wants_probe())
             x = torch.randn(8, 20, generator=gen)
             out = model(x)
             if extra is not None:
@@ -41,21 +43,23 @@ def train_steps(model: pt.AdaptiveDataParallel, optimizers: list[torch.optim.Opt
                 optimizer.zero_grad()
 
 
-def mean_sqr_norm(model: pt.AdaptiveDataParallel, batch_size: int = 16) -> float:
+def mean_sqr_norm(model: pt.AdaptiveDataParallel, batch_size: int = 8) -> float:
     """The mean squared norm of a gradient over ``batch_size`` samples the estimates
     imply, ``|G|^2 + tr(Sigma) / b`` (positive, unlike each estimate alone)."""
     ema_sqr, ema_trace, weight, _ = model.noise.raw().tolist()
     return (ema_sqr + ema_trace / batch_size) / weight
 
 
+@pytest.mark.parametrize("num_micro", [2, 1])  # accumulation; pairs of steps
 @pytest.mark.parametrize("rule", [AdamGainScale(), pt.SqrtScale()])
 def test_adamscale_measures_the_noise_of_preconditioned_gradients(
-        job: pt.JobContext, rule: pt.ScalingRule) -> None:
+        job: pt.JobContext, rule: pt.ScalingRule, num_micro: int) -> None:
     torch.manual_seed(0)
     net = torch.nn.Linear(20, 1)
     optimizer = torch.optim.Adam(net.parameters(), lr=1e-3)
     model = pt.AdaptiveDataParallel(net, optimizer, scaling_rule=rule, job=job)
-    train_steps(model, [optimizer], steps=13, loss_scale=1e4)
+    train_steps(model, [optimizer], steps=13 * (3 - num_micro), loss_scale=1e4,
+                num_micro=num_micro)
     norm = mean_sqr_norm(model)
     if isinstance(rule, AdamGainScale):
         # g / (sqrt(v_hat) + eps) is O(1) per coordinate: 21 parameters' worth
