@@ -9,7 +9,8 @@ shared machine falls on both: the 8 Philly workloads under ``sia,pollux`` on
 ``aws:6x4,dgx-ext:2x8,rtx:3x8`` and the 16 baseline runs (8 Pollux workloads x tiresias,
 optimus). It prints the wall seconds and the CPU seconds (user + system of the
 simulations, the figure that a busy machine disturbs least) of each, and whether the
-average JCTs agree (relative difference per run). ``--quick`` takes workloads 1 and 2.
+average JCTs agree (relative difference per run). ``--quick`` takes Philly workload-1
+and Pollux workloads 1-2.
 """
 
 from __future__ import annotations
@@ -28,16 +29,19 @@ ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared"
 
 
-def commands(quick: bool) -> dict[str, list[str]]:
-    pick = (lambda d: [str(d / f"workload-{w}.csv") for w in (1, 2)]) if quick else (
-        lambda d: [str(d)])
+def commands(quick: bool, typed_policies: str) -> dict[str, list[str]]:
+    def pick(folder: Path, count: int) -> list[str]:
+        return ([str(folder / f"workload-{w}.csv") for w in range(1, count + 1)] if quick
+                else [str(folder)])
     sia, pollux = SHARED / "sia-artifact", SHARED / "pollux-artifact"
     return {
-        "typed sia,pollux": ["simulate", *pick(sia / "workloads" / "philly"), "--cluster",
-                             "aws:6x4,dgx-ext:2x8,rtx:3x8", "--traces", str(sia / "traces"),
-                             "--policy", "sia,pollux"],
-        "baselines x16": ["simulate", *pick(pollux / "workloads"), "--traces",
-                          str(pollux / "traces"), "--policy", "tiresias,optimus"],
+        f"typed {typed_policies}": [
+            "simulate", *pick(sia / "workloads" / "philly", 1), "--cluster",
+            "aws:6x4,dgx-ext:2x8,rtx:3x8", "--traces", str(sia / "traces"),
+            "--policy", typed_policies],
+        "baselines (tiresias,optimus)": [
+            "simulate", *pick(pollux / "workloads", 2), "--traces", str(pollux / "traces"),
+            "--policy", "tiresias,optimus"],
     }
 
 
@@ -63,12 +67,16 @@ def main() -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--old", required=True, type=Path, help="the older checkout")
     parser.add_argument("--processes", type=int, default=os.cpu_count() or 1)
-    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--quick", action="store_true",
+                        help="Philly workload-1 and Pollux workloads 1-2 only")
+    parser.add_argument("--typed-policies", default="sia,pollux",
+                        help="policies of the typed run (default sia,pollux; the same "
+                             "name must mean the same policy in both checkouts)")
     args = parser.parse_args()
     print("| runs | old wall s | new wall s | old CPU s | new CPU s | new / old CPU | "
           "max avg-JCT difference |")
     print("|---|---|---|---|---|---|---|")
-    for i, (name, cmd) in enumerate(commands(args.quick).items()):
+    for i, (name, cmd) in enumerate(commands(args.quick, args.typed_policies).items()):
         order = [("new", ROOT), ("old", args.old)]
         results = dict((label, timed(src, cmd, args.processes))
                        for label, src in (order if i % 2 == 0 else order[::-1]))
