@@ -86,6 +86,10 @@ def test_a_server_inside_an_allocation_runs_a_job_as_steps(slurm: SlurmCluster,
             client.job(job)), 120, "the job to end")
         assert detail["state"] == "Succeeded", (detail["events"], server_log())
         assert detail["slurm_job_id"] == allocation
+        for rank in range(2):  # pollux logs: each replica's output, as on any backend
+            text = client.logs(job, rank)["text"]
+            assert f"launch 1, rank {rank} of 2" in text and f"Slurm job {allocation}" in text
+        assert "accuracy" in client.logs(job, 0)["text"]
         for replica in detail["replicas_of_launch"]:  # steps named after the job
             assert replica["slurm_step"].endswith(
                 f"-{job}-g{detail['launches']}-r{replica['rank']}"), replica
