@@ -15,6 +15,7 @@ from pollux.backends.base import LaunchRequest, ReplicaState, ReplicaStatus
 from pollux.backends.slurm import SlurmBackend
 from pollux.backends.slurm.backend import POLL_CACHE_S
 from pollux.backends.slurm.commands import SlurmCommands
+from pollux.errors import ConfigError
 from pollux.job_spec import JobSpec
 from pollux.jobenv import RESCALE_EXIT_CODE
 from tests.backends.slurm.cluster import URGENT_PARTITION, SlurmCluster
@@ -184,3 +185,14 @@ def test_a_preempted_launch_ends_non_zero_and_never_runs_again(slurm: SlurmClust
     slurm_id = launched[0].handle["slurm_job_id"]
     time.sleep(1.0)
     assert "JobState=PREEMPTED" in slurm.scontrol("show", "job", slurm_id)
+
+
+def test_bad_options_are_refused_naming_the_field(slurm: SlurmCluster) -> None:
+    with pytest.raises(ConfigError, match="slurm_partition.*no such partition; Slurm has pollux, urgent"):
+        SlurmBackend("badoptions0001", mode="cluster", partition="nope")
+    with pytest.raises(ConfigError, match="slurm_mode"):
+        SlurmBackend("badoptions0001", mode="cluster-ish")
+    with pytest.raises(ConfigError, match="no longer lists allocation 999999"):
+        SlurmBackend("badoptions0001", mode="allocation", allocation_job_id="999999")
+    assert [n.name for n in SlurmBackend("badoptions0001", partition="pollux").nodes()] == [
+        "n1", "n2", "n3", "n4"]

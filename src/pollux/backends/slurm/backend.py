@@ -125,12 +125,20 @@ class SlurmBackend(Backend):
         self._jobs_cache: tuple[float, frozenset[str], dict[str, dict[str, Any]]] | None = None
         self._unreachable_since: float | None = None
         self._quiet_until = 0.0
+        self._partitions: set[str] = set()
         self._reported_states: set[str] = set()
         try:
             found = self._read_nodes()
+            if partition and partition not in self._partitions:
+                raise ConfigError("slurm_partition", partition, "no such partition; Slurm "
+                                  f"has {', '.join(sorted(self._partitions)) or 'none'}")
         except SlurmUnavailable as exc:
             raise ConfigError("backend", "slurm", f"cannot reach Slurm ({exc}); check "
                               "SLURM_CONF and that slurmctld runs") from exc
+        except ConfigError:
+            raise
+        except BackendError as exc:
+            raise ConfigError("backend", "slurm", str(exc)) from exc
         if not found:
             where = (f"allocation {self.allocation_job_id}" if mode == ALLOCATION
                      else f"partition {partition}" if partition else "the cluster")
@@ -144,6 +152,7 @@ class SlurmBackend(Backend):
 
     def _read_nodes(self) -> list[NodeView]:
         sinfo = self.commands.nodes()
+        self._partitions = {str(p) for node in sinfo for p in node.get("partitions") or []}
         if self.mode == ALLOCATION:
             assert self.allocation_job_id is not None
             jobs = self.commands.jobs([self.allocation_job_id])
