@@ -2,6 +2,12 @@
 
     python bench/agent_vs_ddp.py                     # 2 replicas, 3 interleaved rounds
     python bench/agent_vs_ddp.py --replicas 1 --rounds 2
+    python bench/agent_vs_ddp.py --adaptdl-python /tmp/adl-venv/bin/python   # + AdaptDL
+
+AdaptDL 0.2.11 in its own virtual environment (it needs an older numpy)::
+
+    python -m venv --system-site-packages /tmp/adl-venv
+    /tmp/adl-venv/bin/pip install adaptdl==0.2.11 "numpy<1.24" "setuptools<81" requests
 
 Workload: examples/train_digits.py's data and MLP (scikit-learn's digits, SGD with
 momentum, initial total batch 32), trained to a target validation accuracy. Each round
@@ -14,7 +20,9 @@ runs, in an order rotated from round to round so that machine load affects all a
   time, and the time to the target accuracy);
 * ``agent-stop``: ``agent`` sent SIGTERM (every replica, as a rescale does) after 60
   steps: optimizer steps and seconds from the signal to the exit with the checkpoint
-  written. Plain DDP has no stop protocol (SIGTERM kills it, nothing is saved).
+  written. Plain DDP has no stop protocol (SIGTERM kills it, nothing is saved);
+* with ``--adaptdl-python``, ``adaptdl`` and ``adaptdl-stop``: the same two under
+  AdaptDL 0.2.11 (``adaptdl.torch``, run by that interpreter).
 
 Printed: one line per run, then a side-by-side table of medians.
 """
@@ -34,7 +42,8 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-MODES = ("ddp", "agent-fixed", "agent", "agent-stop")
+MODES = ("ddp", "agent-fixed", "agent", "agent-stop", "adaptdl", "adaptdl-stop")
+ADAPTDL_MODES = ("adaptdl", "adaptdl-stop")
 
 
 def free_port() -> int:
@@ -52,18 +61,23 @@ def launch(mode: str, args: argparse.Namespace, seed: int) -> list[dict[str, Any
     with tempfile.TemporaryDirectory() as ckpt:
         for rank in range(args.replicas):
             env = {k: v for k, v in os.environ.items() if not k.startswith("POLLUX_")}
+            env.update({"ADAPTDL_MASTER_ADDR": "127.0.0.1", "ADAPTDL_MASTER_PORT": str(port),
+                        "ADAPTDL_REPLICA_RANK": str(rank),
+                        "ADAPTDL_NUM_REPLICAS": str(args.replicas), "ADAPTDL_NUM_NODES": "1",
+                        "ADAPTDL_CHECKPOINT_PATH": ckpt, "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1"})
             env.update({"RANK": str(rank), "WORLD_SIZE": str(args.replicas),
                         "LOCAL_RANK": str(rank), "LOCAL_WORLD_SIZE": str(args.replicas),
                         "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
                         "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": "",
                         "PYTHONPATH": os.pathsep.join([str(REPO / "src"), str(REPO)])})
             procs.append(subprocess.Popen(
-                [sys.executable, __file__, "--worker", mode, "--seed", str(seed),
+                [args.adaptdl_python if mode in ADAPTDL_MODES else sys.executable,
+                 __file__, "--worker", mode, "--seed", str(seed),
                  "--target", str(args.target), "--max-epochs", str(args.max_epochs),
                  "--checkpoint-dir", ckpt],
                 env=env, cwd=REPO, text=True, stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT))
-        if mode == "agent-stop":
+        if mode.endswith("-stop"):
             _signal_when_ready(procs)
         try:
             outputs = [proc.communicate(timeout=args.timeout_s)[0] for proc in procs]
@@ -119,6 +133,16 @@ def worker(args: argparse.Namespace) -> None:
         loader: Any = torch.utils.data.DataLoader(train, batch_size=32 // world,
                                                   sampler=sampler)
         job = None
+    elif mode in ADAPTDL_MODES:
+        import adaptdl.torch as adl
+
+        adl.init_process_group("gloo")
+        rank, world = dist.get_rank(), dist.get_world_size()
+        model = adl.AdaptiveDataParallel(net, optimizer)
+        loader = adl.AdaptiveDataLoader(train, batch_size=32, shuffle=True)
+        loader.autoscale_batch_size(512, local_bsz_bounds=(8, 256))
+        job = adl
+        sampler = None
     else:
         import pollux.torch as pt
 
@@ -132,7 +156,7 @@ def worker(args: argparse.Namespace) -> None:
             loader.autoscale_batch_size(512, local_bsz_bounds=(8, 256))
         sampler = None
     signalled: list[float] = []
-    if mode == "agent-stop":
+    if mode.endswith("-stop"):
         agents = signal.getsignal(signal.SIGTERM)
 
         def on_term(signum: int, frame: Any) -> None:
@@ -158,6 +182,7 @@ def worker(args: argparse.Namespace) -> None:
 
     try:
         epochs: Any = (range(args.max_epochs) if job is None
+                       else job.remaining_epochs_until(args.max_epochs) if mode in ADAPTDL_MODES
                        else pt.remaining_epochs_until(args.max_epochs, job))
         for epoch in epochs:
             if sampler is not None:
@@ -167,28 +192,28 @@ def worker(args: argparse.Namespace) -> None:
                 loss_fn(model(images), labels).backward()
                 optimizer.step()
                 now = time.perf_counter()
-                if model.training and not getattr(model, "accumulating", False):
+                if not getattr(model, "accumulating", False):  # no accumulation asked
                     steps += 1
                     step_times.append(now - last)
                     last = now
                     batch = 32 if job is None else int(loader.current_batch_size)
                     if not timeline or timeline[-1][1] != batch:
                         timeline.append((round(now - start, 2), batch))
-                if mode == "agent-stop" and steps == 60 and rank == 0:
+                if mode.endswith("-stop") and steps == 60 and rank == 0:
                     print(json.dumps({"ready": True}), flush=True)
                 if signalled and steps_at_signal is None:
                     steps_at_signal = steps
             accuracy = evaluate(model, validation, rank, world)
             if reached is None and accuracy >= args.target:
                 reached = time.perf_counter() - start
-                if mode != "agent-stop":
+                if not mode.endswith("-stop"):
                     break
     except SystemExit:
         report(stop_steps=steps - (steps_at_signal or steps),
                stop_s=time.perf_counter() - signalled[0] if signalled else None)
         raise
     report()
-    if job is not None:
+    if job is not None and mode not in ADAPTDL_MODES:
         job.close()
     else:
         dist.destroy_process_group()
@@ -231,6 +256,8 @@ def main() -> None:
     parser.add_argument("--timeout-s", type=float, default=600)
     parser.add_argument("--modes", default=",".join(MODES),
                         help=f"comma-separated subset of {','.join(MODES)}")
+    parser.add_argument("--adaptdl-python", default=None,
+                        help="an interpreter with adaptdl==0.2.11: also run AdaptDL")
     parser.add_argument("--worker", choices=MODES, help=argparse.SUPPRESS)
     parser.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--checkpoint-dir", default="", help=argparse.SUPPRESS)
@@ -238,39 +265,50 @@ def main() -> None:
     if args.worker:
         worker(args)
         return
-    modes = tuple(m for m in MODES if m in args.modes.split(","))
+    modes = tuple(m for m in MODES if m in args.modes.split(",")
+                  and (args.adaptdl_python or m not in ADAPTDL_MODES))
     runs: dict[str, list[dict[str, Any]]] = {mode: [] for mode in MODES}
     for round_number in range(args.rounds):
         shift = round_number % len(modes)
         order = modes[shift:] + modes[:shift]
         for mode in order:
-            chief = launch(mode, args, seed=round_number)[0]
+            try:
+                chief = launch(mode, args, seed=round_number)[0]
+            except RuntimeError as failed:  # reported, and left out of the medians
+                print(f"round {round_number} {mode:12s} FAILED: {str(failed)[:300]}",
+                      flush=True)
+                continue
             runs[mode].append(chief)
             print(f"round {round_number} {mode:12s} steps {chief['steps']:4d}  step "
                   f"{_fmt(chief['step_s'] and chief['step_s'] * 1e3, ' ms')}  to "
                   f"{args.target:.2f}: {_fmt(chief['time_to_target_s'], ' s')}  batch "
                   f"sizes {[b for _, b in chief['timeline']]}"
                   + (f"  stop: {chief.get('stop_steps')} steps "
-                     f"{_fmt(chief.get('stop_s'), ' s')}" if mode == "agent-stop" else ""),
+                     f"{_fmt(chief.get('stop_s'), ' s')}" if mode.endswith("-stop") else ""),
                   flush=True)
-    ddp_step = _median([r["step_s"] for r in runs["ddp"]])
-    print(f"\n{args.replicas} replica(s), {args.rounds} interleaved rounds, medians:")
-    print(f"{'':28s}{'plain DDP':>14s}{'agent':>14s}")
-    fixed_step = _median([r["step_s"] for r in runs["agent-fixed"]])
+    def med(mode: str, key: str) -> float | None:
+        return _median([r.get(key) for r in runs[mode]])
+
+    ddp_step, fixed_step = med("ddp", "step_s"), med("agent-fixed", "step_s")
     overhead = (None if ddp_step is None or fixed_step is None
                 else 100 * (fixed_step / ddp_step - 1))
-    print(f"{'step at batch 32 (ms)':28s}{_fmt(ddp_step and ddp_step * 1e3):>14s}"
-          f"{_fmt(fixed_step and fixed_step * 1e3):>14s}   overhead {_fmt(overhead, '%', 1)}")
-    print(f"{'time to target (s)':28s}"
-          f"{_fmt(_median([r['time_to_target_s'] for r in runs['ddp']])):>14s}"
-          f"{_fmt(_median([r['time_to_target_s'] for r in runs['agent']])):>14s}")
-    print(f"{'stop after SIGTERM':28s}{'killed, no ckpt':>14s}"
-          f"{_fmt(_median([r.get('stop_steps') for r in runs['agent-stop']]), ' st', 0):>14s}"
-          f"  {_fmt(_median([r.get('stop_s') for r in runs['agent-stop']]), ' s')}"
-          " (checkpoint written)")
-    for r in runs["agent"]:
-        print(f"{'batch sizes over time':28s}{'32 fixed':>14s}   "
-              + ", ".join(f"{b}@{t:g}s" for t, b in r["timeline"]))
+    print(f"\n{args.replicas} replica(s), {args.rounds} interleaved rounds, medians:")
+    print(f"{'':26s}{'plain DDP':>16s}{'Pollux agent':>16s}{'AdaptDL 0.2.11':>16s}")
+    print(f"{'step at batch 32 (ms)':26s}{_fmt(ddp_step and ddp_step * 1e3):>16s}"
+          f"{_fmt(fixed_step and fixed_step * 1e3):>16s}{'':>16s}"
+          f"   agent overhead {_fmt(overhead, '%', 1)}")
+    print(f"{'time to target (s)':26s}{_fmt(med('ddp', 'time_to_target_s')):>16s}"
+          f"{_fmt(med('agent', 'time_to_target_s')):>16s}"
+          f"{_fmt(med('adaptdl', 'time_to_target_s')):>16s}")
+    print(f"{'stop after SIGTERM (steps)':26s}{'killed, no ckpt':>16s}"
+          f"{_fmt(med('agent-stop', 'stop_steps'), '', 0):>16s}"
+          f"{_fmt(med('adaptdl-stop', 'stop_steps'), '', 0):>16s}")
+    print(f"{'stop after SIGTERM (s)':26s}{'-':>16s}{_fmt(med('agent-stop', 'stop_s')):>16s}"
+          f"{_fmt(med('adaptdl-stop', 'stop_s')):>16s}")
+    for mode in ("agent", "adaptdl"):
+        for r in runs[mode]:
+            print(f"batch sizes over time, {mode:8s}: "
+                  + ", ".join(f"{b}@{t:g}s" for t, b in r["timeline"]))
 
 
 if __name__ == "__main__":
