@@ -53,7 +53,7 @@ def reversals(sizes: list[int]) -> int:
     return sum(1 for a, b in zip(moves, moves[1:]) if a != b)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(alpha_c=st.floats(1e-3, 0.05), beta_c=st.floats(1e-5, 1e-3),
        noise_scale=st.floats(16, 4096), sqr=st.floats(0.01, 100.0),
        noise=st.floats(0.0, 0.3), seed=st.integers(0, 2**32 - 1))
