@@ -179,4 +179,6 @@ def run_scenario(slurm: SlurmCluster, server: ServerProcess,
     assert detail["slurm_job_id"] and all(r["slurm_job_id"] == detail["slurm_job_id"]
                                           for r in detail["replicas_of_launch"])
     assert len(detail["slurm_launches"]) == len(launches(data, first))
+    assert main(["describe", first, "--data-dir", str(data)]) == 0
+    assert f"launch 1: {detail['slurm_launches'][0]['slurm_job_id']}" in capsys.readouterr().out
     assert "someone-else" in squeue_names(slurm)
