@@ -35,11 +35,14 @@ def accuracies(output: str) -> list[float]:
     return [float(m) / 360 for m in ACCURACY.findall(output)]
 
 
-def run(argv: list[str], cwd: Path) -> str:
-    out = subprocess.run(argv, cwd=cwd, env=clean_env(), capture_output=True, text=True,
-                         timeout=240)
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    return out.stdout + out.stderr
+def run(*argvs: list[str], cwd: Path) -> list[str]:
+    """Run the commands side by side (one core each); their outputs, once all succeeded."""
+    procs = [subprocess.Popen(argv, cwd=cwd, env=clean_env(), stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True) for argv in argvs]
+    outputs = [proc.communicate(timeout=240)[0] for proc in procs]
+    for proc, output in zip(procs, outputs):
+        assert proc.returncode == 0, output[-3000:]
+    return outputs
 
 
 def test_only_the_import_lines_differ_from_an_adaptdl_script() -> None:
@@ -57,20 +60,28 @@ def test_only_the_import_lines_differ_from_an_adaptdl_script() -> None:
 
 
 def test_the_tutorial_alone_matches_plain_pytorch(tmp_path: Path) -> None:
-    pollux = accuracies(run([sys.executable, str(TUTORIAL), "--epochs", "1"], tmp_path))
-    plain = accuracies(run([sys.executable, str(ORIGINAL), "--epochs", "1"], tmp_path))
+    """One epoch each, side by side: the same first batch and dropout masks (the same
+    first loss) and a close accuracy (measured 292 and 314 of 360: the tutorial drops the
+    last incomplete batch, plain PyTorch does not; later epochs depend on the batch sizes
+    the agent picks from timings: README has a 3-epoch comparison)."""
+    outputs = run([sys.executable, str(TUTORIAL), "--epochs", "1"],
+                  [sys.executable, str(ORIGINAL), "--epochs", "1"], cwd=tmp_path)
+    pollux, plain = (accuracies(output) for output in outputs)
     assert len(pollux) == len(plain) == 1
-    assert pollux[0] > 0.75 and abs(pollux[0] - plain[0]) < 0.08, (pollux, plain)
+    assert pollux[0] > 0.75 and abs(pollux[0] - plain[0]) < 0.1, (pollux, plain)
+    first_loss = re.compile(r"Train Epoch: 0 \[0/1437 \(0%\)\]\tLoss: ([0-9.]+)")
+    losses = [first_loss.findall(output) for output in outputs]
+    assert losses[0] == losses[1] and len(losses[0]) == 1, losses
     assert (tmp_path / "pollux-checkpoints" / "mnist_step_5").is_dir()
 
 
 def test_the_tutorial_under_torchrun_with_an_explicit_master_address_and_port(
         tmp_path: Path) -> None:
     port = free_port()
-    output = run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-                  "--master-addr", "127.0.0.1", "--master-port", str(port),
-                  str(TUTORIAL), "--epochs", "1"], tmp_path)
+    output, = run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+                   "--master-addr", "127.0.0.1", "--master-port", str(port),
+                   str(TUTORIAL), "--epochs", "1"], cwd=tmp_path)
     found = accuracies(output)
     assert len(found) == 2 and found[0] == found[1], output[-3000:]  # one number, 2 ranks
-    assert found[0] > 0.75, output[-3000:]
+    assert found[0] > 0.6, output[-3000:]  # measured 275/360 after one epoch; chance 36
     assert "(2 replicas x 32 samples)" in output
