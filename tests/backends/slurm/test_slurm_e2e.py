@@ -1,8 +1,8 @@
 """End to end on a real Slurm (issue #22), cluster mode: ``pollux server --backend slurm``
 on 4 virtual nodes of two GPU types (n1, n2: 2 x t4; n3, n4: 2 x a100), one t4 GPU of n1
-held by a foreign Slurm job throughout. Two real elastic jobs (examples/train_digits.py
-through the API, as ``pollux submit`` sends them): the first is rescaled when the second
-arrives; a node taken DOWN under the first relaunches it elsewhere; the server is
+held by a foreign Slurm job throughout. Two real elastic jobs (examples/train_digits.py;
+the first through the API, the second through ``pollux submit``): the first is rescaled
+when the second arrives; a node taken DOWN under the first relaunches it elsewhere; the server is
 SIGKILLed and restarted mid-run; both end Succeeded with every sample once per epoch."""
 
 from __future__ import annotations
@@ -136,7 +136,11 @@ def run_scenario(slurm: SlurmCluster, server: ServerProcess,
 
     first = client.submit(example_spec("first", 3, epochs=EPOCHS["first"]))["id"]
     wait_until(lambda: client.job(first)["state"] == "Running", 60, "the first job running")
-    second = client.submit(example_spec("second", 3, epochs=EPOCHS["second"]))["id"]
+    spec = example_spec("second", 3, epochs=EPOCHS["second"])  # through `pollux submit`
+    assert main(["submit", "--data-dir", str(data), "--name", "second", "--max-replicas",
+                 "3", "--max-failures", "5", "--workdir", spec["working_dir"], "--json",
+                 "--", *spec["command"]]) == 0
+    second = json.loads(capsys.readouterr().out)["id"]
     wait_until(lambda: len(launches(data, first)) >= 2 and running(client, first, second),
                90, "the first job rescaled and the second running")
     names = squeue_names(slurm)
