@@ -10,8 +10,12 @@ PolluxError
   |     +-- UnknownJobError (KeyError) no job by that id or name
   |     +-- StoreUnavailableError      the store cannot be written now (full disk, locked)
   +-- BackendError                    a backend could not do what it was asked (a launch)
+  |     +-- SlurmCommandError          Slurm answered and refused a command
+  |     +-- SlurmUnavailable           Slurm could not be reached (after retries)
   +-- ServiceError                    the server refused a request (status, field, message)
   +-- ServerUnreachableError          no server could be found or reached
+  +-- UntrustedPeerError (OSError)    the process behind the server's socket is not ours
+  +-- NotInitializedError (RuntimeError) an AdaptDL-shaped call before init_process_group
   +-- InvalidCheckpointError          a torn, truncated or corrupted checkpoint file
 FitWarning (UserWarning)              a throughput fit that did not converge cleanly
 
@@ -106,6 +110,14 @@ class BackendError(PolluxError):
     """A backend could not do what it was asked (e.g. a launch failed)."""
 
 
+class SlurmCommandError(BackendError):
+    """Slurm answered, and refused the command."""
+
+
+class SlurmUnavailable(BackendError):  # noqa: N818 - a state, named as Slurm users say it
+    """Slurm could not be reached (after retries): nothing is known now."""
+
+
 class ServiceError(PolluxError):
     """The server refused a request (status, the field it names, its message)."""
 
@@ -117,6 +129,18 @@ class ServiceError(PolluxError):
 
 class ServerUnreachableError(PolluxError):
     """No server could be found or reached."""
+
+
+class UntrustedPeerError(PolluxError, OSError):
+    """The process behind the server's Unix socket is not this user's (nor root's)."""
+
+
+class NotInitializedError(PolluxError, RuntimeError):
+    """An AdaptDL-shaped call that needs the job came before ``init_process_group``."""
+
+    def __init__(self, what: str) -> None:
+        super().__init__(f"{what} needs the job: call adaptdl.torch.init_process_group("
+                         "backend) first (after `import pollux.adaptdl.torch`)")
 
 
 class InvalidCheckpointError(PolluxError):

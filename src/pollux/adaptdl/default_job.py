@@ -21,18 +21,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from pollux.errors import NotInitializedError
+
 if TYPE_CHECKING:
     from pollux.torch.job import JobContext
-
-NOT_INITIALIZED = ("call adaptdl.torch.init_process_group(backend) first (after "
-                   "`import pollux.adaptdl.torch`)")
-
-
-class NotInitializedError(RuntimeError):
-    """An AdaptDL-shaped call that needs the job came before ``init_process_group``."""
-
-    def __init__(self, what: str) -> None:
-        super().__init__(f"{what} needs the job: {NOT_INITIALIZED}")
 
 
 class DefaultJob:

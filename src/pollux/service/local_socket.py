@@ -26,17 +26,13 @@ from pathlib import Path
 import httpcore
 import httpx
 
-from pollux.errors import ConfigError
+from pollux.errors import ConfigError, UntrustedPeerError
 
 SOCKET_FILE = "server.sock"
 """The server's Unix socket in its data directory."""
 MAX_SUN_PATH = 100
 """Longest path bound or connected directly (the kernel's limit is 107 bytes)."""
 _PEERCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
-
-
-class UntrustedPeerError(OSError):
-    """The process behind the socket is not this user's (nor root's)."""
 
 
 @contextlib.contextmanager

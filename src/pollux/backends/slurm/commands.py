@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pollux.errors import BackendError
+from pollux.errors import SlurmCommandError, SlurmUnavailable
 
 logger = logging.getLogger(__name__)
 
@@ -36,14 +36,6 @@ UNREACHABLE_PATTERNS = (
 )
 """Error text (lower case) that means "the controller is not reachable now"."""
 SLURM_JOB_ID_RE = re.compile(r"^(\d+)")
-
-
-class SlurmCommandError(BackendError):
-    """Slurm answered, and refused the command."""
-
-
-class SlurmUnavailable(BackendError):
-    """Slurm could not be reached (after retries): nothing is known now."""
 
 
 @dataclass(frozen=True)
