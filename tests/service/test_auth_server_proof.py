@@ -39,7 +39,10 @@ class Relay:
         self.received = bytearray()
         self.sock = socket.create_server(("127.0.0.1", 0))
         self.port = self.sock.getsockname()[1]
-        threading.Thread(target=self._serve, daemon=True).start()
+        self.connections: list[socket.socket] = []
+        self.threads: list[threading.Thread] = []
+        self.accepter = threading.Thread(target=self._serve, daemon=True)
+        self.accepter.start()
 
     def _pipe(self, source: socket.socket, sink: socket.socket, record: bool) -> None:
         try:
@@ -63,12 +66,26 @@ class Relay:
             except OSError:
                 return
             server = socket.create_connection(self.upstream)
-            threading.Thread(target=self._pipe, args=(client, server, True), daemon=True).start()
-            threading.Thread(target=self._pipe, args=(server, client, False),
-                             daemon=True).start()
+            self.connections += [client, server]
+            for args in ((client, server, True), (server, client, False)):
+                thread = threading.Thread(target=self._pipe, args=args, daemon=True)
+                thread.start()
+                self.threads.append(thread)
 
     def close(self) -> None:
+        """Stop accepting, end every piped connection and close its sockets (left open,
+        they were collected during a later test and failed it with a ResourceWarning)."""
         self.sock.close()
+        self.accepter.join(timeout=5)
+        for connection in self.connections:
+            try:
+                connection.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        for thread in self.threads:
+            thread.join(timeout=5)
+        for connection in self.connections:
+            connection.close()
 
 
 def test_the_server_answers_a_challenge_for_its_own_bound_port(service):
