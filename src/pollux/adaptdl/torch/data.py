@@ -1,19 +1,20 @@
 """``adaptdl.torch.data``: ``AdaptiveDataLoader`` and ``current_dataloader`` with
 AdaptDL's call shapes, over :class:`pollux.torch.AdaptiveDataLoader`.
 
-Differences from the native loader, all AdaptDL's (and PyTorch's) behaviour:
+Differences from the native loader, all AdaptDL's behaviour:
 
-* it may be created before ``init_process_group`` (it joins the job when the job
-  exists; loaders are named in creation order, so a restart restores each one);
-* ``shuffle=False`` and no gradient accumulation unless asked
-  (``autoscale_batch_size(..., gradient_accumulation=True)``);
+* no ``job`` argument, and it may be created before ``init_process_group`` (it joins
+  the job when the job exists; loaders are named by the epoch they are made in and
+  their rank there, so a restart restores each one);
 * ``current_local_bsz``, ``accumulation_steps``, ``current_batch_size``, ``training``
   and ``to_tensorboard(writer, step, tag_prefix="")`` with AdaptDL's tags.
+
+The defaults are the same: ``shuffle=False``, ``drop_last=False``, no gradient
+accumulation unless asked (``autoscale_batch_size(..., gradient_accumulation=True)``).
 """
 
 from __future__ import annotations
 
-import inspect
 import math
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, cast
@@ -29,9 +30,6 @@ from pollux.torch.data_loader import AdaptiveDataLoader as NativeLoader
 
 if TYPE_CHECKING:
     from pollux.torch.job import JobContext
-
-_NATIVE_PARAMETERS = frozenset(inspect.signature(NativeLoader.__init__).parameters)
-
 
 def current_dataloader() -> Any:
     """The AdaptDL-shaped loader being iterated now, or None."""
@@ -177,11 +175,8 @@ class AdaptiveDataLoader(AdaptiveDataLoaderMixin):
         DEFAULT_JOB.when_bound(self._bind)
 
     def _bind(self, job: JobContext) -> None:
-        extra: dict[str, Any] = {}
-        if "drop_last" in _NATIVE_PARAMETERS:
-            extra["drop_last"] = self.drop_last
         native = NativeLoader(self.dataset, self.batch_size, self.shuffle, job=job,
-                              name=self.name, **extra, **self._kwargs)
+                              name=self.name, drop_last=self.drop_last, **self._kwargs)
         elastic = cast(_NativeBacked, self._elastic)
         elastic.native = native
         if elastic.autoscale is not None:
