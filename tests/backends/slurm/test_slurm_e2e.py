@@ -2,8 +2,9 @@
 on 4 virtual nodes of two GPU types (n1, n2: 2 x t4; n3, n4: 2 x a100), one t4 GPU of n1
 held by a foreign Slurm job throughout. Two real elastic jobs (examples/train_digits.py;
 the first through the API, the second through ``pollux submit``): the first is rescaled
-when the second arrives; a node taken DOWN under the first relaunches it elsewhere; the server is
-SIGKILLed and restarted mid-run; both end Succeeded with every sample once per epoch."""
+when the second arrives; a node taken DOWN under the first relaunches it elsewhere; the
+server is SIGKILLed and restarted mid-run; slurmctld is stopped for a while (no job
+failed or relaunched for it); both end Succeeded with every sample once per epoch."""
 
 from __future__ import annotations
 
@@ -166,11 +167,27 @@ def run_scenario(slurm: SlurmCluster, server: ServerProcess,
     checkpointed = latest_checkpoint(data, first)
     wait_until(lambda: latest_checkpoint(data, first) > checkpointed, 60,
                "a checkpoint after the relaunch")
+    killed_in = max(launches(data, first))
     server.kill()
     client = server.start()
+
+    # slurmctld unreachable for a while: the jobs are kept, neither failed nor relaunched
+    wait_until(lambda: max(launches(data, first)) > killed_in and running(client, first), 90,
+               "the first job relaunched by the restarted server")
+    before_outage = client.job(first)
+    slurm.stop_controller()
+    try:
+        wait_until(lambda: any("no evidence now" in e["message"]
+                               for e in client.job(first)["events"]), 60,
+                   "the server to notice that Slurm is unreachable")
+    finally:
+        slurm.start_controller()
     for job in (first, second):
         done = wait_until(lambda job=job: final(client, job), 180, f"{job} to end")
         assert done["state"] == "Succeeded", done["events"]
+    after = client.job(first)
+    assert (after["failures"], max(launches(data, first))) == (
+        before_outage["failures"], before_outage["launches"]), after["events"]
     check_sample_accounting(data, first, EPOCHS["first"])
     check_sample_accounting(data, second, EPOCHS["second"])
     for job in (first, second):
