@@ -242,3 +242,19 @@ def test_an_explicit_init_method_names_the_rendezvous(adl: object) -> None:
     job = adl.init_process_group(  # type: ignore[attr-defined]
         "gloo", init_method=f"tcp://127.0.0.1:{port}", world_size=1, rank=0)
     assert job.launch.source.value == "torchrun" and adaptdl.env.master_port() == port
+
+
+def test_drop_last_and_shuffle_are_pytorchs(adl: object) -> None:
+    data = torch.utils.data.TensorDataset(torch.arange(44, dtype=torch.float32))
+    kept = adl.AdaptiveDataLoader(data, batch_size=8, drop_last=True)  # type: ignore[attr-defined]
+    every = adl.AdaptiveDataLoader(data, batch_size=8)  # type: ignore[attr-defined]
+    adl.init_process_group("gloo")  # type: ignore[attr-defined]
+    net = torch.nn.Linear(1, 1)
+    adl.AdaptiveDataParallel(net, torch.optim.SGD(net.parameters(), lr=0.0))  # type: ignore[attr-defined]
+    seen: dict[str, list[float]] = {"kept": [], "every": []}
+    for _ in adl.remaining_epochs_until(1):  # type: ignore[attr-defined]
+        for name, loader in (("kept", kept), ("every", every)):
+            for (x,) in loader:
+                seen[name].extend(x.tolist())
+    assert seen["kept"] == list(range(40))  # in order (shuffle=False), the last 4 dropped
+    assert seen["every"] == list(range(44))
