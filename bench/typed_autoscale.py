@@ -25,7 +25,7 @@ import numpy as np
 
 from pollux.cluster_spec import parse_cluster_spec
 from pollux.sim.config import ClusterConfig
-from pollux.sim.runner import RunTask, load_applications, run_tasks
+from pollux.sim.runner import RunOutcome, RunTask, load_applications, run_tasks
 from pollux.sim.semantics import SIA_ARTIFACT
 from pollux.sim.workload import read_workload
 
@@ -60,7 +60,13 @@ def main() -> int:
             tasks.append((name, RunTask("pollux", workload, config, str(SIA / "traces"),
                                         autoscaler=SETUPS[name][1])))
     start = time.perf_counter()
-    outcomes = run_tasks([task for _, task in tasks], args.processes)
+    def done(outcome: RunOutcome) -> None:  # as each run ends (partial results survive)
+        r = outcome.record
+        print(f"# {tasks[outcome.task_index][0]} / {r.workload}: cost {r.cost:,.1f}, "
+              f"avg JCT {r.avg_jct_s:,.0f} s, {r.num_completed}/{r.num_jobs} done",
+              flush=True)
+
+    outcomes = run_tasks([task for _, task in tasks], args.processes, done)
     print(f"{len(tasks)} runs in {time.perf_counter() - start:.0f} s\n")
     print("| setup | cost (mean per workload) | node-hours | avg JCT (pooled) | p99 JCT | "
           "GPU-hours per job | jobs done |")
