@@ -182,12 +182,12 @@ def run_scenario(slurm: SlurmCluster, server: ServerProcess,
                    "the server to notice that Slurm is unreachable")
     finally:
         slurm.start_controller()
+    assert max(launches(data, first)) == before_outage["launches"]  # not relaunched for it
     for job in (first, second):
         done = wait_until(lambda job=job: final(client, job), 180, f"{job} to end")
         assert done["state"] == "Succeeded", done["events"]
-    after = client.job(first)
-    assert (after["failures"], max(launches(data, first))) == (
-        before_outage["failures"], before_outage["launches"]), after["events"]
+    after = client.job(first)  # (a later launch may be a rescale once the second ends)
+    assert after["failures"] == before_outage["failures"], after["events"]
     check_sample_accounting(data, first, EPOCHS["first"])
     check_sample_accounting(data, second, EPOCHS["second"])
     for job in (first, second):
