@@ -247,8 +247,9 @@ def plot(results: dict[str, dict[str, Pooled]], path: Path) -> None:
             ax.axhline(0.9 * anchor.avg_jct_s, color="gray", ls="--", lw=0.8)
             ax.axvline(1.02 * anchor.p99_jct_s / 3600, color="gray", ls=":", lw=0.8)
         ax.set(title=f"{kind}: anchor {KINDS[kind].anchor} (red); filled: pooled, measured by "
-                     "this bench; hollow: recorded earlier\nqualifying: below the dashed line, "
-                     "left of the dotted one",
+                     "this bench; hollow: recorded earlier"
+                     + (" (means of per-workload figures)" if kind == "16x4" else "")
+                     + "\nqualifying (pooled): below the dashed line, left of the dotted one",
                xlabel="pooled p99 JCT (h)", ylabel="pooled average JCT (s)")
         ax.title.set_fontsize(9)
     fig.tight_layout()
