@@ -246,10 +246,11 @@ def plot(results: dict[str, dict[str, Pooled]], path: Path) -> None:
         if anchor is not None:
             ax.axhline(0.9 * anchor.avg_jct_s, color="gray", ls="--", lw=0.8)
             ax.axvline(1.02 * anchor.p99_jct_s / 3600, color="gray", ls=":", lw=0.8)
-        ax.set(title=f"{kind}: anchor {KINDS[kind].anchor} (red); filled: pooled, measured by "
+        ax.set(title=f"{kind}: anchor {KINDS[kind].anchor} (red)\nfilled: pooled, measured by "
                      "this bench; hollow: recorded earlier"
-                     + (" (means of per-workload figures)" if kind == "16x4" else "")
-                     + "\nqualifying (pooled): below the dashed line, left of the dotted one",
+                     + ("\n(hollow: means of per-workload figures)" if kind == "16x4" else "")
+                     + "\nbelow the dashed line, left of the dotted one: avg and p99 within the rule"
+                     "\n(GPU-hours and max_ftf: the bench's table)",
                xlabel="pooled p99 JCT (h)", ylabel="pooled average JCT (s)")
         ax.title.set_fontsize(9)
     fig.tight_layout()
