@@ -29,8 +29,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pollux.errors import ConfigError
-from pollux.models import GoodputFunction, GradientStats, ThroughputParams
-from pollux.torch.batch_size import BatchConfig, BatchLimits, initial_batch_config
+from pollux.models import GradientStats, ThroughputParams
+from pollux.torch.batch_size import BatchConfig, BatchLimits, initial_batch_config, predicted_best
 
 
 @dataclass(frozen=True)
@@ -89,27 +89,19 @@ class BatchDecider:
             self._streak = self._streak_direction = self._last_move = 0
         fallback = current if current is not None else initial_batch_config(limits,
                                                                               num_replicas)
-        if not limits.adaptive or params is None or grad_stats is None:
+        predicted = predicted_best(limits, params, grad_stats, num_nodes, num_replicas,
+                                   current)
+        if predicted is None:
             self._streak = 0
             return fallback
-        goodput = GoodputFunction(params, grad_stats, limits.init_batch_size)
-        best, local_bsz, accum = goodput.optimize(
-            num_nodes=num_nodes, num_replicas=num_replicas,
-            max_batch_size=limits.max_batch_size, local_bsz_bounds=limits.local_bsz_bounds,
-            accumulation=limits.accumulation)
-        if not float(best) > 0:
-            self._streak = 0
-            return fallback
-        candidate = BatchConfig(local_bsz=int(local_bsz), accum_steps=int(accum))
+        candidate, best, now = predicted
         if current is None:
             return candidate
-        now = float(goodput.evaluate(num_nodes, num_replicas, current.local_bsz,
-                                     current.accum_steps))
         direction = _direction(candidate, current, num_replicas)
         reversal = self._last_move != 0 and direction == -self._last_move
         needed = (max(self.rule.reversal_gain, self.rule.min_gain) if reversal
                   else self.rule.min_gain)
-        if candidate == current or not float(best) > (1.0 + needed) * now:
+        if candidate == current or not best > (1.0 + needed) * now:
             self._streak = 0
             return current
         if self._streak > 0 and direction == self._streak_direction:

@@ -82,6 +82,33 @@ def initial_batch_config(limits: BatchLimits, num_replicas: int) -> BatchConfig:
     return BatchConfig(local_bsz=min(max(local, lo), hi), accum_steps=micro - 1)
 
 
+def predicted_best(
+    limits: BatchLimits,
+    params: ThroughputParams | None,
+    grad_stats: GradientStats | None,
+    num_nodes: int,
+    num_replicas: int,
+    current: BatchConfig | None,
+) -> tuple[BatchConfig, float, float] | None:
+    """The goodput-optimal configuration, its predicted goodput and ``current``'s (NaN when
+    ``current`` is None), or None when there is nothing to predict with (not adaptive, no
+    throughput fit or gradient statistics, no positive goodput)."""
+    if not limits.adaptive or params is None or grad_stats is None:
+        return None
+    goodput = GoodputFunction(params, grad_stats, limits.init_batch_size)
+    best, local_bsz, accum = goodput.optimize(
+        num_nodes=num_nodes, num_replicas=num_replicas,
+        max_batch_size=limits.max_batch_size, local_bsz_bounds=limits.local_bsz_bounds,
+        accumulation=limits.accumulation)
+    best_goodput = float(best)
+    if not best_goodput > 0:
+        return None
+    now = (math.nan if current is None else
+           float(goodput.evaluate(num_nodes, num_replicas, current.local_bsz,
+                                  current.accum_steps)))
+    return BatchConfig(local_bsz=int(local_bsz), accum_steps=int(accum)), best_goodput, now
+
+
 def choose_batch_config(
     limits: BatchLimits,
     params: ThroughputParams | None,
@@ -97,21 +124,12 @@ def choose_batch_config(
     the current (or initial) configuration stays.
     """
     fallback = current if current is not None else initial_batch_config(limits, num_replicas)
-    if not limits.adaptive or params is None or grad_stats is None:
+    predicted = predicted_best(limits, params, grad_stats, num_nodes, num_replicas, current)
+    if predicted is None:
         return fallback
-    goodput = GoodputFunction(params, grad_stats, limits.init_batch_size)
-    best, local_bsz, accum = goodput.optimize(
-        num_nodes=num_nodes, num_replicas=num_replicas,
-        max_batch_size=limits.max_batch_size, local_bsz_bounds=limits.local_bsz_bounds,
-        accumulation=limits.accumulation)
-    best_goodput = float(best)
-    if not best_goodput > 0:
-        return fallback
-    candidate = BatchConfig(local_bsz=int(local_bsz), accum_steps=int(accum))
+    candidate, best_goodput, now = predicted
     if current is None:
         return candidate
-    now = float(goodput.evaluate(num_nodes, num_replicas, current.local_bsz,
-                                 current.accum_steps))
     if candidate != current and best_goodput > (1.0 + min_gain) * now:
         return candidate
     return current
