@@ -125,7 +125,11 @@ def test_losing_a_node_resumes_the_job_on_the_remaining_node(server, ray_workers
     detail = client.job(job)
     assert detail["state"] == "Succeeded", server.log_text()
     assert detail["failures"] >= 1
-    assert "vanished" in " ".join(e["message"] for e in detail["events"])
+    # the lost replica vanished, or its peer saw the collective break first and exited
+    messages = [e["message"] for e in detail["events"]]
+    assert any("replica " in m and ("vanished" in m or "exited with code" in m
+                                    or "was killed by" in m)
+               for m in messages), messages
     check_sample_accounting(data, job, epochs)
     starts = [e for e in agent_events(data, job) if e["event"] == "start"]
     assert [e["num_replicas"] for e in starts][:2] == [2, 2]

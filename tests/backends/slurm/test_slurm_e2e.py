@@ -9,6 +9,8 @@ failed or relaunched for it); both end Succeeded with every sample once per epoc
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -18,6 +20,7 @@ from typing import Any
 import pytest
 
 from pollux.cli.main import main
+from pollux.jobenv import JOB_ID
 from tests.backends.slurm.cluster import SlurmCluster
 from tests.service.e2e_helpers import (
     EXAMPLE,
@@ -63,6 +66,31 @@ def steps_where_placed(cluster: SlurmCluster, data: Path, *jobs: str) -> bool:
             if found != [node]:
                 return False
     return True
+
+
+def replica_pids(job: str) -> list[int]:
+    """This machine's training processes (the example) that carry ``job``'s launch
+    contract."""
+    marker = f"{JOB_ID}={job}".encode()
+    pids = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                cmdline = (proc / "cmdline").read_bytes()
+                environ = (proc / "environ").read_bytes()
+            except OSError:
+                continue
+            if EXAMPLE.name.encode() in cmdline and marker in environ.split(b"\0"):
+                pids.append(int(proc.name))
+    return pids
+
+
+def signal_all(pids: list[int], sig: int) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
 
 
 def running(client: Any, *jobs: str) -> bool:
@@ -175,13 +203,19 @@ def run_scenario(slurm: SlurmCluster, server: ServerProcess,
     wait_until(lambda: max(launches(data, first)) > killed_in and running(client, first), 90,
                "the first job relaunched by the restarted server")
     before_outage = client.job(first)
+    # its replicas paused meanwhile: a Slurm client takes seconds to give up on a stopped
+    # controller, and the job must not end (with exit files as evidence) before that
+    paused = replica_pids(first)
+    assert paused, "no replica process of the first job found"
+    signal_all(paused, signal.SIGSTOP)
     slurm.stop_controller()
     try:
         wait_until(lambda: any("no evidence now" in e["message"]
-                               for e in client.job(first)["events"]), 60,
+                               for e in client.job(first)["events"]), 90,
                    "the server to notice that Slurm is unreachable")
     finally:
         slurm.start_controller()
+        signal_all(paused, signal.SIGCONT)
     assert max(launches(data, first)) == before_outage["launches"]  # not relaunched for it
     for job in (first, second):
         done = wait_until(lambda job=job: final(client, job), 180, f"{job} to end")
