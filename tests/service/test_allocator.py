@@ -6,10 +6,11 @@ from collections import Counter
 
 import pytest
 
+from pollux.backends.exit_status import exit_status_path, write_exit_status
 from pollux.backends.fake import FakeBackend
 from pollux.jobenv import CORRUPT_CHECKPOINT_EXIT_CODE, RESCALE_EXIT_CODE
 from pollux.service.allocator import Allocator
-from pollux.service.recovery import LOST_EXIT_CODE
+from pollux.service.recovery import LOST_EXIT_CODE, job_dir
 from pollux.service.states import JobState
 from pollux.service.store import JobStore
 from tests.service.service_builders import make_spec
@@ -252,6 +253,42 @@ def test_recovery_stops_orphans_and_resumes_without_duplicates(store, fake_backe
         assert record.state is JobState.RUNNING and record.num_launches == 2
         assert len(store.replicas(job_id, live_only=True)) == 2
     assert [r.job_id for r in backend.launches].count(a.id) == 1
+
+
+def test_a_backend_that_still_runs_a_launch_has_it_adopted_not_relaunched(
+        store, fake_backend, make_allocator):
+    first = make_allocator()
+    a = store.add_job(make_spec("a", max_replicas=2), now=0.0)
+    b = store.add_job(make_spec("b", max_replicas=2), now=0.0)
+    c = store.add_job(make_spec("c", max_replicas=2), now=0.0)
+    first.tick(1.0)
+    first.tick(2.0)
+    assert set(states(store).values()) == {JobState.RUNNING}
+    store.request_cancel(c.id, 2.5)  # being cancelled: stopped, never adopted
+    fake_backend.finish(b.id, 0)  # ended while no server watched: not adopted
+    for rank in (0, 1):  # (as its launcher recorded)
+        write_exit_status(exit_status_path(
+            job_dir(first.config.data_dir, b.id) / "logs", 1, rank), 0)
+    # the server dies; a new one starts on the same store and the same (Slurm-like) work
+    fake_backend.adopts = True
+    launches_before = len(fake_backend.launches)
+    second = Allocator(store, fake_backend, first.policy, first.config, clock=lambda: 3.0)
+    second.recover()
+    assert {r.job_id for r in fake_backend.adopted} == {a.id, b.id}
+    assert {h["job"] for h in fake_backend.recovered} == {b.id, c.id}  # the rest stopped
+    record = store.get_job(a.id)
+    assert record.state is JobState.RUNNING and record.num_launches == 1
+    assert len(store.replicas(a.id, live_only=True)) == 2
+    assert any(e.message == "server restarted: launch 1 adopted; its replicas kept "
+               "running under fake" for e in store.events(a.id))
+    assert store.get_job(b.id).state is JobState.SUCCEEDED  # from its exit statuses
+    second.tick(4.0)
+    second.tick(5.0)
+    assert [r.job_id for r in fake_backend.launches[launches_before:]].count(a.id) == 0
+    fake_backend.finish(a.id, 0)  # the adopted launch ends under the new server
+    second.tick(6.0)
+    assert store.get_job(a.id).state is JobState.SUCCEEDED
+    assert [r.exit_code for r in store.replicas(a.id)] == [0, 0]
 
 
 def test_shutdown_checkpoints_and_requeues(store, fake_backend, make_allocator):

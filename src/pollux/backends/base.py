@@ -102,6 +102,18 @@ def rank_order(allocation: Sequence[str]) -> tuple[str, ...]:
     return tuple(node for node, count in counts.items() for _ in range(count))
 
 
+@dataclass(frozen=True)
+class LiveReplica:
+    """A replica a previous server process recorded as live (for :meth:`Backend.adopt`)."""
+
+    job_id: str
+    generation: int
+    rank: int
+    node: str
+    handle: Mapping[str, Any]
+    """What :meth:`Backend.launch` returned for it."""
+
+
 class Backend(ABC):
     """Launches, stops and watches the replicas of jobs.
 
@@ -151,6 +163,16 @@ class Backend(ABC):
         every scheduling round before the policy runs (None: no opinion). A backend that
         cannot resize ignores it (the default)."""
         return None
+
+    def adopt(self, replicas: Sequence[LiveReplica]) -> set[str]:
+        """At startup, before :meth:`recover`: take over the launches of a previous server
+        process whose replicas still run where this backend can watch and stop them
+        again (their work outlives the server, as Slurm's does), instead of having them
+        stopped and relaunched. ``replicas`` are the latest launch of jobs that were
+        running, all of each job's live replicas. Returns the ids of the jobs adopted:
+        their launches are then polled, stopped and released like this process's own,
+        and :meth:`recover` leaves them alone. The default adopts nothing."""
+        return set()
 
     @abstractmethod
     def recover(self, handles: Sequence[Mapping[str, Any]], grace_s: float) -> list[str]:

@@ -20,6 +20,7 @@ from pollux.backends.base import (
     Backend,
     LaunchedReplica,
     LaunchRequest,
+    LiveReplica,
     ReplicaState,
     ReplicaStatus,
 )
@@ -63,6 +64,10 @@ class FakeBackend(Backend):
         self.recovered: list[Mapping[str, Any]] = []
         self.poll_errors = 0
         """Polls still to fail with BackendError (an unreachable controller)."""
+        self.adopts = False
+        """Whether :meth:`adopt` takes over launches this fake still runs (a new
+        allocator on the same fake backend: work that outlived its server)."""
+        self.adopted: list[LiveReplica] = []
         self.recover_gate: threading.Event | None = None
         """When set, :meth:`recover` waits for this event (a slow stop grace)."""
         self._unknown: set[tuple[str, int]] = set()
@@ -121,6 +126,14 @@ class FakeBackend(Backend):
 
     def release(self, job_id: str) -> None:
         self._jobs.pop(job_id, None)
+
+    def adopt(self, replicas: Sequence[LiveReplica]) -> set[str]:
+        if not self.adopts:
+            return set()
+        self.adopted.extend(replicas)
+        return {r.job_id for r in replicas if (launch := self._jobs.get(r.job_id)) is not None
+                and launch.request.generation == r.generation
+                and any(s is not ReplicaState.EXITED for s in launch.states)}
 
     def recover(self, handles: Sequence[Mapping[str, Any]], grace_s: float) -> list[str]:
         if self.recover_gate is not None:

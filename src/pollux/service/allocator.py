@@ -320,6 +320,7 @@ class Allocator:
     def _begin_recovery(self) -> Recovery:
         recovery = Recovery(self.store, self.backend, self.config.data_dir,
                             self.config.stop_grace_s, self.clock)
+        recovery.adopt()
         self.recovering_jobs = self.launches.recovering = recovery.job_ids
         return recovery
 

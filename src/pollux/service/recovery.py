@@ -1,8 +1,9 @@
 """What a restarted server does about its predecessor's jobs, and the job events the
 allocation loop adds about a job's own state (unusable hints, fresh starts).
 
-At startup (:class:`Recovery`): the replicas a previous server left behind are asked
-to checkpoint and stop (killed after the grace), each replica's exit status is taken
+At startup (:class:`Recovery`): a running job whose replicas the backend can watch again
+(Slurm's work outlives the server) is adopted as it runs; the replicas a previous server
+left behind otherwise are asked to checkpoint and stop (killed after the grace), each replica's exit status is taken
 from the file its launcher wrote (:mod:`pollux.backends.exit_status`; "lost" when there
 is none), a job whose replicas of its latest launch all exited 0 is recorded as
 Succeeded -- it finished while the server was down and never runs again -- and every
@@ -16,7 +17,7 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from pollux.backends.base import Backend
+from pollux.backends.base import Backend, LiveReplica
 from pollux.backends.exit_status import exit_status_path, read_exit_status
 from pollux.jobenv import CORRUPT_SUFFIX
 from pollux.service.records import JobRecord
@@ -54,6 +55,40 @@ class Recovery:
         """What :meth:`stop_orphans` stopped, once it has returned."""
         self.error: Exception | None = None
         self._thread: threading.Thread | None = None
+
+    def adopt(self) -> set[str]:
+        """Offer the backend the launches it may take over: jobs Starting or Running, not
+        being cancelled, whose latest launch's replicas are all live; the jobs it adopts
+        keep running (an event says so) and leave this recovery. Call before
+        :meth:`stop_orphans`; returns the adopted job ids."""
+        live: dict[str, list[LiveReplica]] = {}
+        for r in self.live:
+            live.setdefault(r.job_id, []).append(
+                LiveReplica(r.job_id, r.generation, r.rank, r.node, r.handle))
+        offered = [replica for job in self.jobs
+                   if job.state in (JobState.STARTING, JobState.RUNNING)
+                   and not job.cancel_requested and job.id in live
+                   and all(r.generation == job.num_launches for r in live[job.id])
+                   and len(live[job.id]) == len(self.store.replicas(
+                       job.id, generation=job.num_launches))
+                   for replica in live[job.id]]
+        if not offered:
+            return set()
+        try:
+            adopted = self.backend.adopt(offered) & {r.job_id for r in offered}
+        except Exception as exc:  # noqa: BLE001 - then they are stopped and resumed
+            logger.warning("the backend could not adopt the previous server's launches "
+                           "(%s); they are stopped and resumed from their checkpoints", exc)
+            return set()
+        for job in self.jobs:
+            if job.id in adopted:
+                self.store.add_event(job.id, self.clock(), "info",
+                                     f"server restarted: launch {job.num_launches} adopted; "
+                                     f"its replicas kept running under {self.backend.name}")
+        self.jobs = [job for job in self.jobs if job.id not in adopted]
+        self.job_ids = frozenset(job.id for job in self.jobs)
+        self.live = [r for r in self.live if r.job_id not in adopted]
+        return adopted
 
     def stop_orphans(self) -> None:
         self.error = None

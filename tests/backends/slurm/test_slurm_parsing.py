@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from pollux.backends.base import ReplicaState
+from pollux.backends.base import LiveReplica, ReplicaState
 from pollux.backends.exit_status import write_exit_status
 from pollux.backends.slurm.commands import SlurmCommandError, SlurmCommands, SlurmUnavailable
 from pollux.backends.slurm.launches import CLUSTER, SlurmLaunch, SlurmReplica
@@ -23,6 +23,7 @@ from pollux.backends.slurm.nodes import (
     main_gpu_type,
     node_views,
 )
+from pollux.backends.slurm.recovery import adoptable
 from pollux.backends.slurm.states import (
     JOB_STATES,
     KILLED,
@@ -180,3 +181,57 @@ def test_the_slurm_flags_reach_the_backend_and_need_it() -> None:
         backend_options_from_args(parser.parse_args(["--slurm-partition", "gpu"]))
     with pytest.raises(SystemExit):
         parser.parse_args(["--backend", "slurm", "--slurm-mode", "both"])
+
+
+class StubJobs:
+    """SlurmCommands' ``jobs`` answering from a table (or unreachable)."""
+
+    def __init__(self, entries: list[dict[str, Any]] | None) -> None:
+        self.entries = entries
+
+    def jobs(self, job_ids: Any = ()) -> list[dict[str, Any]]:
+        if self.entries is None:
+            raise SlurmUnavailable("squeue: Slurm is unreachable (connection refused)")
+        return [e for e in self.entries if not job_ids or str(e["job_id"]) in job_ids]
+
+
+def live(job: str, rank: int, slurm_id: str, tmp: Path, instance: str = "i1",
+         generation: int = 3, mode: str = CLUSTER) -> LiveReplica:
+    name = f"pollux-{instance}-{job}-g{generation}"
+    return LiveReplica(job, generation, rank, f"n{rank + 1}", {
+        "backend": "slurm", "instance": instance, "mode": mode, "slurm_job_id": slurm_id,
+        "slurm_job_name": name, "slurm_step": f"{name}-r{rank}",
+        "status_file": str(tmp / f"{job}-{rank}.status")})
+
+
+def test_only_whole_launches_that_slurm_runs_under_their_name_are_adopted(
+        tmp_path: Path) -> None:
+    entries = [
+        {"job_id": 11, "name": "pollux-i1-a-g3", "job_state": "RUNNING"},    # adopted
+        {"job_id": 12, "name": "pollux-i1-b-g3", "job_state": "COMPLETED"},  # ended
+        {"job_id": 13, "name": "someone-else", "job_state": "RUNNING"},      # id reused
+        {"job_id": 14, "name": "pollux-i1-d-g3", "job_state": "PENDING",     # requeued
+         "restart_cnt": 1},
+        {"job_id": 15, "name": "pollux-i1-e-g3", "job_state": "RUNNING"},    # ranks 0, 2
+        {"job_id": 16, "name": "pollux-i1-f-g3", "job_state": "RUNNING"},    # other server
+        {"job_id": 17, "name": "pollux-i1-g-g3", "job_state": "MYSTERY"},    # unknown state
+    ]
+    replicas = [live("a", 0, "11", tmp_path), live("a", 1, "11", tmp_path),
+                live("b", 0, "12", tmp_path), live("c", 0, "13", tmp_path),
+                live("d", 0, "14", tmp_path), live("e", 0, "15", tmp_path),
+                live("e", 2, "15", tmp_path), live("f", 0, "16", tmp_path, instance="i0"),
+                live("g", 0, "17", tmp_path)]
+    adopted = adoptable(StubJobs(entries), "i1", replicas)  # type: ignore[arg-type]
+    assert [launch.job_id for launch in adopted] == ["a"]
+    launch = adopted[0]
+    assert (launch.slurm_job_id, launch.generation, launch.mode) == ("11", 3, CLUSTER)
+    assert [(r.rank, r.node, r.step) for r in launch.replicas] == [
+        (0, "n1", "pollux-i1-a-g3-r0"), (1, "n2", "pollux-i1-a-g3-r1")]
+    # watched as its own: running now, and the exit its wrapper records ends it
+    assert [s.state for s in launch.from_job(entries[0])] == [ReplicaState.RUNNING] * 2
+    for rank in (0, 1):
+        write_exit_status(launch.replicas[rank].status_path, 0)
+    assert [(s.state, s.exit_code) for s in launch.from_job(entries[0])] == [
+        (ReplicaState.EXITED, 0)] * 2
+    # Slurm unreachable: nothing adopted (stopped and resumed instead)
+    assert adoptable(StubJobs(None), "i1", replicas) == []  # type: ignore[arg-type]

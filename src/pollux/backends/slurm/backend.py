@@ -32,12 +32,18 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from pollux.backends.base import Backend, LaunchedReplica, LaunchRequest, ReplicaStatus
+from pollux.backends.base import (
+    Backend,
+    LaunchedReplica,
+    LaunchRequest,
+    LiveReplica,
+    ReplicaStatus,
+)
 from pollux.backends.exit_status import exit_status_path
 from pollux.backends.slurm.commands import SlurmCommands, SlurmUnavailable
 from pollux.backends.slurm.launches import ALLOCATION, CLUSTER, SlurmLaunch, SlurmReplica
 from pollux.backends.slurm.nodes import NodeView, allocation_views, expand_hostlist, node_views
-from pollux.backends.slurm.recovery import recover_allocation, recover_cluster
+from pollux.backends.slurm.recovery import adoptable, recover_allocation, recover_cluster
 from pollux.backends.slurm.script import (
     batch_options,
     batch_script,
@@ -387,7 +393,24 @@ class SlurmBackend(Backend):
         ids = {str(h["slurm_job_id"]) for h in handles
                if h.get("backend") == self.name and h.get("instance") == self.instance_id
                and h.get("slurm_job_id") is not None}
-        return recover_cluster(self.commands, prefix, ids, grace_s)
+        return recover_cluster(self.commands, prefix, ids, grace_s,
+                               keep={launch.slurm_job_id for launch in self._launches.values()})
+
+    def adopt(self, replicas: Sequence[LiveReplica]) -> set[str]:
+        """Cluster mode: the previous server's launches whose Slurm jobs still run are
+        watched as this process's own (see :func:`adoptable`). Allocation mode adopts
+        nothing: its replicas are watched through their ``srun`` processes, children of
+        the server that started them, which a new process cannot wait for; its steps are
+        stopped and resumed."""
+        if self.mode != CLUSTER:
+            return set()
+        adopted = adoptable(self.commands, self.instance_id, replicas)
+        for launch in adopted:
+            self._launches[launch.job_id] = launch
+            logger.info("job %s: adopted launch %d (Slurm job %s) of the previous server",
+                        launch.job_id, launch.generation, launch.slurm_job_id)
+        self._jobs_cache = None
+        return {launch.job_id for launch in adopted}
 
     def close(self) -> None:
         for launch in self._launches.values():

@@ -1,6 +1,8 @@
 """What a restarted server does about the Slurm work its predecessor left.
 
-The work is found by name (every piece is named after the data directory's instance,
+In cluster mode, a launch whose Slurm job still runs is adopted (:func:`adoptable`): the
+new server watches, rescales and ends it as its own, and the replicas never notice the
+restart. Everything else is stopped: the work is found by name (every piece is named after the data directory's instance,
 :func:`pollux.backends.slurm.script.work_prefix`) and by the Slurm job ids the job
 store recorded, so work submitted just before a crash, never recorded, is found too. It
 is asked to checkpoint and stop (SIGTERM to every replica; work not started yet is
@@ -13,10 +15,13 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
+from pollux.backends.base import LiveReplica
 from pollux.backends.slurm.commands import SlurmCommands, SlurmUnavailable
+from pollux.backends.slurm.launches import CLUSTER, SlurmLaunch, SlurmReplica
 from pollux.backends.slurm.states import Phase, UnknownSlurmState, job_state
 from pollux.errors import BackendError
 
@@ -57,14 +62,66 @@ def _wait(still_live: Callable[[], set[str]], timeout_s: float) -> set[str]:
     return live
 
 
+def adoptable(commands: SlurmCommands, instance_id: str,
+              replicas: Sequence[LiveReplica]) -> list[SlurmLaunch]:
+    """Cluster mode: the launches among ``replicas`` that a new server process can take
+    over, rebuilt from what the job store recorded. A job's launch is adopted whole or
+    not at all: every replica recorded by this data directory's instance as one Slurm
+    job, ranks 0..n-1 of one launch, that Slurm lists RUNNING under the recorded name
+    and never requeued. Slurm unreachable: nothing is adopted (the work is stopped and
+    resumed instead, as before)."""
+    by_job: dict[str, list[LiveReplica]] = {}
+    for replica in replicas:
+        by_job.setdefault(replica.job_id, []).append(replica)
+    candidates: dict[str, tuple[str, list[LiveReplica]]] = {}
+    for job_id, found in by_job.items():
+        found.sort(key=lambda r: r.rank)
+        handles = [r.handle for r in found]
+        ids = {str(h.get("slurm_job_id")) for h in handles}
+        if (len(ids) == 1 and [r.rank for r in found] == list(range(len(found)))
+                and len({r.generation for r in found}) == 1
+                and len({h.get("slurm_job_name") for h in handles}) == 1
+                and all(h.get("backend") == "slurm" and h.get("instance") == instance_id
+                        and h.get("mode") == CLUSTER and h.get("status_file")
+                        and h.get("slurm_step") for h in handles)):
+            candidates[job_id] = (ids.pop(), found)
+    if not candidates:
+        return []
+    try:
+        entries = {str(j.get("job_id")): j
+                   for j in commands.jobs(sorted({sid for sid, _ in candidates.values()}))}
+    except SlurmUnavailable as exc:
+        logger.warning("recovery: cannot reach Slurm to adopt the previous server's work "
+                       "(%s); it is stopped and resumed instead", exc)
+        return []
+    launches = []
+    for job_id, (slurm_id, found) in sorted(candidates.items()):
+        entry, name = entries.get(slurm_id), str(found[0].handle["slurm_job_name"])
+        try:
+            running = (entry is not None and str(entry.get("name")) == name
+                       and job_state(entry.get("job_state")).phase is Phase.RUNNING
+                       and int(entry.get("restart_cnt") or 0) == 0)
+        except (UnknownSlurmState, TypeError, ValueError):
+            running = False
+        if running:
+            launches.append(SlurmLaunch(
+                job_id, found[0].generation, name, CLUSTER, slurm_id,
+                [SlurmReplica(r.rank, r.node, str(r.handle["slurm_step"]),
+                              Path(str(r.handle["status_file"]))) for r in found],
+                submitted_at=time.monotonic()))
+    return launches
+
+
 def recover_cluster(commands: SlurmCommands, prefix: str, job_ids: Collection[str],
-                    grace_s: float) -> list[str]:
-    """Stop the live Slurm jobs named ``prefix...`` or listed in ``job_ids``."""
+                    grace_s: float, keep: Collection[str] = ()) -> list[str]:
+    """Stop the live Slurm jobs named ``prefix...`` or listed in ``job_ids``, except the
+    adopted ones in ``keep``."""
 
     def ours() -> dict[str, dict[str, Any]]:
         jobs = _reach(commands.jobs)
         return {str(j.get("job_id")): j for j in jobs
-                if str(j.get("name", "")).startswith(prefix) or str(j.get("job_id")) in job_ids}
+                if (str(j.get("name", "")).startswith(prefix) or str(j.get("job_id")) in job_ids)
+                and str(j.get("job_id")) not in keep}
 
     found = ours()
     live = {jid: job for jid, job in found.items() if _phase(job) is not Phase.ENDED}
