@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from pollux.backends.base import LaunchRequest, ReplicaState, ReplicaStatus
+from pollux.backends.base import LaunchRequest, LiveReplica, ReplicaState, ReplicaStatus
 from pollux.backends.slurm import SlurmBackend
-from pollux.backends.slurm.backend import POLL_CACHE_S
 from pollux.backends.slurm.commands import SlurmCommands
+from pollux.backends.slurm.watch import POLL_CACHE_S
 from pollux.errors import ConfigError
 from pollux.job_spec import JobSpec
 from pollux.jobenv import RESCALE_EXIT_CODE
@@ -157,18 +157,29 @@ def test_allocation_mode_steps_and_their_recovery(slurm: SlurmCluster, tmp_path:
         time.sleep(0.2)
     before = SlurmBackend("allocation0001", mode="allocation", allocation_job_id=allocation)
     assert [(n.name, n.gpu_type, n.num_gpus) for n in before.nodes()] == [("n1", "t4", 2)]
-    launched = before.launch(request(tmp_path, "job-e", ("n1", "n1")))
-    assert {r.handle["slurm_job_id"] for r in launched} == {allocation}
-    wait_up(tmp_path, "job-e", 2)
+    launched = before.launch(request(tmp_path, "job-e", ("n1",)))
+    kept = before.launch(request(tmp_path, "job-f", ("n1",)))
+    assert {r.handle["slurm_job_id"] for r in launched + kept} == {allocation}
+    wait_up(tmp_path, "job-e", 1)
+    wait_up(tmp_path, "job-f", 1)
     # a new server on the same data directory (the old one SIGKILLed: its sruns, each in
-    # its own session, and their steps live on)
+    # its own session, and their steps live on): job-f is adopted as it runs (the store
+    # offers it), the rest of the work found by name is stopped
     after = SlurmBackend("allocation0001", mode="allocation", allocation_job_id=allocation)
+    offered = [LiveReplica("job-f", 1, r.rank, r.node, r.handle) for r in kept]
+    assert after.adopt(offered) == {"job-f"}
     stopped = after.recover([], grace_s=20)
-    assert len(stopped) == 2 and all("job-e-g1-r" in s for s in stopped), stopped
-    for replica in launched:
-        assert Path(replica.handle["status_file"]).read_text().strip() == '{"exit_code": 75}'
-    statuses = wait_states(before, "job-e", ReplicaState.EXITED)  # the old sruns ended
-    assert [s.exit_code for s in statuses] == [RESCALE_EXIT_CODE] * 2
+    assert len(stopped) == 1 and "job-e-g1-r0" in stopped[0], stopped
+    status = Path(launched[0].handle["status_file"])
+    assert status.read_text().strip() == '{"exit_code": 75}'
+    statuses = wait_states(before, "job-e", ReplicaState.EXITED)  # the old srun ended
+    assert [s.exit_code for s in statuses] == [RESCALE_EXIT_CODE]
+    # the adopted step is watched through the allocation's steps, stopped like any other
+    assert [s.state for s in after.poll("job-f")] == [ReplicaState.RUNNING]
+    after.stop("job-f")
+    statuses = wait_states(after, "job-f", ReplicaState.EXITED)
+    assert [s.exit_code for s in statuses] == [RESCALE_EXIT_CODE]
+    wait_states(before, "job-f", ReplicaState.EXITED)  # (its srun reaped)
 
 
 def test_a_preempted_launch_ends_non_zero_and_never_runs_again(slurm: SlurmCluster,

@@ -14,7 +14,7 @@ import pytest
 from pollux.backends.base import LiveReplica, ReplicaState
 from pollux.backends.exit_status import write_exit_status
 from pollux.backends.slurm.commands import SlurmCommandError, SlurmCommands, SlurmUnavailable
-from pollux.backends.slurm.launches import CLUSTER, SlurmLaunch, SlurmReplica
+from pollux.backends.slurm.launches import ALLOCATION, CLUSTER, SlurmLaunch, SlurmReplica
 from pollux.backends.slurm.nodes import (
     expand_hostlist,
     gpu_gres,
@@ -194,6 +194,11 @@ class StubJobs:
             raise SlurmUnavailable("squeue: Slurm is unreachable (connection refused)")
         return [e for e in self.entries if not job_ids or str(e["job_id"]) in job_ids]
 
+    def steps(self, job_id: str) -> dict[str, str]:
+        if self.entries is None:
+            raise SlurmUnavailable("squeue: Slurm is unreachable (connection refused)")
+        return {str(e["name"]): f"{job_id}.{i}" for i, e in enumerate(self.entries)}
+
 
 def live(job: str, rank: int, slurm_id: str, tmp: Path, instance: str = "i1",
          generation: int = 3, mode: str = CLUSTER) -> LiveReplica:
@@ -235,3 +240,22 @@ def test_only_whole_launches_that_slurm_runs_under_their_name_are_adopted(
         (ReplicaState.EXITED, 0)] * 2
     # Slurm unreachable: nothing adopted (stopped and resumed instead)
     assert adoptable(StubJobs(None), "i1", replicas) == []  # type: ignore[arg-type]
+
+
+def test_allocation_steps_are_adopted_only_when_every_step_runs(tmp_path: Path) -> None:
+    def step(job: str, rank: int) -> LiveReplica:
+        return live(job, rank, "7", tmp_path, mode=ALLOCATION)
+
+    steps = StubJobs([{"name": "pollux-i1-a-g3-r0"}, {"name": "pollux-i1-a-g3-r1"},
+                      {"name": "pollux-i1-b-g3-r0"}])  # b's rank 1 is gone
+    replicas = [step("a", 0), step("a", 1), step("b", 0), step("b", 1),
+                live("c", 0, "7", tmp_path)]  # a cluster-mode handle: not this mode's
+    adopted = adoptable(steps, "i1", replicas, allocation="7")  # type: ignore[arg-type]
+    assert [(launch.job_id, launch.mode, launch.adopted) for launch in adopted] == [
+        ("a", ALLOCATION, True)]
+    assert adoptable(steps, "i1", replicas, allocation="8") == []  # type: ignore[arg-type]
+    # watched through the steps: a step gone without a recorded status was killed
+    launch = adopted[0]
+    write_exit_status(launch.replicas[0].status_path, 75)
+    assert [(s.state, s.exit_code) for s in launch.from_steps({})] == [
+        (ReplicaState.EXITED, 75), (ReplicaState.EXITED, KILLED)]

@@ -59,6 +59,7 @@ from pollux.backends.slurm.script import (
 )
 from pollux.backends.slurm.signals import signal_cluster, signal_steps
 from pollux.backends.slurm.states import Phase, UnknownSlurmState, job_state
+from pollux.backends.slurm.watch import SlurmWatch
 from pollux.errors import BackendError, ConfigError, JobSpecError
 from pollux.job_spec import JobSpec
 from pollux.resources import NodeInfo
@@ -66,12 +67,7 @@ from pollux.resources import NodeInfo
 logger = logging.getLogger(__name__)
 
 MODES = (CLUSTER, ALLOCATION)
-POLL_CACHE_S = 0.5
-"""How long one ``squeue`` answer serves the polls of all jobs."""
 PENDING_TIMEOUT_S = 120.0
-UNREACHABLE_QUIET_S = 2.0
-"""After Slurm was found unreachable, how long polls report UNKNOWN without asking again
-(a Slurm client takes seconds to give up on a controller that is down)."""
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -128,9 +124,8 @@ class SlurmBackend(Backend):
             self.allocation_job_id = job
         self._launches: dict[str, SlurmLaunch] = {}
         self._views: dict[str, NodeView] = {}
-        self._jobs_cache: tuple[float, frozenset[str], dict[str, dict[str, Any]]] | None = None
+        self._watch = SlurmWatch(self.commands)
         self._unreachable_since: float | None = None
-        self._quiet_until = 0.0
         self._partitions: set[str] = set()
         self._reported_states: set[str] = set()
         try:
@@ -294,26 +289,6 @@ class SlurmBackend(Backend):
 
     # --- watching ---------------------------------------------------------------------
 
-    def _cluster_jobs(self) -> dict[str, dict[str, Any]]:
-        """Slurm's entries of this backend's live cluster-mode launches (one ``squeue``
-        serves all polls for :data:`POLL_CACHE_S`)."""
-        now = time.monotonic()
-        ids = frozenset(launch.slurm_job_id for launch in self._launches.values()
-                        if launch.mode == CLUSTER and not launch.ended)
-        cache = self._jobs_cache
-        if cache is not None and now - cache[0] < POLL_CACHE_S and ids <= cache[1]:
-            return cache[2]  # fresh, and asked about every live launch (new ones too)
-        if now < self._quiet_until:  # just found unreachable: do not ask again per job
-            raise SlurmUnavailable("Slurm was unreachable moments ago")
-        try:
-            entries = ({str(j.get("job_id")): j for j in self.commands.jobs(sorted(ids))}
-                       if ids else {})
-        except SlurmUnavailable:
-            self._quiet_until = time.monotonic() + UNREACHABLE_QUIET_S
-            raise
-        self._jobs_cache = (now, ids, entries)
-        return entries
-
     def poll(self, job_id: str) -> list[ReplicaStatus]:
         launch = self._launches.get(job_id)
         if launch is None:
@@ -321,11 +296,21 @@ class SlurmBackend(Backend):
         if launch.mode == ALLOCATION:
             if launch.pending_signal is not None:
                 self._signal(launch, launch.pending_signal)
-            return launch.from_processes()
+            if not launch.adopted or launch.ended:
+                return launch.from_processes()
+            try:
+                steps = self._watch.steps(launch.slurm_job_id)
+            except SlurmUnavailable as exc:
+                self._note_unreachable(exc)
+                return launch.unknown()
+            self._note_reachable()
+            return launch.from_steps(steps)
         if launch.ended:
             return launch.unknown()  # every replica's exit is known
         try:
-            entries = self._cluster_jobs()
+            entries = self._watch.jobs(frozenset(
+                other.slurm_job_id for other in self._launches.values()
+                if other.mode == CLUSTER and not other.ended))
         except SlurmUnavailable as exc:
             self._note_unreachable(exc)
             return launch.unknown()
@@ -357,7 +342,7 @@ class SlurmBackend(Backend):
             try:
                 self.commands.cancel(launch.slurm_job_id)  # Slurm then says CANCELLED
                 launch.withdrawn = True
-                self._jobs_cache = None
+                self._watch.forget()
             except BackendError as exc:
                 logger.warning("cannot withdraw Slurm job %s: %s", launch.slurm_job_id, exc)
         return statuses
@@ -373,7 +358,7 @@ class SlurmBackend(Backend):
     def _signal(self, launch: SlurmLaunch, signal_name: str) -> None:
         if launch.mode == CLUSTER:
             if signal_cluster(self.commands, launch, signal_name):
-                self._jobs_cache = None
+                self._watch.forget()
         else:
             signal_steps(self.commands, launch, signal_name)
 
@@ -387,29 +372,28 @@ class SlurmBackend(Backend):
         recorded Slurm job ids), ask it to checkpoint and stop, cancel what is left after
         ``grace_s``. Each replica's exit status stays in its status file."""
         prefix = work_prefix(self.instance_id)
+        keep = [launch for launch in self._launches.values() if launch.adopted]
         if self.mode == ALLOCATION:
             assert self.allocation_job_id is not None
-            return recover_allocation(self.commands, self.allocation_job_id, prefix, grace_s)
+            return recover_allocation(self.commands, self.allocation_job_id, prefix, grace_s,
+                                      keep={r.step for launch in keep for r in launch.replicas})
         ids = {str(h["slurm_job_id"]) for h in handles
                if h.get("backend") == self.name and h.get("instance") == self.instance_id
                and h.get("slurm_job_id") is not None}
         return recover_cluster(self.commands, prefix, ids, grace_s,
-                               keep={launch.slurm_job_id for launch in self._launches.values()})
+                               keep={launch.slurm_job_id for launch in keep})
 
     def adopt(self, replicas: Sequence[LiveReplica]) -> set[str]:
-        """Cluster mode: the previous server's launches whose Slurm jobs still run are
-        watched as this process's own (see :func:`adoptable`). Allocation mode adopts
-        nothing: its replicas are watched through their ``srun`` processes, children of
-        the server that started them, which a new process cannot wait for; its steps are
-        stopped and resumed."""
-        if self.mode != CLUSTER:
-            return set()
-        adopted = adoptable(self.commands, self.instance_id, replicas)
+        """The previous server's launches whose Slurm jobs (cluster mode) or steps
+        (allocation mode) all still run are watched as this process's own (see
+        :func:`adoptable`)."""
+        adopted = adoptable(self.commands, self.instance_id, replicas,
+                            self.allocation_job_id)
         for launch in adopted:
             self._launches[launch.job_id] = launch
             logger.info("job %s: adopted launch %d (Slurm job %s) of the previous server",
                         launch.job_id, launch.generation, launch.slurm_job_id)
-        self._jobs_cache = None
+        self._watch.forget()
         return {launch.job_id for launch in adopted}
 
     def close(self) -> None:

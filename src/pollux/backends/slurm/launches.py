@@ -57,6 +57,9 @@ class SlurmLaunch:
     pending_signal: str | None = None
     """A stop that Slurm could not be told yet (``TERM`` or ``KILL``): sent again."""
     cancelled_requeue: bool = False
+    adopted: bool = False
+    """Taken over from a previous server process (allocation mode: watched through the
+    allocation's steps, having no ``srun`` of this process)."""
     last_phase: Phase | None = None
     state_name: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
@@ -105,6 +108,19 @@ class SlurmLaunch:
                 replica.exit_code = replica_exit_code(state, None)
                 statuses.append(ReplicaStatus(replica.rank, ReplicaState.EXITED,
                                               replica.exit_code))
+        return statuses
+
+    def from_steps(self, steps: Mapping[str, str]) -> list[ReplicaStatus]:
+        """Allocation mode, a launch adopted from a previous server (no ``srun`` of this
+        process to wait for): the statuses the allocation's live ``steps`` (name -> id)
+        give. A replica whose step is gone without a recorded status was killed."""
+        statuses = []
+        for replica in self.replicas:
+            code = replica.recorded()
+            if code is None and replica.step not in steps:
+                code = replica.exit_code = replica_exit_code(VANISHED, None)
+            statuses.append(ReplicaStatus(replica.rank, ReplicaState.RUNNING) if code is None
+                            else ReplicaStatus(replica.rank, ReplicaState.EXITED, code))
         return statuses
 
     def from_processes(self) -> list[ReplicaStatus]:

@@ -21,7 +21,7 @@ from typing import Any
 
 from pollux.backends.base import LiveReplica
 from pollux.backends.slurm.commands import SlurmCommands, SlurmUnavailable
-from pollux.backends.slurm.launches import CLUSTER, SlurmLaunch, SlurmReplica
+from pollux.backends.slurm.launches import ALLOCATION, CLUSTER, SlurmLaunch, SlurmReplica
 from pollux.backends.slurm.states import Phase, UnknownSlurmState, job_state
 from pollux.errors import BackendError
 
@@ -62,14 +62,16 @@ def _wait(still_live: Callable[[], set[str]], timeout_s: float) -> set[str]:
     return live
 
 
-def adoptable(commands: SlurmCommands, instance_id: str,
-              replicas: Sequence[LiveReplica]) -> list[SlurmLaunch]:
-    """Cluster mode: the launches among ``replicas`` that a new server process can take
-    over, rebuilt from what the job store recorded. A job's launch is adopted whole or
-    not at all: every replica recorded by this data directory's instance as one Slurm
-    job, ranks 0..n-1 of one launch, that Slurm lists RUNNING under the recorded name
-    and never requeued. Slurm unreachable: nothing is adopted (the work is stopped and
-    resumed instead, as before)."""
+def adoptable(commands: SlurmCommands, instance_id: str, replicas: Sequence[LiveReplica],
+              allocation: str | None = None) -> list[SlurmLaunch]:
+    """The launches among ``replicas`` that a new server process can take over, rebuilt
+    from what the job store recorded. A job's launch is adopted whole or not at all:
+    every replica recorded by this data directory's instance, ranks 0..n-1 of one
+    launch; in cluster mode (``allocation`` None) one Slurm job that Slurm lists RUNNING
+    under the recorded name and never requeued; in allocation mode steps of
+    ``allocation`` that all still run. Slurm unreachable: nothing is adopted (the work is
+    stopped and resumed instead, as before)."""
+    mode = CLUSTER if allocation is None else ALLOCATION
     by_job: dict[str, list[LiveReplica]] = {}
     for replica in replicas:
         by_job.setdefault(replica.job_id, []).append(replica)
@@ -81,35 +83,47 @@ def adoptable(commands: SlurmCommands, instance_id: str,
         if (len(ids) == 1 and [r.rank for r in found] == list(range(len(found)))
                 and len({r.generation for r in found}) == 1
                 and len({h.get("slurm_job_name") for h in handles}) == 1
+                and (allocation is None or ids == {allocation})
                 and all(h.get("backend") == "slurm" and h.get("instance") == instance_id
-                        and h.get("mode") == CLUSTER and h.get("status_file")
+                        and h.get("mode") == mode and h.get("status_file")
                         and h.get("slurm_step") for h in handles)):
             candidates[job_id] = (ids.pop(), found)
     if not candidates:
         return []
     try:
-        entries = {str(j.get("job_id")): j
-                   for j in commands.jobs(sorted({sid for sid, _ in candidates.values()}))}
-    except SlurmUnavailable as exc:
-        logger.warning("recovery: cannot reach Slurm to adopt the previous server's work "
+        if allocation is None:
+            entries = {str(j.get("job_id")): j
+                       for j in commands.jobs(sorted({sid for sid, _ in candidates.values()}))}
+        else:
+            steps = commands.steps(allocation)
+    except BackendError as exc:
+        logger.warning("recovery: cannot read Slurm to adopt the previous server's work "
                        "(%s); it is stopped and resumed instead", exc)
         return []
     launches = []
     for job_id, (slurm_id, found) in sorted(candidates.items()):
-        entry, name = entries.get(slurm_id), str(found[0].handle["slurm_job_name"])
-        try:
-            running = (entry is not None and str(entry.get("name")) == name
-                       and job_state(entry.get("job_state")).phase is Phase.RUNNING
-                       and int(entry.get("restart_cnt") or 0) == 0)
-        except (UnknownSlurmState, TypeError, ValueError):
-            running = False
+        name = str(found[0].handle["slurm_job_name"])
+        if allocation is None:
+            running = _runs_as(entries.get(slurm_id), name)
+        else:
+            running = all(str(r.handle["slurm_step"]) in steps for r in found)
         if running:
             launches.append(SlurmLaunch(
-                job_id, found[0].generation, name, CLUSTER, slurm_id,
+                job_id, found[0].generation, name, mode, slurm_id,
                 [SlurmReplica(r.rank, r.node, str(r.handle["slurm_step"]),
                               Path(str(r.handle["status_file"]))) for r in found],
-                submitted_at=time.monotonic()))
+                submitted_at=time.monotonic(), adopted=True))
     return launches
+
+
+def _runs_as(entry: Mapping[str, Any] | None, name: str) -> bool:
+    """Whether ``squeue``'s ``entry`` is a job named ``name`` running, never requeued."""
+    try:
+        return (entry is not None and str(entry.get("name")) == name
+                and job_state(entry.get("job_state")).phase is Phase.RUNNING
+                and int(entry.get("restart_cnt") or 0) == 0)
+    except (UnknownSlurmState, TypeError, ValueError):
+        return False
 
 
 def recover_cluster(commands: SlurmCommands, prefix: str, job_ids: Collection[str],
@@ -153,12 +167,14 @@ def recover_cluster(commands: SlurmCommands, prefix: str, job_ids: Collection[st
 
 
 def recover_allocation(commands: SlurmCommands, allocation: str, prefix: str,
-                       grace_s: float) -> list[str]:
-    """Stop the steps of ``allocation`` named ``prefix...``."""
+                       grace_s: float, keep: Collection[str] = ()) -> list[str]:
+    """Stop the steps of ``allocation`` named ``prefix...``, except the adopted ones
+    named in ``keep``."""
 
     def ours() -> dict[str, str]:
         steps = _reach(lambda: commands.steps(allocation))
-        return {name: step for name, step in steps.items() if name.startswith(prefix)}
+        return {name: step for name, step in steps.items()
+                if name.startswith(prefix) and name not in keep}
 
     found = ours()
     for step in found.values():
