@@ -149,6 +149,7 @@ class SimJob:
         """(simulated time, message) of what the scheduler reported about the job (e.g. an
         allocation the policy gave it that could not be applied)."""
         self._model: tuple[tuple[object, ...], TypedGoodput | None] | None = None
+        self._batch: tuple[tuple[object, ...], tuple[int, int]] | None = None
 
     @property
     def name(self) -> str:
@@ -302,12 +303,15 @@ class SimJob:
             return None
         if profile.objective is not BatchObjective.GOODPUT:
             stats = EFFICIENCY_IGNORED
-        goodput = GoodputFunction(profile.params, stats, spec.init_batch_size)
-        _, bsz, steps = goodput.optimize(len(self.placement), self.num_replicas,
-                                         spec.max_batch_size,
-                                         (spec.min_local_bsz, spec.max_local_bsz),
-                                         accumulation=True)
-        return int(bsz), int(steps)
+        key = (profile.params, stats, spec, len(self.placement), self.num_replicas)
+        if self._batch is None or self._batch[0] != key:  # mostly unchanged within an epoch
+            goodput = GoodputFunction(profile.params, stats, spec.init_batch_size)
+            _, bsz, steps = goodput.optimize(len(self.placement), self.num_replicas,
+                                             spec.max_batch_size,
+                                             (spec.min_local_bsz, spec.max_local_bsz),
+                                             accumulation=True)
+            self._batch = (key, (int(bsz), int(steps)))
+        return self._batch[1]
 
     def _oracle_batch(self, spec: ApplicationSpec | None = None) -> tuple[int, int]:
         """Best (atomic, accumulation) by true goodput at the current epoch."""
@@ -326,23 +330,22 @@ class SimJob:
                 best, best_goodput = (atomic, accum), goodput
         return best
 
-    def _goodput(self, atomic_bsz: int, accum_steps: int) -> float:
-        """True progress per second at a batch configuration on the current placement."""
+    def _goodput(self, atomic_bsz: int, accum_steps: int, observe: bool = False) -> float:
+        """True progress per second at a batch configuration on the current placement;
+        with ``observe``, the true gradient statistics (and, for adaptive jobs, the
+        measurement, profiled) recorded as the job's."""
         app = self.current_app()
-        batch = self.num_replicas * atomic_bsz * (accum_steps + 1)
+        replicas = self.num_replicas
+        batch = replicas * atomic_bsz * (accum_steps + 1)
         step, sync = app.step_sync_time(self.placement, atomic_bsz)
         sqr, var = app.grad_stats(batch, self.epoch)
+        if observe:
+            self.grad_stats = GradientStats(max(sqr, 0.0), max(var, 0.0))
+            if self.profile is not None:
+                self.profile.observe(len(self.placement), replicas, atomic_bsz, step, sync,
+                                     sqr, var)
         gain = float(scaled_gain(sqr, var, batch / app.spec.init_batch_size))
         return gain / (step + (step - sync) * accum_steps)
-
-    def _observe(self, num_nodes: int, num_replicas: int, atomic_bsz: int, step_s: float,
-                 sync_s: float, grad_sqr: float, grad_var: float) -> None:
-        """The true gradient statistics; for adaptive jobs the measurement, profiled."""
-        self.grad_stats = GradientStats(max(grad_sqr, 0.0), max(grad_var, 0.0))
-        profile = self.profile
-        if profile is not None:
-            profile.observe(num_nodes, num_replicas, atomic_bsz, step_s, sync_s, grad_sqr,
-                            grad_var)
 
     def update_batch(self) -> None:
         """Re-decide atomic batch and accumulation steps for the current placement: the
@@ -374,14 +377,8 @@ class SimJob:
         self.restart_left_s -= delay
         seconds -= delay
         app = self.current_app()
-        spec = app.spec
         while seconds > 0 and self.completion_time_s is None:
-            batch = replicas * self.atomic_bsz * (self.accum_steps + 1)
-            step, sync = app.step_sync_time(self.placement, self.atomic_bsz)
-            sqr, var = app.grad_stats(batch, self.epoch)
-            self._observe(len(self.placement), replicas, self.atomic_bsz, step, sync, sqr, var)
-            gain = float(scaled_gain(sqr, var, batch / spec.init_batch_size))
-            goodput = gain / (step + (step - sync) * self.accum_steps) * rate_factor
+            goodput = self._goodput(self.atomic_bsz, self.accum_steps, observe=True) * rate_factor
             next_progress = app.epoch_progress(self.epoch + 1)
             if self.progress + goodput * seconds < next_progress:
                 self.progress += goodput * seconds
@@ -390,7 +387,7 @@ class SimJob:
             else:  # an epoch ends within this stretch (whole seconds, as the reference)
                 self.epoch += 1
                 delta = min(float(round((next_progress - self.progress) / goodput)), seconds)
-                if self.epoch >= spec.max_epochs:
+                if self.epoch >= app.spec.max_epochs:
                     self.completion_time_s = now_s + elapsed + delta
                 self.progress = next_progress
                 elapsed += delta
