@@ -1,14 +1,16 @@
 """The simulator's speed against an older checkout, side by side in one run.
 
     git worktree add /tmp/sim-old <base commit>
-    nice -n 10 python bench/simulate_speed.py --old /tmp/sim-old [--quick]
+    nice -n 10 python bench/simulate_speed.py --old /tmp/sim-old [--quick] [--repeat 3]
 
-Runs two command lines with each checkout's code (``PYTHONPATH=<checkout>/src``), the new
-one first for the first and the old one first for the second, so drifting load on a
-shared machine falls on both: the 8 Philly workloads under ``sia,pollux`` on
-``aws:6x4,dgx-ext:2x8,rtx:3x8`` and the 16 baseline runs (8 Pollux workloads x tiresias,
-optimus). It prints the wall seconds and the CPU seconds (user + system of the
-simulations, the figure that a busy machine disturbs least) of each, and whether the
+Runs two command lines with each checkout's code (``PYTHONPATH=<checkout>/src``; ``--new``
+another checkout than this one, e.g. a ``git archive`` of a commit, so editing this one
+meanwhile changes nothing), the new one first for the first and the old one first for
+the second, so drifting load on a shared machine falls on both: the 8 Philly workloads
+under ``sia,pollux`` on ``aws:6x4,dgx-ext:2x8,rtx:3x8`` and the 16 baseline runs (8
+Pollux workloads x tiresias, optimus). It prints the wall seconds and the CPU seconds
+(user + system of the simulations, the figure that a busy machine disturbs least; with
+``--repeat``, the least of the repeats, old and new interleaved) of each, and whether the
 average JCTs agree (relative difference per run). ``--quick`` takes Philly workload-1
 and Pollux workloads 1-2.
 """
@@ -66,6 +68,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--old", required=True, type=Path, help="the older checkout")
+    parser.add_argument("--new", type=Path, default=ROOT, help="the newer checkout (this one)")
+    parser.add_argument("--repeat", type=int, default=1, help="runs of each (least kept)")
     parser.add_argument("--processes", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--quick", action="store_true",
                         help="Philly workload-1 and Pollux workloads 1-2 only")
@@ -74,16 +78,21 @@ def main() -> int:
                              "name must mean the same policy in both checkouts)")
     args = parser.parse_args()
     print("| runs | old wall s | new wall s | old CPU s | new CPU s | new / old CPU | "
-          "max avg-JCT difference |")
-    print("|---|---|---|---|---|---|---|")
+          "max avg-JCT difference | CPU s of each run (old; new) |")
+    print("|---|---|---|---|---|---|---|---|")
     for i, (name, cmd) in enumerate(commands(args.quick, args.typed_policies).items()):
-        order = [("new", ROOT), ("old", args.old)]
-        results = dict((label, timed(src, cmd, args.processes))
-                       for label, src in (order if i % 2 == 0 else order[::-1]))
-        (ow, oc, oj), (nw, nc, nj) = results["old"], results["new"]
+        order = [("new", args.new), ("old", args.old)]
+        runs: dict[str, list[tuple[float, float, dict[str, float]]]] = {"new": [], "old": []}
+        for r in range(args.repeat):
+            for label, src in (order if (i + r) % 2 == 0 else order[::-1]):
+                runs[label].append(timed(src, cmd, args.processes))
+        (ow, oc, oj), (nw, nc, nj) = (min(runs[label], key=lambda run: run[1])
+                                      for label in ("old", "new"))
         diff = max(abs(nj[k] / oj[k] - 1) for k in oj) if set(oj) == set(nj) else float("nan")
+        each = "; ".join(" ".join(f"{run[1]:.0f}" for run in runs[label])
+                         for label in ("old", "new"))
         print(f"| {name} | {ow:.0f} | {nw:.0f} | {oc:.0f} | {nc:.0f} | {nc / oc:.2f} | "
-              f"{diff:.2e} |", flush=True)
+              f"{diff:.2e} | {each} |", flush=True)
     return 0
 
 
