@@ -9,6 +9,7 @@ import itertools
 import numpy as np
 import pytest
 
+from pollux.models import GoodputFunction
 from pollux.policies.autoscaling import (
     AutoscalerConfig,
     BatchObjective,
@@ -38,6 +39,17 @@ def profiled(app: ToyApplication, objective: BatchObjective) -> JobProfile:
     return profile
 
 
+def chosen_batch(app: ToyApplication, profile: JobProfile, num_nodes: int,
+                 num_replicas: int) -> tuple[int, int]:
+    """The (atomic batch, accumulation steps) an adaptive job with ``profile`` picks on
+    ``num_replicas`` spread evenly over ``num_nodes``."""
+    job = SimJob(JobSpec("j", 0.0, app.name, 1, 64), app, BatchMode.ADAPTIVE,
+                 batch_objective=profile.objective)
+    job.profile = profile
+    job.placement = (num_replicas // num_nodes,) * num_nodes
+    return job._best_batch(app.spec) or (0, 0)
+
+
 @pytest.mark.parametrize(("num_nodes", "num_replicas"), [(1, 1), (1, 2), (2, 2), (1, 4)])
 def test_throughput_objective_picks_the_fastest_batch_no_smaller_than_goodputs(
         num_nodes: int, num_replicas: int) -> None:
@@ -45,11 +57,11 @@ def test_throughput_objective_picks_the_fastest_batch_no_smaller_than_goodputs(
     by_goodput = profiled(app, BatchObjective.GOODPUT)
     by_throughput = profiled(app, BatchObjective.THROUGHPUT)
     assert by_goodput.params == by_throughput.params
-    model = by_goodput.goodput_function()
-    assert model is not None
+    assert by_goodput.params is not None and by_goodput.grad_stats is not None
+    model = GoodputFunction(by_goodput.params, by_goodput.grad_stats, app.spec.init_batch_size)
     spec = app.spec
-    g_atomic, g_accum = by_goodput.best_batch(num_nodes, num_replicas) or (0, 0)
-    t_atomic, t_accum = by_throughput.best_batch(num_nodes, num_replicas) or (0, 0)
+    g_atomic, g_accum = chosen_batch(app, by_goodput, num_nodes, num_replicas)
+    t_atomic, t_accum = chosen_batch(app, by_throughput, num_nodes, num_replicas)
     goodput_batch = num_replicas * g_atomic * (g_accum + 1)
     throughput_batch = num_replicas * t_atomic * (t_accum + 1)
     assert throughput_batch >= goodput_batch

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from pollux.sim.generator import generate_workload
 from pollux.sim.job import JobSpec
-from pollux.sim.lower_bound import best_rates, lower_bound, srpt_completions
+from pollux.sim.lower_bound import best_rates, cluster_lower_bound, srpt_completions
 from pollux.sim.runner import RunTask, execute, load_applications
 from pollux.sim.simulator import ClusterConfig
 from pollux.sim.workload import Workload
@@ -21,8 +21,7 @@ CONFIG = ClusterConfig(num_nodes=4, gpus_per_node=4)
 
 def _check_below(workload: Workload, policies: tuple[str, ...]) -> None:
     apps = load_applications(None)
-    bound = lower_bound(workload, apps, CONFIG.num_nodes, CONFIG.gpus_per_node,
-                        CONFIG.interval_s, CONFIG.restart_delay_s)
+    bound = cluster_lower_bound(workload, apps, CONFIG)
     assert 0 < bound.capacity_avg_jct_s <= bound.avg_jct_s
     assert bound.alone_avg_jct_s <= bound.avg_jct_s
     for policy in policies:
@@ -68,7 +67,8 @@ def test_alone_bound_of_a_toy_job_is_its_exact_best_time() -> None:
     assert rates.rate_per_s == pytest.approx((1 / step_s,) * 3)
     assert rates.alone_s() == pytest.approx(3 * (1000 * step_s - 0.5))
     workload = Workload("toy", (JobSpec("a", 30.0, "toy", 1, 32),))
-    bound = lower_bound(workload, {"toy": app}, 2, 4, interval_s=60.0, restart_delay_s=30.0)
+    bound = cluster_lower_bound(workload, {"toy": app}, ClusterConfig(
+        num_nodes=2, gpus_per_node=4, interval_s=60.0, restart_delay_s=30.0))
     # first round at 60 s, 30 s restart delay: 60 s after the submission at 30 s
     assert bound.job_alone_s["a"] == pytest.approx(60.0 + rates.alone_s())
 

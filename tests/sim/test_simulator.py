@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 
 from pollux.errors import ConfigError
+from pollux.policies.registry import make_policy
 from pollux.sim.catalog import load_builtin_applications
 from pollux.sim.job import JobSpec
 from pollux.sim.metrics import report, summarize_run
-from pollux.sim.runner import build_policy
 from pollux.sim.simulator import ClusterConfig, run_simulation
 from pollux.sim.workload import Workload
 from tests.sim.fakes import FixedAllocationPolicy, FixedGreedyPolicy, GreedyPolicy, ToyApplication
@@ -87,7 +87,7 @@ def test_interference_slows_distributed_jobs_sharing_nodes() -> None:
 
 def test_jobs_that_can_never_run_end_the_run() -> None:
     result = run_simulation(toy_workload(("big", 0.0, 8), ("ok", 0.0, 1)),
-                            {"toy": ToyApplication()}, build_policy("tiresias", 0),
+                            {"toy": ToyApplication()}, make_policy("tiresias", seed=0),
                             ClusterConfig(num_nodes=1, gpus_per_node=4))
     record = summarize_run(result, {"toy": ToyApplication()})
     assert (record.num_jobs, record.num_completed) == (2, 1)
@@ -120,7 +120,7 @@ def test_builtin_catalog_runs_every_baseline() -> None:
                               JobSpec("n", 30.0, "ncf", 1, 32768)))
     jcts = {}
     for name in ("fifo", "tiresias", "optimus"):
-        record = summarize_run(run_simulation(workload, apps, build_policy(name, 0)), apps)
+        record = summarize_run(run_simulation(workload, apps, make_policy(name, seed=0)), apps)
         assert record.num_completed == 2
         jcts[name] = record.avg_jct_s
     assert np.isfinite(list(jcts.values())).all()
@@ -128,7 +128,7 @@ def test_builtin_catalog_runs_every_baseline() -> None:
 
 def test_undefined_figures_become_null_in_json() -> None:
     apps = {"toy": ToyApplication()}
-    result = run_simulation(toy_workload(("big", 0.0, 8)), apps, build_policy("tiresias", 0),
+    result = run_simulation(toy_workload(("big", 0.0, 8)), apps, make_policy("tiresias", seed=0),
                             ClusterConfig(num_nodes=1, gpus_per_node=4))
     document = report([summarize_run(result, apps)])
     text = json.dumps(document, allow_nan=False)

@@ -3,9 +3,9 @@
 Like the real agent, a simulated adaptive job records every configuration it has run
 (nodes, replicas, atomic batch) with its true step and sync times, refits the step-time
 model whenever a new configuration appears, keeps its latest gradient statistics, and
-from them picks its batch size and reports its hints (:class:`~pollux.models.hints.
-JobHints`) to the scheduler, which turns them into the policy's speedup function
-(:mod:`pollux.policies.snapshot`).
+reports its hints (:class:`~pollux.models.hints.JobHints`) to the scheduler, which turns
+them into the policy's speedup function (:mod:`pollux.policies.snapshot`); the job
+(:class:`~pollux.sim.job.SimJob`) picks its batch size from the same model.
 
 What the batch size maximizes is the profile's ``objective``: goodput (Pollux, the
 default) or throughput, statistical efficiency ignored (the jobs of a throughput-based
@@ -20,13 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from pollux.models import (
-    GoodputFunction,
-    GradientStats,
-    JobHints,
-    ThroughputParams,
-    fit_throughput_params,
-)
+from pollux.models import GradientStats, JobHints, ThroughputParams, fit_throughput_params
 from pollux.policies.autoscaling.objective import BatchObjective
 from pollux.sim.applications import ApplicationSpec
 
@@ -112,30 +106,6 @@ class JobProfile:
                      for (n, k, b), (step, sync) in self.observations.items())
         self.params = self._fits.fit(self.spec.name, rows, self.params)
         self.num_fits += 1
-
-    def goodput_function(self) -> GoodputFunction | None:
-        if self.params is None:
-            return None
-        stats = self.grad_stats if self.grad_stats is not None else GradientStats(1.0, 0.0)
-        return GoodputFunction(self.params, stats, self.spec.init_batch_size)
-
-    def objective_function(self) -> GoodputFunction | None:
-        """What the job maximizes: its goodput function, or under the THROUGHPUT objective
-        the same throughput model with efficiency ignored; None without a profile."""
-        if self.objective is BatchObjective.GOODPUT or self.params is None:
-            return self.goodput_function()
-        return GoodputFunction(self.params, EFFICIENCY_IGNORED, self.spec.init_batch_size)
-
-    def best_batch(self, num_nodes: int, num_replicas: int) -> tuple[int, int] | None:
-        """The (atomic batch, accumulation steps) maximizing the objective (goodput or
-        throughput) by the fitted model, or None without a profile."""
-        goodput = self.objective_function()
-        if goodput is None:
-            return None
-        _, bsz, steps = goodput.optimize(num_nodes, num_replicas, self.spec.max_batch_size,
-                                         (self.spec.min_local_bsz, self.spec.max_local_bsz),
-                                         accumulation=True)
-        return int(bsz), int(steps)
 
     def hints(self) -> JobHints:
         """What the job reports to the scheduler, as the agent does: its batch-size limits,

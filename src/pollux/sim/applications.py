@@ -17,7 +17,6 @@ interpolated) here, and the compact parametric models of :mod:`pollux.sim.catalo
 
 from __future__ import annotations
 
-import logging
 import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
@@ -29,8 +28,6 @@ from scipy.interpolate import LinearNDInterpolator, NearestNDInterpolator
 
 from pollux.sim.placement import Placement, canonical_placement
 from pollux.sim.traces import TraceData, application_dirs, read_trace_dir
-
-logger = logging.getLogger(__name__)
 
 MAX_EPOCHS = MappingProxyType({
     "bert": 2, "cifar10": 100, "deepspeech2": 80, "imagenet": 90, "ncf": 10, "yolov3": 50,
@@ -209,23 +206,8 @@ class TraceApplication(Application):
         self._epoch_progress = np.concatenate([[0.0], progress.min(axis=0)])
 
     def _measure(self, placement: Placement, local_bsz: float) -> tuple[float, float]:
-        exact = self.trace.placements.get(placement)
-        if exact is not None:
-            return (float(np.interp(local_bsz, exact.local_bsz, exact.step_time)),
-                    float(np.interp(local_bsz, exact.local_bsz, exact.sync_time)))
-        if self._linear is None:
-            self._linear = LinearNDInterpolator(self.trace.scale_points, self.trace.scale_values)
-        point = np.array([[min(len(placement), MAX_INTERPOLATION_NODES), sum(placement),
-                           local_bsz]], dtype=np.float64)
-        step, sync = self._linear(point)[0]
-        if not (np.isfinite(step) and np.isfinite(sync)):
-            logger.debug("%s: %s x %s outside the measured hull; using the nearest point",
-                         self.name, placement, local_bsz)
-            if self._nearest is None:
-                self._nearest = NearestNDInterpolator(self.trace.scale_points,
-                                                      self.trace.scale_values)
-            step, sync = self._nearest(point)[0]
-        return float(step), float(sync)
+        step, sync = self.step_sync_times(placement, np.array([local_bsz], dtype=np.float64))
+        return float(step[0]), float(sync[0])
 
     def step_sync_times(self, placement: Placement, local_bsz: np.ndarray
                         ) -> tuple[np.ndarray, np.ndarray]:
@@ -241,7 +223,7 @@ class TraceApplication(Application):
                 np.full(len(bsz), sum(canon), dtype=np.float64), bsz])
             values = np.array(self._linear(points), dtype=np.float64).reshape(len(bsz), 2)
             outside = ~np.isfinite(values).all(axis=1)
-            if outside.any():
+            if outside.any():  # outside the measured hull: the nearest measurement
                 if self._nearest is None:
                     self._nearest = NearestNDInterpolator(self.trace.scale_points,
                                                           self.trace.scale_values)

@@ -23,6 +23,7 @@ from importlib import resources
 from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from pollux.errors import ConfigError
 from pollux.models import ThroughputParams, scaled_gain
@@ -43,11 +44,11 @@ class NoiseModel:
     log_ratio: tuple[tuple[float, ...], ...]
     """``log_ratio[i][j]``: log noise ratio at ``batch_sizes[i]`` and ``knot_epochs[j]``."""
 
-    def ratio(self, batch_size: float, epoch: float) -> float:
-        """Noise ratio var / sqr during ``epoch`` at total ``batch_size``."""
+    def ratio(self, batch_size: ArrayLike, epoch: float) -> np.ndarray:
+        """Noise ratio var / sqr during ``epoch`` at total ``batch_size`` (arrays too)."""
         rows = np.array([np.interp(epoch, self.knot_epochs, row) for row in self.log_ratio])
         log_b = np.log(np.asarray(self.batch_sizes, dtype=np.float64))
-        return float(np.exp(np.interp(np.log(batch_size), log_b, rows)))
+        return np.exp(np.interp(np.log(np.asarray(batch_size, dtype=np.float64)), log_b, rows))
 
 
 @dataclass(frozen=True)
@@ -109,11 +110,8 @@ class ParametricApplication(Application):
         self._iterations: dict[float, np.ndarray] = {}
 
     def _measure(self, placement: Placement, local_bsz: float) -> tuple[float, float]:
-        params = self.model.throughput
-        num_nodes, num_replicas = len(placement), sum(placement)
-        compute = float(compute_time(params, local_bsz))
-        step = float(optimizer_step_time(params, num_nodes, num_replicas, local_bsz))
-        return step, max(step - compute, 0.0)
+        step, sync = self.step_sync_times(placement, np.array([local_bsz], dtype=np.float64))
+        return float(step[0]), float(sync[0])
 
     def step_sync_times(self, placement: Placement, local_bsz: np.ndarray
                         ) -> tuple[np.ndarray, np.ndarray]:
@@ -126,14 +124,11 @@ class ParametricApplication(Application):
 
     def grad_stats_many(self, batch_size: np.ndarray, epoch: int
                         ) -> tuple[np.ndarray, np.ndarray]:
-        noise = self.model.noise
-        rows = np.array([np.interp(epoch, noise.knot_epochs, row) for row in noise.log_ratio])
-        log_b = np.log(np.asarray(noise.batch_sizes, dtype=np.float64))
-        ratio = np.exp(np.interp(np.log(np.asarray(batch_size, dtype=np.float64)), log_b, rows))
+        ratio = self.model.noise.ratio(batch_size, epoch)
         return np.ones_like(ratio), ratio
 
     def _grad_stats(self, batch_size: float, epoch: int) -> tuple[float, float]:
-        return 1.0, self.model.noise.ratio(batch_size, epoch)
+        return 1.0, float(self.model.noise.ratio(batch_size, epoch))
 
     def epoch_progress(self, epoch: int) -> float:
         return self.model.progress_per_epoch * max(epoch, 0)

@@ -23,8 +23,9 @@ import numpy as np
 from pollux.sim.applications import Application
 from pollux.sim.config import ClusterConfig
 from pollux.sim.job import BatchMode, JobSpec, SimJob
+from pollux.sim.oracle import fixed_batch_max_replicas
 from pollux.sim.placement import packed_placement
-from pollux.sim.typed_apps import TypedApplication
+from pollux.sim.typed_apps import TypedApplication, typed_on
 
 HORIZON_S = 1e12
 """Simulated seconds an isolated run may take (it always finishes well before)."""
@@ -35,20 +36,17 @@ class IsolatedRuns:
 
     def __init__(self, applications: Mapping[str, Application] | Mapping[str, TypedApplication],
                  config: ClusterConfig) -> None:
-        types = config.spec.gpu_types
-        self.applications = {
-            name: app if isinstance(app, TypedApplication) else TypedApplication.of(app, types[0])
-            for name, app in applications.items()}
+        self.applications = {name: typed_on(app, config.spec.gpu_types)
+                             for name, app in applications.items()}
         self.config = config
         self._cache: dict[tuple[str, str, BatchMode, int | None, int], float] = {}
         self._fastest: dict[str, str] = {}
 
     def max_gpus(self, app: Application, batch_size: int | None) -> int:
         """GPUs beyond which the job cannot spread its batch any further."""
-        spec = app.spec
         if batch_size is None:
-            return spec.max_useful_replicas
-        return max(1, min(batch_size // spec.min_local_bsz, spec.max_useful_replicas))
+            return app.spec.max_useful_replicas
+        return fixed_batch_max_replicas(app, batch_size)
 
     def jct_s(self, application: str, gpu_type: str, mode: BatchMode, batch_size: int | None,
               num_gpus: int) -> float:

@@ -45,7 +45,7 @@ from pollux.sim.applications import MAX_INTERPOLATION_NODES, Application
 from pollux.sim.metrics import RunRecord
 from pollux.sim.placement import Placement, canonical_placement, packed_placement
 from pollux.sim.simulator import ClusterConfig
-from pollux.sim.typed_apps import TypedApplication
+from pollux.sim.typed_apps import TypedApplication, typed_on
 from pollux.sim.workload import Workload
 
 EPOCH_ROUNDING_S = 0.5
@@ -192,17 +192,6 @@ def srpt_completions(release_s: Sequence[float], work_s: Sequence[float]) -> lis
     return done
 
 
-def lower_bound(workload: Workload, applications: Mapping[str, Application], num_nodes: int,
-                gpus_per_node: int, interval_s: float, restart_delay_s: float,
-                rates: Mapping[str, BestRates] | None = None) -> LowerBound:
-    """Lower bounds on the average JCT of ``workload`` (see the module docstring)."""
-    found = dict(rates or {})
-    for name in sorted({job.application for job in workload.jobs} - set(found)):
-        found[name] = best_rates(applications[name], num_nodes, gpus_per_node)
-    return bound_from_rates(workload, found, num_nodes * gpus_per_node, interval_s,
-                            lambda _: restart_delay_s)
-
-
 def bound_from_rates(workload: Workload, rates: Mapping[str, BestRates], num_gpus: int,
                      interval_s: float, restart_delay_s: Callable[[str], float]
                      ) -> LowerBound:
@@ -254,10 +243,8 @@ def cluster_lower_bound(workload: Workload,
     sem = config.semantics
     rates = {} if rates is None else rates
     for name in sorted({job.application for job in workload.jobs} - set(rates)):
-        app = applications[name]
-        typed = app if isinstance(app, TypedApplication) else TypedApplication.of(
-            app, spec.gpu_types[0])
-        rates[name] = typed_best_rates(typed, spec, sem.calibration(name))
+        rates[name] = typed_best_rates(typed_on(applications[name], spec.gpu_types), spec,
+                                       sem.calibration(name))
     return bound_from_rates(workload, rates, spec.num_gpus, config.interval_s,
                             lambda name: sem.restart_delay_s(name, config.restart_delay_s))
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
 
 import numpy as np
 
@@ -22,7 +21,6 @@ from pollux.sim.applications import Application
 from pollux.sim.cluster import node_seconds
 from pollux.sim.fairness import IsolatedRuns, finish_time_fairness
 from pollux.sim.job import SimJob
-from pollux.sim.loop import RoundLog
 from pollux.sim.simulator import SimulationResult
 from pollux.sim.typed_apps import TypedApplication
 
@@ -146,28 +144,6 @@ def job_record(job: SimJob, gpu_s: float, ftf: float | None = None) -> JobRecord
     )
 
 
-def run_figures(records: Sequence[JobRecord], rounds: Sequence[RoundLog]) -> dict[str, Any]:
-    """The :class:`RunRecord` fields every simulator reports alike: JCTs, makespan (first
-    submission to last completion), restarts, and the policy's seconds per round."""
-    jcts = [r.jct_s for r in records if r.jct_s is not None]
-    completions = [r.completion_s for r in records if r.completion_s is not None]
-    first = min(r.submission_s for r in records) if records else 0.0
-    makespan = (max(completions) - first) if completions else float("nan")
-    policy_s = [r.policy_s for r in rounds if r.num_active]
-    return {
-        "avg_jct_s": float(np.mean(jcts)) if jcts else float("nan"),
-        "p50_jct_s": _percentile(jcts, 50),
-        "p99_jct_s": _percentile(jcts, 99),
-        "makespan_s": float(makespan),
-        "num_jobs": len(records),
-        "num_completed": len(jcts),
-        "restarts_per_job": (float(np.mean([r.restarts for r in records])) if records
-                             else 0.0),
-        "round_s": RoundStats(median=_percentile(policy_s, 50), p99=_percentile(policy_s, 99),
-                              max=float(max(policy_s)) if policy_s else float("nan")),
-    }
-
-
 def summarize_run(result: SimulationResult,
                   applications: Mapping[str, Application] | Mapping[str, TypedApplication],
                   isolated: IsolatedRuns | None = None) -> RunRecord:
@@ -185,9 +161,11 @@ def summarize_run(result: SimulationResult,
     charged = [job.held_gpu_s if whole else job.attained_service_s for job in result.jobs]
     records = [job_record(job, gpu_s, rho.get(job.name))
                for job, gpu_s in zip(result.jobs, charged)]
-    figures = run_figures(records, result.rounds)
+    jcts = [r.jct_s for r in records if r.jct_s is not None]
     completions = [r.completion_s for r in records if r.completion_s is not None]
-    makespan = figures["makespan_s"]
+    first = min(r.submission_s for r in records) if records else 0.0
+    makespan = (max(completions) - first) if completions else float("nan")
+    policy_s = [r.policy_s for r in result.rounds if r.num_active]
     gpu_s = sum(charged)
     ftf = list(rho.values())
     num_jobs = len(records)
@@ -207,9 +185,17 @@ def summarize_run(result: SimulationResult,
     return RunRecord(
         policy=result.policy,
         workload=result.workload,
-        **figures,
+        avg_jct_s=float(np.mean(jcts)) if jcts else float("nan"),
+        p50_jct_s=_percentile(jcts, 50),
+        p99_jct_s=_percentile(jcts, 99),
+        makespan_s=float(makespan),
+        num_jobs=num_jobs,
+        num_completed=len(jcts),
+        restarts_per_job=float(np.mean([r.restarts for r in records])) if records else 0.0,
         gpu_utilization=utilization,
         wall_s=result.wall_s,
+        round_s=RoundStats(median=_percentile(policy_s, 50), p99=_percentile(policy_s, 99),
+                           max=float(max(policy_s)) if policy_s else float("nan")),
         max_ftf=float(max(ftf)) if ftf else float("nan"),
         p99_ftf=_percentile(ftf, 99),
         unfair_fraction=float(np.mean(np.asarray(ftf) > 1.0 + UNFAIR_TOLERANCE)) if ftf else float("nan"),
@@ -234,16 +220,11 @@ def summarize_policies(runs: Sequence[RunRecord]) -> dict[str, dict[str, float]]
     summary: dict[str, dict[str, float]] = {}
     for policy, items in by_policy.items():
         summary[policy] = {
-            "mean_avg_jct_s": float(np.mean([r.avg_jct_s for r in items])),
-            "mean_p99_jct_s": float(np.mean([r.p99_jct_s for r in items])),
-            "mean_makespan_s": float(np.mean([r.makespan_s for r in items])),
-            "mean_restarts_per_job": float(np.mean([r.restarts_per_job for r in items])),
-            "mean_gpu_utilization": float(np.mean([r.gpu_utilization for r in items])),
+            **{f"mean_{name}": float(np.mean([getattr(r, name) for r in items])) for name in (
+                "avg_jct_s", "p99_jct_s", "makespan_s", "restarts_per_job", "gpu_utilization")},
             "max_ftf": float(np.max([r.max_ftf for r in items])),
-            "mean_unfair_fraction": float(np.mean([r.unfair_fraction for r in items])),
-            "mean_gpu_hours_per_job": float(np.mean([r.gpu_hours_per_job for r in items])),
-            "mean_node_hours": float(np.mean([r.node_hours for r in items])),
-            "mean_cost": float(np.mean([r.cost for r in items])),
+            **{f"mean_{name}": float(np.mean([getattr(r, name) for r in items])) for name in (
+                "unfair_fraction", "gpu_hours_per_job", "node_hours", "cost")},
             "mean_lower_bound_avg_jct_s": (
                 float(np.mean([r.lower_bound_avg_jct_s for r in items]))
                 if all(r.lower_bound_avg_jct_s is not None for r in items) else float("nan")),

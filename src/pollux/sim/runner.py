@@ -25,7 +25,7 @@ from pollux.policies.autoscaling import (
     check_autoscaler_name,
     make_autoscaler,
 )
-from pollux.policies.base import GPU, Policy
+from pollux.policies.base import GPU
 from pollux.policies.registry import POLICY_CLASSES, make_policy
 from pollux.sim.applications import Application, load_trace_applications
 from pollux.sim.cluster import ClusterSize
@@ -116,12 +116,6 @@ def load_applications(traces_dir: str | Path | None, config: ClusterConfig | Non
     return load_trace_applications(traces_dir)
 
 
-def build_policy(name: str, seed: int) -> Policy:
-    """The policy of a run: :func:`~pollux.policies.registry.make_policy` with the run's
-    seed."""
-    return make_policy(name, seed=seed)
-
-
 def timeline_of(result: SimulationResult) -> Timeline:
     """Change points of every job's GPU count, and the cluster total per round."""
     return timeline_from(result.rounds, result.jobs, result.config.num_gpus,
@@ -189,7 +183,7 @@ def execute(task: RunTask, index: int = 0,
     try:
         apps = (applications if applications is not None
                 else load_applications(task.traces_dir, task.config))
-        policy = build_policy(task.policy, task.seed)
+        policy = make_policy(task.policy, seed=task.seed)
         result = run_simulation(task.workload, apps, policy, task.config,
                                 autoscaler=build_autoscaler(task),
                                 job_knowledge=task.job_knowledge)

@@ -30,6 +30,7 @@ type and true goodput (see :class:`~pollux.sim.job.JobKnowledge`).
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -54,7 +55,7 @@ from pollux.sim.oracle import (
     true_throughput_params,
 )
 from pollux.sim.placement import placement_of
-from pollux.sim.typed_apps import TypedApplication
+from pollux.sim.typed_apps import TypedApplication, typed_on
 from pollux.sim.workload import Workload
 
 __all__ = ["MAX_IDLE_ROUNDS", "ClusterConfig", "RoundLog", "SimulationResult", "Simulator",
@@ -241,11 +242,8 @@ class Simulator(RoundLoop[SimJob]):
         """Distributed jobs on a node shared with another distributed job."""
         if self.config.interference <= 0:
             return set()
-        per_node: dict[str, int] = {}
         distributed = [job for job in running if len(job.placement) > 1]
-        for job in distributed:
-            for node in set(job.allocation):
-                per_node[node] = per_node.get(node, 0) + 1
+        per_node = Counter(node for job in distributed for node in set(job.allocation))
         return {job.name for job in distributed
                 if any(per_node[node] > 1 for node in set(job.allocation))}
 
@@ -304,10 +302,7 @@ class Simulator(RoundLoop[SimJob]):
         lose their allocation."""
         cluster.refresh(now)
         decision = autoscaler.decide_by_type(infos, cluster.billed_by_type())
-        load: dict[str, int] = {}
-        for job in jobs:
-            for node in job.allocation:
-                load[node] = load.get(node, 0) + 1
+        load = Counter(node for job in jobs for node in job.allocation)
         released = cluster.resize(decision.num_nodes_by_type, now, load)
         for job in jobs:
             if released.intersection(job.allocation):
@@ -315,17 +310,6 @@ class Simulator(RoundLoop[SimJob]):
         cluster.record(now, decision.num_nodes)
         self.nodes = cluster.nodes()
         self._by_name = {node.name: node for node in self.nodes}
-
-
-def typed_on(app: Application | TypedApplication, gpu_types: Sequence[str]
-             ) -> TypedApplication:
-    """``app`` on the cluster's types: a plain application is the one type's."""
-    if isinstance(app, TypedApplication):
-        return app
-    if len(gpu_types) != 1:
-        raise ConfigError("traces", app.name, "a typed cluster needs per-type traces "
-                          "(<app>/placements-<type>.csv), e.g. ../shared/sia-artifact/traces")
-    return TypedApplication.of(app, gpu_types[0])
 
 
 def projection_speeds(applications: Mapping[str, TypedApplication], speeds_from: str

@@ -20,9 +20,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from types import MappingProxyType
 
-import numpy as np
-
-from pollux.errors import WorkloadError
+from pollux.errors import ConfigError, WorkloadError
 from pollux.resources import DEFAULT_GPU_TYPE
 from pollux.sim.applications import Application, ApplicationSpec, TraceApplication
 from pollux.sim.placement import Placement, canonical_placement
@@ -136,6 +134,12 @@ def _has_untyped(root: Path) -> bool:
                if child.is_dir())
 
 
-def speed_ratio(speeds: Mapping[str, float], to_type: str, from_type: str) -> float:
-    """How many times faster one GPU of ``to_type`` trains than one of ``from_type``."""
-    return float(np.float64(speeds[to_type]) / speeds[from_type])
+def typed_on(app: Application | TypedApplication, gpu_types: Sequence[str]
+             ) -> TypedApplication:
+    """``app`` on the cluster's types: a plain application is the one type's."""
+    if isinstance(app, TypedApplication):
+        return app
+    if len(gpu_types) != 1:
+        raise ConfigError("traces", app.name, "a typed cluster needs per-type traces "
+                          "(<app>/placements-<type>.csv), e.g. ../shared/sia-artifact/traces")
+    return TypedApplication.of(app, gpu_types[0])
