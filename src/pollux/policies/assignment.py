@@ -113,12 +113,7 @@ def solve_exact(values: ArrayLike, kind: ArrayLike, size: ArrayLike, capacity: A
     if job.size == 0:
         return chosen
     num_vars = job.size
-    var = np.arange(num_vars)
-    matrix = csr_matrix(
-        (np.concatenate([np.ones(num_vars), s[config]]),
-         (np.concatenate([job, num_jobs + k[config]]), np.concatenate([var, var]))),
-        shape=(num_jobs + len(cap), num_vars))
-    upper = np.concatenate([np.ones(num_jobs), cap])
+    matrix, upper = _rows(job, config, num_jobs, k, s, cap)
     lower_x = ((f[job] >= 0) & (f[job] == config)).astype(np.float64)
     with _highs_printf_silenced():
         result = milp(a[job, config], integrality=np.ones(num_vars),
@@ -130,6 +125,18 @@ def solve_exact(values: ArrayLike, kind: ArrayLike, size: ArrayLike, capacity: A
     taken = np.round(result.x) > 0.5
     chosen[job[taken]] = config[taken]
     return chosen
+
+
+def _rows(job: IntArray, config: IntArray, num_jobs: int, kind: IntArray, size: np.ndarray,
+          cap: np.ndarray) -> tuple[csr_matrix, np.ndarray]:
+    """The program's rows over the variables ``(job[v], config[v])``: one per job (at most
+    one configuration), one per type (GPUs within its capacity); and their upper bounds."""
+    var = np.arange(job.size)
+    matrix = csr_matrix(
+        (np.concatenate([np.ones(job.size), size[config]]),
+         (np.concatenate([job, num_jobs + kind[config]]), np.concatenate([var, var]))),
+        shape=(num_jobs + len(cap), job.size))
+    return matrix, np.concatenate([np.ones(num_jobs), cap])
 
 
 @contextmanager
@@ -198,15 +205,9 @@ def _relaxed(a: np.ndarray, kind: IntArray, size: np.ndarray, cap: np.ndarray) -
     """The jobs the linear relaxation gives whole to one entry (at most ``len(cap)`` jobs
     are split in a basic optimum; they start unassigned)."""
     job, config = np.nonzero(np.isfinite(a))
-    num_jobs, num_vars = len(a), job.size
-    var = np.arange(num_vars)
-    matrix = csr_matrix(
-        (np.concatenate([np.ones(num_vars), size[config]]),
-         (np.concatenate([job, num_jobs + kind[config]]), np.concatenate([var, var]))),
-        shape=(num_jobs + len(cap), num_vars))
-    result = linprog(a[job, config], A_ub=matrix, b_ub=np.concatenate([np.ones(num_jobs), cap]),
-                     bounds=(0, 1), method="highs")
-    pick = np.full(num_jobs, NONE, dtype=np.int64)
+    matrix, upper = _rows(job, config, len(a), kind, size, cap)
+    result = linprog(a[job, config], A_ub=matrix, b_ub=upper, bounds=(0, 1), method="highs")
+    pick = np.full(len(a), NONE, dtype=np.int64)
     if result.x is not None:
         whole = result.x > 1 - 1e-7
         pick[job[whole]] = config[whole]

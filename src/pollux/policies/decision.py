@@ -11,6 +11,7 @@ first keep theirs.
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import replace
 
@@ -42,9 +43,7 @@ def check_decision(decision: PolicyDecision, snapshot: Snapshot) -> PolicyDecisi
         allocations[job.name] = ()
         if not allocation:
             continue
-        counts: dict[str, int] = {}
-        for node in allocation:
-            counts[node] = counts.get(node, 0) + 1
+        counts = Counter(allocation)
         reason = _why_infeasible(job, len(allocation), counts, nodes, typed, used)
         if reason is not None:
             infeasible[job.name] = reason

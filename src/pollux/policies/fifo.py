@@ -31,9 +31,6 @@ class FifoPolicy(Policy):
     name = "fifo"
     adaptive_jobs: ClassVar[bool] = False
 
-    def __init__(self, seed: int | None = None) -> None:
-        pass
-
     def optimize(self, jobs: Sequence[JobInfo], nodes: Sequence[NodeInfo],
                  previous_allocations: Allocations) -> PolicyDecision:
         by_name = {job.name: job for job in jobs}

@@ -83,9 +83,6 @@ class OptimusPolicy(Policy):
     name = "optimus"
     adaptive_jobs: ClassVar[bool] = False
 
-    def __init__(self, seed: int | None = None) -> None:
-        pass
-
     def optimize(self, jobs: Sequence[JobInfo], nodes: Sequence[NodeInfo],
                  previous_allocations: Allocations) -> PolicyDecision:
         types = node_types(nodes)

@@ -62,10 +62,7 @@ def node_types(nodes: Sequence[NodeInfo]) -> dict[str, str]:
 
 def gpus_by_type(nodes: Sequence[NodeInfo]) -> dict[str, int]:
     """GPUs per type, types in order of first appearance."""
-    total: dict[str, int] = {}
-    for node in nodes:
-        total[node.gpu_type] = total.get(node.gpu_type, 0) + node.num_gpus
-    return total
+    return free_by_type({node.name: node.num_gpus for node in nodes}, node_types(nodes))
 
 
 def free_by_type(free: Mapping[str, int], types: Mapping[str, str]) -> dict[str, int]:

@@ -11,6 +11,7 @@ job is capped at ``max_replicas`` (16) replicas.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import ClassVar
@@ -105,9 +106,7 @@ class PolluxUnawarePolicy(Policy):
 
     def _one_type(self, alloc: Allocation, type_of: dict[str, str]) -> Allocation:
         """Only the GPUs of the allocation's most common type (ties by preference)."""
-        counts: dict[str, int] = {}
-        for node in alloc:
-            counts[type_of[node]] = counts.get(type_of[node], 0) + 1
+        counts = Counter(type_of[node] for node in alloc)
         if len(counts) <= 1:
             return alloc
         rank = {t: i for i, t in enumerate(self.type_preference)}

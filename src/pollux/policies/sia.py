@@ -27,6 +27,7 @@ nodes when they are free.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -69,16 +70,15 @@ class Config:
     num_gpus: int
 
 
-def type_configs(gpu_type: str, nodes: Sequence[NodeInfo]) -> list[Config]:
-    """1, 2, 4, ... GPUs on one node (powers of two below a node), then 1..N whole nodes."""
+def type_configs(gpu_type: str, nodes: Sequence[NodeInfo], every_count: bool = False
+                 ) -> list[Config]:
+    """1, 2, 4, ... GPUs on one node (powers of two below a node; ``every_count``: every
+    count below a node), then 1..N whole nodes."""
     per_node = max(node.num_gpus for node in nodes)
-    configs = []
-    count = 1
-    while count < per_node:
-        configs.append(Config(gpu_type, 1, count))
-        count *= 2
-    configs += [Config(gpu_type, k, k * per_node) for k in range(1, len(nodes) + 1)]
-    return configs
+    below = (range(1, per_node) if every_count
+             else [2 ** i for i in range(per_node.bit_length()) if 2 ** i < per_node])
+    return ([Config(gpu_type, 1, count) for count in below]
+            + [Config(gpu_type, k, k * per_node) for k in range(1, len(nodes) + 1)])
 
 
 def restart_factor(job: JobInfo, penalty_s: float) -> float:
@@ -93,6 +93,10 @@ class SiaPolicy(Policy):
 
     name = "sia"
     adaptive_jobs = True
+    every_count = False
+    """Configurations of every GPU count below a node (Sia: powers of two)."""
+    cost_decimals: int | None = 2
+    """Costs rounded to this many decimals (Sia: 2); None: exact."""
 
     def __init__(self, p: float = -0.5, lambda_n: float = 1.1,
                  restart_penalty_s: Mapping[str, float] | None = None,
@@ -165,20 +169,20 @@ class SiaPolicy(Policy):
         """Weight of each job's term in the objective (Sia: all equal)."""
         return np.ones(len(jobs))
 
-    def _type_configs(self, gpu_type: str, nodes: Sequence[NodeInfo]) -> list[Config]:
-        return type_configs(gpu_type, nodes)
-
     def _cost(self, row: np.ndarray) -> np.ndarray:
-        """``round(row ** p, 2)``, capped at MAX_COST."""
+        """``row ** p`` (rounded to ``cost_decimals``), capped at MAX_COST."""
         with np.errstate(divide="ignore"):  # a restart factor of 0: cost capped
-            return np.minimum(np.round(np.power(row, self.p), 2), MAX_COST)
+            cost = np.power(row, self.p)
+        if self.cost_decimals is not None:
+            cost = np.round(cost, self.cost_decimals)
+        return np.minimum(cost, MAX_COST)
 
     # -- the round -----------------------------------------------------------------------
     def optimize(self, jobs: Sequence[JobInfo], nodes: Sequence[NodeInfo],
                  previous_allocations: Allocations) -> PolicyDecision:
         groups = gpu_types_of([n for n in nodes if n.num_gpus > 0])
         configs = [c for gpu_type, group in groups.items()
-                   for c in self._type_configs(gpu_type, group)]
+                   for c in type_configs(gpu_type, group, self.every_count)]
         if not jobs or not configs:
             return PolicyDecision({job.name: () for job in jobs})
         type_of = {node.name: node.gpu_type for node in nodes}
@@ -232,9 +236,7 @@ class SiaPolicy(Policy):
             pending = []
             for num_gpus, i in wanted:  # unchanged configuration: keep the same nodes
                 prev = tuple(previous_allocations.get(jobs[i].name, ()))
-                counts: dict[str, int] = {}
-                for node in prev:
-                    counts[node] = counts.get(node, 0) + 1
+                counts = Counter(prev)
                 if (len(prev) == num_gpus and all(n in free for n in counts)
                         and all(free[n] >= k for n, k in counts.items())):
                     for n, k in counts.items():

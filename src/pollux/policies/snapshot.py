@@ -225,12 +225,9 @@ class SpeedupCache:
     def forget(self, keep: Iterable[str]) -> None:
         """Drop the entries of jobs not in ``keep`` (ended jobs)."""
         kept = set(keep)
-        for name in set(self._entries) - kept:
-            del self._entries[name]
-        for name in set(self._typed) - kept:
-            del self._typed[name]
-        for name in set(self._refused) - kept:
-            del self._refused[name]
+        for entries in (self._entries, self._typed, self._refused):
+            for name in set(entries) - kept:
+                del entries[name]
 
 
 def exploration_bound(report: JobReport, max_profiled_replicas: int | None = None,

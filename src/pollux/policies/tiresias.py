@@ -102,15 +102,11 @@ class TiresiasPolicy(Policy):
         q0 = [name for name in self._queues[0] if name in names]
         q1 = [name for name in self._queues[1] if name in names]
         known = set(q0) | set(q1)
+        q0 += [job.name for job in jobs if job.name not in known]
         in_q0 = set(q0)
-        for job in jobs:
-            if job.name not in known:
-                q0.append(job.name)
-                in_q0.add(job.name)
-        for job in jobs:  # demotion, in snapshot order
-            if job.name in in_q0 and job.attained_service_s >= self.queue_threshold_gpu_s:
-                q0.remove(job.name)
-                in_q0.discard(job.name)
-                q1.append(job.name)
+        demoted = [job.name for job in jobs  # in snapshot order
+                   if job.name in in_q0 and job.attained_service_s >= self.queue_threshold_gpu_s]
+        q0 = [name for name in q0 if name not in demoted]
+        q1 += demoted
         self._queues = (q0, q1)
         return q0, q1

@@ -15,7 +15,7 @@ import numpy as np
 
 from pollux.policies.pollux.objective import PolluxObjective
 from pollux.policies.pollux.placement import Placement
-from pollux.policies.pollux.problem import FloatArray
+from pollux.policies.pollux.problem import FloatArray, fitting_replicas
 
 _TOLERANCE = 1e-9
 
@@ -87,12 +87,8 @@ def _receivers_gain(gains: _Gains, n: int, free_after: FloatArray, owner_after: 
     """Best (gain, job) for receiving room ``free_after`` (R,) on node ``n``."""
     placement = gains.placement
     problem = placement.problem
-    demand = problem.demand
-    with np.errstate(divide="ignore", invalid="ignore"):
-        ratio = np.where(demand > 0, free_after[None, :] / demand, np.inf)
-    fit = np.floor(ratio * (1 + 1e-9) + 1e-9).min(axis=1) if demand.shape[1] else \
-        np.full(problem.num_jobs, gains.max_step, dtype=np.float64)
-    fit = np.clip(fit, 0, gains.max_step).astype(np.int64)
+    fit = fitting_replicas(problem.demand, free_after[None, :],
+                           np.full(problem.num_jobs, gains.max_step))[:, 0]
     rows = np.arange(problem.num_jobs)
     on_node = placement.state[:, n] > 0
     gain_own = gains.own[rows, fit]

@@ -38,7 +38,7 @@ import numpy as np
 from pollux.policies.pollux.constraints import repair
 from pollux.policies.pollux.exchange import exchange
 from pollux.policies.pollux.objective import PolluxObjective
-from pollux.policies.pollux.placement import Placement, fill
+from pollux.policies.pollux.placement import GAIN_TOLERANCE, Placement, fill
 from pollux.policies.pollux.problem import (
     AllocationProblem,
     BoolArray,
@@ -46,8 +46,6 @@ from pollux.policies.pollux.problem import (
     IntArray,
     candidate_counts,
 )
-
-_GAIN_TOLERANCE = 1e-12
 
 
 @dataclass(frozen=True)
@@ -160,7 +158,7 @@ def allocate_counts(
         gains = (c.utility[at + 1:] - c.utility[at]) / (extra * unit)
         gains = np.where(fits, gains, -np.inf)
         k = int(np.argmax(gains))
-        if not gains[k] > _GAIN_TOLERANCE:
+        if not gains[k] > GAIN_TOLERANCE:
             return None
         return float(gains[k]), at + 1 + k
 

@@ -101,6 +101,9 @@ class PolluxObjective:
                                                 problem.dominant_share, 1.0)),
             problem.max_replicas.astype(np.float64))
         self.fair_speedup = np.array([self._fair_speedup(j) for j in range(num_jobs)])
+        self.remaining = np.array([np.nan if job.remaining_s is None else float(job.remaining_s)
+                                   for job in problem.jobs], dtype=np.float64)
+        """(J,) seconds of training left at one replica; NaN where unknown."""
         self.job_scale = self._remaining_scale()
         """(J,) factor on each job's fair-share speedup from its remaining time."""
         ages = np.array([job.age_s for job in problem.jobs])
@@ -116,9 +119,6 @@ class PolluxObjective:
                                        factor)
         self.max_factor = np.where(large, 1.0 - config.min_restart_gain, 1.0)
         """(J,) the most a change's speedup keeps (the hysteresis)."""
-        self.remaining = np.array([np.nan if job.remaining_s is None else float(job.remaining_s)
-                                   for job in problem.jobs], dtype=np.float64)
-        """(J,) seconds of training left at one replica; NaN where unknown."""
         self.delays = delays
         self.boost_limit = self._boost_limits()
         """(J,) fair-share speedup beyond which a favoured job's gains are unweighted."""
@@ -207,8 +207,7 @@ class PolluxObjective:
     def _remaining_scale(self) -> FloatArray:
         alpha = self.config.remaining_weight
         scale = np.ones(self.problem.num_jobs)
-        remaining = np.array([np.nan if job.remaining_s is None else float(job.remaining_s)
-                              for job in self.problem.jobs], dtype=np.float64)
+        remaining = self.remaining
         known = np.isfinite(remaining) & (remaining > 0)
         if alpha == 0 or not known.any():
             return scale

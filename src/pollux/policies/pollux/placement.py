@@ -13,9 +13,9 @@ from collections.abc import Sequence
 import numpy as np
 
 from pollux.policies.pollux.objective import PolluxObjective
-from pollux.policies.pollux.problem import AllocationProblem, IntArray
+from pollux.policies.pollux.problem import AllocationProblem, IntArray, fitting_replicas
 
-_GAIN_TOLERANCE = 1e-12
+GAIN_TOLERANCE = 1e-12
 
 
 class Placement:
@@ -37,16 +37,8 @@ class Placement:
 
     def fit(self, j: int) -> IntArray:
         """(N,): replicas of job ``j`` that still fit on each node, within its maximum."""
-        demand = self.problem.demand[j]
         room = int(self.problem.max_replicas[j] - self.state[j].sum())
-        if room <= 0:
-            return np.zeros(self.problem.num_nodes, dtype=np.int64)
-        requested = demand > 0
-        if not requested.any():
-            return np.full(self.problem.num_nodes, room, dtype=np.int64)
-        ratio = self.free[:, requested] / demand[requested]
-        fits = np.floor(ratio * (1 + 1e-9) + 1e-9).min(axis=1)
-        return np.clip(fits, 0, room).astype(np.int64)
+        return fitting_replicas(self.problem.demand[j][None], self.free, np.array([room]))[0]
 
     def fits_row(self, j: int, row: IntArray) -> bool:
         need = row[:, None] * self.problem.demand[j][None, :]
@@ -164,7 +156,7 @@ def _best_addition(
         s = objective.speedup(j, np.full(ks.shape, nodes_after), totals, changed)
         gains = (objective.utility(s) - current) / (ks * unit)
         k = int(np.argmax(gains))
-        if gains[k] > _GAIN_TOLERANCE and (best is None or gains[k] > best[0]):
+        if gains[k] > GAIN_TOLERANCE and (best is None or gains[k] > best[0]):
             addition = np.zeros(problem.num_nodes, dtype=np.int64)
             addition[node] = ks[k]
             best = (float(gains[k]), addition)
@@ -193,7 +185,7 @@ def fill(placement: Placement, objective: PolluxObjective, jobs: Sequence[int]) 
         if found is None:
             continue
         gain, addition = found
-        if heap and gain < -heap[0][0] - _GAIN_TOLERANCE:
+        if heap and gain < -heap[0][0] - GAIN_TOLERANCE:
             versions[j] += 1
             heapq.heappush(heap, (-gain, j, versions[j]))
             continue

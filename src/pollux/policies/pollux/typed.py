@@ -27,7 +27,7 @@ from pollux.policies.base import (
     PolicyDecision,
 )
 from pollux.policies.pollux.options import PolluxOptions
-from pollux.policies.sia import INVALID_GOODPUT, MAX_COST, Config, SiaPolicy, restart_factor
+from pollux.policies.sia import INVALID_GOODPUT, Config, SiaPolicy, restart_factor
 from pollux.policies.snapshot import EXPLORATION_FACTOR
 
 
@@ -36,6 +36,8 @@ class TypedPollux(SiaPolicy):
     count, and single-node placement of sub-node jobs; see the module docstring."""
 
     name = "pollux"
+    every_count = True
+    cost_decimals = None
 
     def __init__(self, options: PolluxOptions) -> None:
         super().__init__(p=options.p, lambda_n=options.lambda_n, solver=options.solver)
@@ -188,15 +190,6 @@ class TypedPollux(SiaPolicy):
         out *= factor
         out[prev_index] = row[prev_index]
         return out
-
-    def _cost(self, row: np.ndarray) -> np.ndarray:
-        with np.errstate(divide="ignore"):  # a restart factor of 0: cost capped
-            return np.minimum(np.power(row, self.p), MAX_COST)
-
-    def _type_configs(self, gpu_type: str, nodes: Sequence[NodeInfo]) -> list[Config]:
-        per_node = max(node.num_gpus for node in nodes)
-        configs = [Config(gpu_type, 1, count) for count in range(1, per_node)]
-        return configs + [Config(gpu_type, k, k * per_node) for k in range(1, len(nodes) + 1)]
 
     def _fill(self, pending: Sequence[tuple[int, int]], free: dict[str, int],
               order: Sequence[str], per_node: int) -> dict[int, Allocation]:
