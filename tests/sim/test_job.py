@@ -82,7 +82,7 @@ def test_fixed_batch_configurations(batch: int, replicas: int, expected: tuple[i
 
 def policy_view(job: SimJob) -> JobInfo:
     """What the policy sees of ``job`` from its hints (pollux.policies.snapshot)."""
-    report = JobReport(job.name, {"gpu": 1.0}, 0.0,
+    report = JobReport(job.name, {"gpu": 1.0}, submission_time_s=0.0,
                        max_replicas=job.app.spec.max_useful_replicas,
                        num_held_replicas=len(job.allocation), hints=job.hints())
     return job_info(report, 0.0, SpeedupCache())

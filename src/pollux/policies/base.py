@@ -19,8 +19,8 @@ from pollux.models.typed import TypedGoodput
 from pollux.resources import CPU, GPU, MEMORY, NodeInfo
 
 __all__ = [
-    "CPU", "GPU", "MEMORY", "Allocation", "Allocations", "JobInfo", "NodeInfo", "OptionDoc", "Policy",
-    "PolicyDecision", "RemainingTimeFn", "SpeedupFn", "TunedConfig",
+    "CPU", "GPU", "MEMORY", "Allocation", "Allocations", "JobFacts", "JobInfo", "NodeInfo",
+    "OptionDoc", "Policy", "PolicyDecision", "RemainingTimeFn", "SpeedupFn", "TunedConfig",
 ]
 
 Allocation = tuple[str, ...]
@@ -47,8 +47,9 @@ class TunedConfig:
 
 
 @dataclass(frozen=True)
-class JobInfo:
-    """One active job as a policy sees it."""
+class JobFacts:
+    """What a job's record for the policy (:class:`JobInfo`) and its driver's report
+    (:class:`~pollux.policies.snapshot.JobReport`) both say about it."""
 
     name: str
     resources: Mapping[str, float]
@@ -56,19 +57,16 @@ class JobInfo:
     min_replicas: int = 0
     """Below this many replicas the job cannot run and gets nothing."""
     max_replicas: int = 64
-    """Upper bound on replicas (also the exploration bound for Pollux jobs)."""
+    """Upper bound on replicas: in a report the spec's, in the policy's record also the
+    exploration bound of Pollux jobs."""
     preemptible: bool = True
     """False: once running, the job keeps its allocation."""
     submission_time_s: float = 0.0
-    age_s: float = 0.0
-    """Seconds since submission."""
     attained_service_s: float = 0.0
     """GPU-seconds of service received so far."""
     num_restarts: int = 0
     restart_delay_s: float = 30.0
     """Seconds a (re)start costs this job."""
-    speedup_fn: SpeedupFn | None = None
-    """Goodput speedup over one replica; None when the job reports none."""
     tuned: TunedConfig | None = None
     """Hand-tuned configuration (for baselines that need one)."""
     remaining_time_fn: RemainingTimeFn | None = None
@@ -86,7 +84,18 @@ class JobInfo:
     restart_left_s: float = 0.0
     """Seconds of restart delay the job has still to pay (> 0: it is restoring)."""
     extras: Mapping[str, Any] = field(default_factory=dict)
-    """Free-form facts a specific policy may read (never required)."""
+    """Free-form facts a specific policy may read (never required; e.g. the application's
+    name, for Sia)."""
+
+
+@dataclass(frozen=True)
+class JobInfo(JobFacts):
+    """One active job as a policy sees it."""
+
+    age_s: float = 0.0
+    """Seconds since submission."""
+    speedup_fn: SpeedupFn | None = None
+    """Goodput speedup over one replica; None when the job reports none."""
 
     @property
     def gpus_per_replica(self) -> float:

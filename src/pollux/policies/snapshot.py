@@ -37,8 +37,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from typing import Any
+from dataclasses import dataclass, field, fields, replace
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -53,14 +52,16 @@ from pollux.policies.autoscaling.utility import (
 from pollux.policies.base import (
     TYPE_SPEEDS_KEY,
     Allocation,
+    JobFacts,
     JobInfo,
     NodeInfo,
-    RemainingTimeFn,
     SpeedupFn,
-    TunedConfig,
 )
 
 logger = logging.getLogger(__name__)
+
+_FACTS = tuple(f.name for f in fields(JobFacts))
+"""The fields a job's report hands on to its policy record as they are (some changed)."""
 
 EXPLORATION_FACTOR = 2
 """A job with hints may get at most this times the most replicas it has profiled."""
@@ -69,45 +70,19 @@ MAX_EXPLORATION_REPLICAS = 64
 
 
 @dataclass(frozen=True)
-class JobReport:
-    """One active job as a driver knows it: its scheduling state and its latest hints."""
+class JobReport(JobFacts):
+    """One active job as a driver knows it: its scheduling state (the facts it shares with
+    the policy's record) and its latest hints."""
 
-    name: str
-    resources: Mapping[str, float]
-    """Resources per replica."""
-    submission_time_s: float
-    min_replicas: int = 0
-    max_replicas: int = 64
-    """The spec's bound on replicas (the exploration bound may lower it)."""
-    preemptible: bool = True
-    attained_service_s: float = 0.0
-    """GPU-seconds of service received so far."""
-    num_restarts: int = 0
-    restart_delay_s: float = 30.0
     num_held_replicas: int = 0
     """Replicas the job holds or was promised now."""
-    tuned: TunedConfig | None = None
-    """Hand-tuned configuration (for baseline policies)."""
     hints: JobHints | None = None
     """What the job reported about itself; None before its first report."""
-    remaining_time_fn: RemainingTimeFn | None = None
-    """Oracle of remaining seconds (the simulator's, for Optimus+Oracle); None: unknown."""
-    remaining_time_fn_by_type: Mapping[str, RemainingTimeFn] = field(default_factory=dict)
-    """On a typed cluster: the oracle per GPU type."""
     remaining_progress: float | None = None
     """Training left in optimizer steps at the initial batch size, when the job knows its
-    target (simulated jobs do); with a speedup model it becomes ``JobInfo.remaining_s``."""
-    remaining_s: float | None = None
-    """Remaining seconds at one replica when the driver knows them directly (typed models);
-    None: from ``remaining_progress`` and the speedup model, if any."""
-    typed_goodput: TypedGoodput | None = None
-    """On a typed cluster (the heterogeneous simulator): the job's goodput per GPU type."""
-    max_replicas_by_type: Mapping[str, int] = field(default_factory=dict)
-    """On a typed cluster: the growth cap per GPU type."""
-    restart_left_s: float = 0.0
-    """Seconds of restart delay the job has still to pay."""
-    extras: Mapping[str, Any] = field(default_factory=dict)
-    """Facts for a specific policy (e.g. the application's name, for Sia)."""
+    target (simulated jobs do); with a speedup model it becomes ``JobInfo.remaining_s``
+    (``remaining_s`` here: the remaining seconds at one replica when the driver knows them
+    directly, typed models)."""
 
 
 @dataclass(frozen=True)
@@ -334,28 +309,13 @@ def job_info(report: JobReport, now_s: float, cache: SpeedupCache,
                            / float(base))
     if throughput_speedups and throughput is not None:
         extras = {**extras, THROUGHPUT_SPEEDUP_KEY: throughput}
-    return JobInfo(
-        name=report.name,
-        resources=report.resources,
-        min_replicas=report.min_replicas,
-        max_replicas=(exploration_bound(report, factor=factor) if max_replicas is None
-                      else max_replicas),
-        preemptible=report.preemptible,
-        submission_time_s=report.submission_time_s,
-        age_s=max(0.0, now_s - report.submission_time_s),
-        attained_service_s=report.attained_service_s,
-        num_restarts=report.num_restarts,
-        restart_delay_s=report.restart_delay_s,
-        speedup_fn=speedup,
-        tuned=report.tuned,
-        remaining_time_fn=report.remaining_time_fn,
-        remaining_time_fn_by_type=report.remaining_time_fn_by_type,
-        remaining_s=remaining_s,
-        typed_goodput=typed_goodput,
-        max_replicas_by_type=caps,
-        restart_left_s=report.restart_left_s,
-        extras=extras,
-    )
+    facts = {name: getattr(report, name) for name in _FACTS}
+    facts.update(max_replicas=(exploration_bound(report, factor=factor) if max_replicas is None
+                               else max_replicas),
+                 remaining_s=remaining_s, typed_goodput=typed_goodput,
+                 max_replicas_by_type=caps, extras=extras)
+    return JobInfo(**facts, age_s=max(0.0, now_s - report.submission_time_s),
+                   speedup_fn=speedup)
 
 
 def without_models(jobs: Sequence[JobInfo]) -> tuple[JobInfo, ...]:
