@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
+from bisect import bisect_left
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
@@ -177,7 +178,7 @@ def bracket(sizes: tuple[int, ...], batch_size: float) -> tuple[int, int, float]
 
     Sizes outside the validated range are clamped to its ends.
     """
-    hi = int(np.searchsorted(sizes, batch_size, side="left"))
+    hi = bisect_left(sizes, batch_size)
     if hi >= len(sizes):
         return len(sizes) - 1, len(sizes) - 1, 0.0
     if hi == 0 or sizes[hi] == batch_size:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import csv
 import re
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
@@ -67,7 +68,7 @@ class TraceData:
     min_local_bsz: int
     max_local_bsz: int
 
-    @property
+    @cached_property
     def batch_sizes(self) -> tuple[int, ...]:
         return tuple(v.batch_size for v in self.validation)
 
