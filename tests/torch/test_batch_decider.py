@@ -12,7 +12,13 @@ from hypothesis import strategies as st
 from pollux.errors import ConfigError
 from pollux.models import GradientStats, ThroughputParams
 from pollux.torch.batch_decider import BatchDecider, DecisionRule
-from pollux.torch.batch_size import BatchLimits, choose_batch_config, initial_batch_config
+from pollux.torch.batch_size import (
+    BatchConfig,
+    BatchLimits,
+    carried_batch_config,
+    choose_batch_config,
+    initial_batch_config,
+)
 
 AGREEMENTS = 60
 LIMITS = BatchLimits(64, 2048, (16, 512), accumulation=False)
@@ -96,3 +102,73 @@ def test_the_rule_is_checked() -> None:
         DecisionRule(confirmations=0)
     with pytest.raises(ConfigError, match="batch_reversal_gain"):
         DecisionRule(reversal_gain=-0.1)
+
+
+def test_a_relaunch_does_not_act_on_a_fit_that_only_extrapolates() -> None:
+    """As in a demo run (128 -> 36 -> 128 within 2 s after a rescale 2 -> 1; the first
+    agreement points come every step): the first fits after a relaunch have no step
+    time at the new replica count, and their extrapolation (here a per-sample time 20x
+    too high) makes small batches look best until measurements there correct it. With
+    the total carried over and no change before the fit covers the placement, the
+    batch size stays until then, and then moves one way only."""
+    limits = BatchLimits(32, 512, (8, 256), accumulation=False)
+    stats = GradientStats(sqr=1.0, var=1.0 * 600 / limits.init_batch_size)
+    truth = true_params(0.02, 1e-4)
+    biased = ThroughputParams(**{**truth.to_dict(), "alpha_c": 1e-4, "beta_c": 2e-3})
+    before = BatchConfig(64)  # 128 in all, chosen on 2 replicas
+    fits = [(biased, False)] * 4 + [(truth, True)] * 6  # (fit, measured here)
+
+    def run(first: BatchConfig | None, use_measured: bool) -> list[int]:
+        decider = BatchDecider(DecisionRule())
+        decider.decide(limits, truth, stats, 1, 2, before)  # on 2 replicas before
+        current, sizes = first, []
+        for params, measured in fits:
+            current = decider.decide(limits, params, stats, 1, 1, current,
+                                     measured or not use_measured)
+            sizes.append(current.total(1))
+        return sizes
+
+    carried = carried_batch_config(limits, before, 2, 1)
+    assert carried == BatchConfig(128)
+    at_once = run(None, use_measured=False)  # the optimum at once (before)
+    assert at_once[0] < 128 and reversals([128, *at_once]) == 1, at_once
+    confirmed_only = run(carried, use_measured=False)  # 4 bad fits pass 3 confirmations
+    assert reversals([128, *confirmed_only]) == 1, confirmed_only
+    sizes = run(carried, use_measured=True)
+    assert sizes[:4] == [128] * 4 and reversals([128, *sizes]) == 0, sizes
+
+
+def test_the_fit_covers_only_the_placements_it_measured() -> None:
+    import torch
+
+    from pollux.torch.profiler import MicroStepTiming, StepProfiler
+
+    profiler = StepProfiler(torch.device("cpu"))
+    clock = profiler.clock
+    for key in ((1, 2, 16), (1, 2, 64)):
+        for _ in range(3):
+            start = clock.mark()
+            sum(range(20000))
+            profiler.record(MicroStepTiming(key, True, start, clock.mark()))
+            start = clock.mark()
+            sum(range(20000))
+            profiler.record(MicroStepTiming(key, False, start, clock.mark()))
+    profiler.collect()
+    assert not profiler.fit_covers(1, 2)  # no fit yet
+    assert profiler.maybe_refit(force=True)
+    profiler.wait_for_fit()
+    assert profiler.fit_covers(1, 2) and not profiler.fit_covers(1, 1)
+    restored = StepProfiler(torch.device("cpu"))
+    restored.load_state_dict(profiler.state_dict())
+    assert restored.fit_covers(1, 2) and not restored.fit_covers(2, 2)
+
+
+def test_the_carried_total_respects_the_limits() -> None:
+    limits = BatchLimits(32, 512, (8, 256), accumulation=True)
+    assert carried_batch_config(limits, BatchConfig(100), 4, 1) == BatchConfig(200, 1)
+    assert carried_batch_config(limits, BatchConfig(200), 4, 1) is None  # 800 > 512
+    assert carried_batch_config(limits, BatchConfig(16), 2, 4) == BatchConfig(8)
+    assert carried_batch_config(limits, BatchConfig(8), 2, 4) is None  # 4 < 8 per replica
+    assert carried_batch_config(limits, None, 2, 4) is None
+    no_accumulation = BatchLimits(32, 512, (8, 256), accumulation=False)
+    assert carried_batch_config(no_accumulation, BatchConfig(100), 4, 1) is None

@@ -21,7 +21,14 @@ configuration only when three conditions hold:
 A transient estimate therefore never changes the batch size, and noise smaller than the
 reversal margin cannot undo a change: a stationary job's batch size moves in one
 direction and settles (``tests/torch/test_batch_decider.py`` checks this as a property).
-A change of the replica count starts afresh (the optimum moves with it).
+A change of the replica count starts the count and the hysteresis afresh (the optimum
+moves with it), from the total batch size carried over
+(:func:`~pollux.torch.batch_size.carried_batch_config`); and no change is made until
+the throughput fit includes step times measured on the current placement (``measured``):
+acting on the fit's extrapolation to a new replica count made a relaunched job go
+128 -> 36 -> 128 within 2 s (the first agreement points come every step). Only a job
+with nothing to carry (its first start, or a total the new count cannot hold) takes the
+predicted optimum at once.
 """
 
 from __future__ import annotations
@@ -76,17 +83,22 @@ class BatchDecider:
         self._streak_direction = 0
         self._last_move = 0
         """Direction of the last change made (0: none yet)."""
+        self._replicas = 0
+        """The replica count of the last decision."""
 
     def decide(self, limits: BatchLimits, params: ThroughputParams | None,
                grad_stats: GradientStats | None, num_nodes: int, num_replicas: int,
-               current: BatchConfig | None) -> BatchConfig:
+               current: BatchConfig | None, measured: bool = True) -> BatchConfig:
         """The configuration to use from this agreement point on.
 
-        ``current`` is None before the first choice and after a change of the replica
-        count: then the optimum (or the initial configuration) is taken at once.
+        ``current`` is None before the first choice, and after a change of the replica
+        count that could not carry the total batch size over: then the optimum (or the
+        initial configuration) is taken at once. ``measured``: whether the throughput fit
+        includes step times of this placement (otherwise ``current`` is kept).
         """
-        if current is None:
+        if current is None or num_replicas != self._replicas:
             self._streak = self._streak_direction = self._last_move = 0
+            self._replicas = num_replicas
         fallback = current if current is not None else initial_batch_config(limits,
                                                                               num_replicas)
         predicted = predicted_best(limits, params, grad_stats, num_nodes, num_replicas,
@@ -97,6 +109,9 @@ class BatchDecider:
         candidate, best, now = predicted
         if current is None:
             return candidate
+        if not measured:  # the fit only extrapolates to this placement yet
+            self._streak = 0
+            return current
         direction = _direction(candidate, current, num_replicas)
         reversal = self._last_move != 0 and direction == -self._last_move
         needed = (max(self.rule.reversal_gain, self.rule.min_gain) if reversal

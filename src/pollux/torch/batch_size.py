@@ -82,6 +82,33 @@ def initial_batch_config(limits: BatchLimits, num_replicas: int) -> BatchConfig:
     return BatchConfig(local_bsz=min(max(local, lo), hi), accum_steps=micro - 1)
 
 
+def carried_batch_config(limits: BatchLimits, config: BatchConfig | None,
+                         from_replicas: int, num_replicas: int) -> BatchConfig | None:
+    """``config``'s total batch size (chosen on ``from_replicas`` replicas) split over
+    ``num_replicas``: the configuration a relaunched job resumes with, so that its first
+    batch-size change after a rescale waits for the confirmations of
+    :class:`~pollux.torch.batch_decider.BatchDecider` (the throughput fit has no
+    measurement at the new replica count yet). None when there is nothing to carry or
+    the total cannot be kept within the limits (then the optimum is taken at once).
+
+    >>> limits = BatchLimits(64, 1024, (16, 256), accumulation=False)
+    >>> carried_batch_config(limits, BatchConfig(64), 2, 1)  # 128 in all, kept
+    BatchConfig(local_bsz=128, accum_steps=0)
+    >>> carried_batch_config(limits, BatchConfig(256), 4, 1) is None  # 1,024 > 256 x 1
+    True
+    """
+    if config is None or from_replicas < 1 or num_replicas < 1:
+        return None
+    total = config.total(from_replicas)
+    lo, hi = limits.local_bsz_bounds
+    micro = max(1, math.ceil(total / (num_replicas * hi))) if limits.accumulation else 1
+    local = round(total / (num_replicas * micro))
+    if not lo <= local <= hi or not limits.init_batch_size <= local * num_replicas * micro:
+        return None
+    carried = BatchConfig(local_bsz=local, accum_steps=micro - 1)
+    return carried if carried.total(num_replicas) <= limits.max_batch_size else None
+
+
 def predicted_best(
     limits: BatchLimits,
     params: ThroughputParams | None,

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from pollux.models import GoodputFunction, GradientStats, JobHints
 from pollux.torch.batch_decider import BatchDecider
-from pollux.torch.batch_size import BatchConfig
+from pollux.torch.batch_size import BatchConfig, carried_batch_config
 from pollux.torch.control import Agreement, StopWatch, agree
 from pollux.torch.gradient_noise import GradientNoiseEstimator
 
@@ -67,9 +67,12 @@ class ControlLoop:
         stats = None
         if raw[3] >= job_config.min_noise_updates:
             stats = GradientNoiseEstimator.stats_from_raw(raw, loader.init_batch_size)
-        current = loader.batch_config if loader.config_replicas == job.num_replicas else None
+        current = (loader.batch_config if loader.config_replicas == job.num_replicas
+                   else carried_batch_config(loader.limits, loader.batch_config,
+                                             loader.config_replicas, job.num_replicas))
         chosen = self._decider.decide(loader.limits, profiler.params, stats, job.num_nodes,
-                                      job.num_replicas, current)
+                                      job.num_replicas, current,
+                                      profiler.fit_covers(job.num_nodes, job.num_replicas))
         steps = self.steps_done - self._steps_at_last_sync
         elapsed = time.monotonic() - self._last_sync_time
         if steps > 0 and elapsed > 0:

@@ -100,6 +100,8 @@ class StepProfiler:
         self._lock = threading.Lock()
         self._fit_thread: threading.Thread | None = None
         self._params: ThroughputParams | None = None
+        self._fitted: frozenset[tuple[int, int]] = frozenset()
+        """(nodes, replicas) placements measured in the data of :attr:`params`."""
         self._observed_since_fit = 0
         self._last_fit_time = -float("inf")
         self.max_profiled_replicas = 0
@@ -155,6 +157,15 @@ class StepProfiler:
         with self._lock:
             return self._params
 
+    def fit_covers(self, num_nodes: int, num_replicas: int) -> bool:
+        """Whether the current fit had step times measured on this placement (not only
+        extrapolated to it from others)."""
+        with self._lock:
+            return self._params is not None and (num_nodes, num_replicas) in self._fitted
+
+    def _placements(self) -> frozenset[tuple[int, int]]:
+        return frozenset((nodes, replicas) for nodes, replicas, _ in self._totals)
+
     def maybe_refit(self, *, force: bool = False) -> bool:
         """Start a background refit if there is new data and none is running."""
         if self._fit_thread is not None and self._fit_thread.is_alive():
@@ -168,8 +179,9 @@ class StepProfiler:
             return False
         self._observed_since_fit = 0
         self._last_fit_time = now
-        self._fit_thread = threading.Thread(target=self._fit, args=(observations, self.params),
-                                            name="pollux-refit", daemon=True)
+        self._fit_thread = threading.Thread(
+            target=self._fit, args=(observations, self.params, self._placements()),
+            name="pollux-refit", daemon=True)
         self._fit_thread.start()
         return True
 
@@ -178,7 +190,8 @@ class StepProfiler:
             self._fit_thread.join(timeout_s)
 
     def _fit(self, observations: ThroughputObservations,
-             previous: ThroughputParams | None = None) -> None:
+             previous: ThroughputParams | None = None,
+             placements: frozenset[tuple[int, int]] = frozenset()) -> None:
         try:  # warm-started from the previous fit: one optimizer start instead of two
             params = fit_throughput_params(observations, initial_params=previous)
         except Exception:  # a fit failure must never stop training
@@ -186,6 +199,7 @@ class StepProfiler:
             return
         with self._lock:
             self._params = params
+            self._fitted = placements
         logger.debug("throughput refit on %d configurations: %s", len(observations), params)
 
     def state_dict(self) -> dict[str, Any]:
@@ -206,6 +220,7 @@ class StepProfiler:
         params = state.get("params")
         with self._lock:
             self._params = None if params is None else ThroughputParams.from_dict(params)
+            self._fitted = self._placements()  # (the restored fit's data)
         self._observed_since_fit = 0
 
 
