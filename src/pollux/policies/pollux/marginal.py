@@ -45,6 +45,7 @@ from pollux.policies.pollux.problem import (
     FloatArray,
     IntArray,
     candidate_counts,
+    fitting_replicas,
 )
 
 
@@ -225,7 +226,7 @@ class MarginalGainOptimizer:
         node); else all of them (None) in small problems, and in large ones only those with
         room left or holding a job that got less."""
         problem = placement.problem
-        fits = problem.replicas_fitting(placement.free).any(axis=0)
+        fits = fitting_replicas(problem.demand, placement.free, problem.max_replicas).any(axis=0)
         state = placement.state
         spread = np.count_nonzero(state, axis=1) > 1
         partial = ((state[spread] > 0) & (state[spread] < problem.node_size[spread, None])).any()

@@ -298,10 +298,6 @@ class PolluxObjective:
         """Per-job utility: the sum over jobs is maximized together with the power mean."""
         return utility(np.asarray(speedups) + self.config.epsilon, self.config.p)
 
-    def fitness_of_speedups(self, speedups: ArrayLike) -> FloatArray:
-        """Power mean over the last axis of ``speedups + epsilon``."""
-        return power_mean(np.asarray(speedups) + self.config.epsilon, self.config.p)
-
     def evaluate(self, states: IntArray) -> FloatArray:
         """(P,) fitness of states shaped (P, J, N); higher is better."""
         return self.score(states)[0]
@@ -316,7 +312,7 @@ class PolluxObjective:
 
     def fitness(self, states: IntArray, speedups: FloatArray) -> FloatArray:
         """(P,) fitness of states (P, J, N) whose penalized speedups are ``speedups``."""
-        value = self.fitness_of_speedups(speedups)
+        value = power_mean(np.asarray(speedups) + self.config.epsilon, self.config.p)
         if self.config.preemptible_penalty and self.problem.node_preemptible.any():
             total = states.sum(axis=(1, 2))
             spot = states[:, :, self.problem.node_preemptible].sum(axis=(1, 2))

@@ -70,10 +70,6 @@ class AllocationProblem:
     def shape(self) -> tuple[int, int]:
         return (len(self.jobs), len(self.nodes))
 
-    def replicas_fitting(self, free: FloatArray) -> IntArray:
-        """(J, N): replicas of each job that fit in ``free`` (N, R) node by node."""
-        return fitting_replicas(self.demand, free, self.max_replicas)
-
     def to_allocations(
         self, state: IntArray, previous_allocations: Allocations
     ) -> dict[str, Allocation]:
