@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import lru_cache
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -124,22 +125,24 @@ def best_goodputs(fns: Sequence[GoodputFunction], max_batch_sizes: ArrayLike,
     return goodput
 
 
+@lru_cache(maxsize=4096)
+def _candidate_batches(low: float, high: float) -> FloatArray:
+    """A job's total batches to try, as alone (scalar geomspace), and both ends; read-only
+    (kept for every round that asks again)."""
+    grid = np.concatenate([np.geomspace(low, high, NUM_BATCH_CANDIDATES)
+                           if high > low else np.full(NUM_BATCH_CANDIDATES, low), [low, high]])
+    grid.flags.writeable = False
+    return grid
+
+
 def _best_batches(fns: Sequence[GoodputFunction], m_max: FloatArray, bounds: FloatArray,
                   accumulation: NDArray[np.bool_], nodes: FloatArray, replicas: FloatArray
                   ) -> tuple[FloatArray, NDArray[np.int64], NDArray[np.int64]]:
     """Best (goodput, atomic batch, accumulation steps), each (jobs x placements), over
     total batches geometric from each job's initial batch to its ``m_max``."""
     num_jobs = len(fns)
-    grid: dict[tuple[float, float], FloatArray] = {}
-    candidates: list[FloatArray] = []
-    for fn, high in zip(fns, m_max.tolist()):  # each job's candidates as alone (scalar geomspace)
-        key = (fn.init_batch_size, high)
-        if key not in grid:
-            low = key[0]
-            grid[key] = np.concatenate([np.geomspace(low, high, NUM_BATCH_CANDIDATES)
-                                        if high > low else np.full(NUM_BATCH_CANDIDATES, low),
-                                        [low, high]])
-        candidates.append(grid[key])
+    candidates = [_candidate_batches(fn.init_batch_size, high)
+                  for fn, high in zip(fns, m_max.tolist())]
     totals = (candidates[0] if num_jobs == 1 else np.stack(candidates)).reshape(num_jobs, 1, -1)
     m0: float | FloatArray = (fns[0].init_batch_size if num_jobs == 1 else
                               np.array([fn.init_batch_size for fn in fns]).reshape(-1, 1, 1))
