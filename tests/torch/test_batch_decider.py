@@ -138,29 +138,28 @@ def test_a_relaunch_does_not_act_on_a_fit_that_only_extrapolates() -> None:
     assert sizes[:4] == [128] * 4 and reversals([128, *sizes]) == 0, sizes
 
 
-def test_the_fit_covers_only_the_placements_it_measured() -> None:
+def test_the_fit_covers_only_the_configurations_it_measured_enough() -> None:
     import torch
 
     from pollux.torch.profiler import MicroStepTiming, StepProfiler
 
     profiler = StepProfiler(torch.device("cpu"))
     clock = profiler.clock
-    for key in ((1, 2, 16), (1, 2, 64)):
-        for _ in range(3):
-            start = clock.mark()
-            sum(range(20000))
-            profiler.record(MicroStepTiming(key, True, start, clock.mark()))
-            start = clock.mark()
-            sum(range(20000))
-            profiler.record(MicroStepTiming(key, False, start, clock.mark()))
+    for key, steps in (((1, 2, 16), 3), ((1, 2, 64), 12)):
+        for _ in range(steps):
+            for optimizer_step in (False, True):
+                start = clock.mark()
+                sum(range(20000))
+                profiler.record(MicroStepTiming(key, optimizer_step, start, clock.mark()))
     profiler.collect()
-    assert not profiler.fit_covers(1, 2)  # no fit yet
+    assert not profiler.fit_covers((1, 2, 64))  # no fit yet
     assert profiler.maybe_refit(force=True)
     profiler.wait_for_fit()
-    assert profiler.fit_covers(1, 2) and not profiler.fit_covers(1, 1)
+    assert profiler.fit_covers((1, 2, 64), 10) and not profiler.fit_covers((1, 2, 16), 10)
+    assert profiler.fit_covers((1, 2, 16), 3) and not profiler.fit_covers((1, 1, 64))
     restored = StepProfiler(torch.device("cpu"))
     restored.load_state_dict(profiler.state_dict())
-    assert restored.fit_covers(1, 2) and not restored.fit_covers(2, 2)
+    assert restored.fit_covers((1, 2, 64), 10) and not restored.fit_covers((2, 2, 64))
 
 
 def test_the_carried_total_respects_the_limits() -> None:

@@ -23,12 +23,14 @@ reversal margin cannot undo a change: a stationary job's batch size moves in one
 direction and settles (``tests/torch/test_batch_decider.py`` checks this as a property).
 A change of the replica count starts the count and the hysteresis afresh (the optimum
 moves with it), from the total batch size carried over
-(:func:`~pollux.torch.batch_size.carried_batch_config`); and no change is made until
-the throughput fit includes step times measured on the current placement (``measured``):
-acting on the fit's extrapolation to a new replica count made a relaunched job go
-128 -> 36 -> 128 within 2 s (the first agreement points come every step). Only a job
-with nothing to carry (its first start, or a total the new count cannot hold) takes the
-predicted optimum at once.
+(:func:`~pollux.torch.batch_size.carried_batch_config`). And no change is made from a
+configuration until the throughput fit includes enough step times measured in it
+(``measured``; ``AgentConfig.min_profiled_steps``, 10 optimizer steps): acting on the
+fit's extrapolation to a new replica count made a relaunched job go 128 -> 36 -> 128
+within 2 s (the first agreement points come every step), and on its first few, noisy
+steps at a new placement 128 -> 32 -> 128 within 7 s. Only a job with nothing to carry
+(its first start, or a total the new count cannot hold) takes the predicted optimum at
+once.
 """
 
 from __future__ import annotations
@@ -94,7 +96,7 @@ class BatchDecider:
         ``current`` is None before the first choice, and after a change of the replica
         count that could not carry the total batch size over: then the optimum (or the
         initial configuration) is taken at once. ``measured``: whether the throughput fit
-        includes step times of this placement (otherwise ``current`` is kept).
+        includes enough step times of ``current`` (otherwise ``current`` is kept).
         """
         if current is None or num_replicas != self._replicas:
             self._streak = self._streak_direction = self._last_move = 0

@@ -62,17 +62,23 @@ class ControlLoop:
         job_config = job.config
         profiler = job.profiler
         profiler.collect()
-        profiler.maybe_refit()
+        current = (loader.batch_config if loader.config_replicas == job.num_replicas
+                   else carried_batch_config(loader.limits, loader.batch_config,
+                                             loader.config_replicas, job.num_replicas))
+        key = None if current is None else (job.num_nodes, job.num_replicas,
+                                             current.local_bsz)
+        needed = job_config.min_profiled_steps
+        measured = key is None or profiler.fit_covers(key, needed)
+        # a fit at once when the configuration has just been measured enough (not after
+        # the refit interval): the batch size may then adapt within a second or so
+        profiler.maybe_refit(force=not measured and key is not None
+                             and profiler.steps_at(key) >= needed)
         raw = model.noise.raw().tolist()  # the one host read of the device statistics
         stats = None
         if raw[3] >= job_config.min_noise_updates:
             stats = GradientNoiseEstimator.stats_from_raw(raw, loader.init_batch_size)
-        current = (loader.batch_config if loader.config_replicas == job.num_replicas
-                   else carried_batch_config(loader.limits, loader.batch_config,
-                                             loader.config_replicas, job.num_replicas))
         chosen = self._decider.decide(loader.limits, profiler.params, stats, job.num_nodes,
-                                      job.num_replicas, current,
-                                      profiler.fit_covers(job.num_nodes, job.num_replicas))
+                                      job.num_replicas, current, measured)
         steps = self.steps_done - self._steps_at_last_sync
         elapsed = time.monotonic() - self._last_sync_time
         if steps > 0 and elapsed > 0:

@@ -89,6 +89,11 @@ class AgentConfig:
     pass, and every batch keeps its size."""
     profile_warmup_steps: int = 2
     """Optimizer steps not profiled after each (re)configuration (warm-up outliers)."""
+    min_profiled_steps: int = 10
+    """Optimizer steps of the current configuration (placement and batch) the throughput
+    fit must include before the batch size may change from it: until then the fit only
+    extrapolates to it (after a rescale, or a change of batch), and acting on that made
+    batch sizes go back and forth."""
     refit_interval_s: float = 5.0
     """Minimum time between two background refits of the throughput model."""
     process_group_timeout_s: float = 600.0
@@ -116,6 +121,9 @@ class AgentConfig:
         if self.probe_interval_steps < 1:
             raise ConfigError("probe_interval_steps", self.probe_interval_steps,
                               "must be >= 1 (1: every optimizer step)")
+        if self.min_profiled_steps < 0:
+            raise ConfigError("min_profiled_steps", self.min_profiled_steps,
+                              "must be >= 0 (0: decide on extrapolated fits too)")
         if self.max_control_interval_steps < 1:
             raise ConfigError("max_control_interval_steps", self.max_control_interval_steps,
                               "must be >= 1")

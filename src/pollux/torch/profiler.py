@@ -100,8 +100,8 @@ class StepProfiler:
         self._lock = threading.Lock()
         self._fit_thread: threading.Thread | None = None
         self._params: ThroughputParams | None = None
-        self._fitted: frozenset[tuple[int, int]] = frozenset()
-        """(nodes, replicas) placements measured in the data of :attr:`params`."""
+        self._fitted: dict[ProfileKey, int] = {}
+        """Optimizer steps per configuration in the data of :attr:`params`."""
         self._observed_since_fit = 0
         self._last_fit_time = -float("inf")
         self.max_profiled_replicas = 0
@@ -157,14 +157,19 @@ class StepProfiler:
         with self._lock:
             return self._params
 
-    def fit_covers(self, num_nodes: int, num_replicas: int) -> bool:
-        """Whether the current fit had step times measured on this placement (not only
-        extrapolated to it from others)."""
+    def fit_covers(self, key: ProfileKey, min_steps: int = 1) -> bool:
+        """Whether the current fit had at least ``min_steps`` optimizer steps of this
+        configuration among its data (not only extrapolated to it from others)."""
         with self._lock:
-            return self._params is not None and (num_nodes, num_replicas) in self._fitted
+            return self._params is not None and self._fitted.get(key, 0) >= min_steps
 
-    def _placements(self) -> frozenset[tuple[int, int]]:
-        return frozenset((nodes, replicas) for nodes, replicas, _ in self._totals)
+    def steps_at(self, key: ProfileKey) -> int:
+        """Optimizer steps of this configuration collected so far."""
+        totals = self._totals.get(key)
+        return 0 if totals is None else int(totals.values[2 * OPTIM])
+
+    def _step_counts(self) -> dict[ProfileKey, int]:
+        return {key: int(totals.values[2 * OPTIM]) for key, totals in self._totals.items()}
 
     def maybe_refit(self, *, force: bool = False) -> bool:
         """Start a background refit if there is new data and none is running."""
@@ -180,7 +185,7 @@ class StepProfiler:
         self._observed_since_fit = 0
         self._last_fit_time = now
         self._fit_thread = threading.Thread(
-            target=self._fit, args=(observations, self.params, self._placements()),
+            target=self._fit, args=(observations, self.params, self._step_counts()),
             name="pollux-refit", daemon=True)
         self._fit_thread.start()
         return True
@@ -191,7 +196,7 @@ class StepProfiler:
 
     def _fit(self, observations: ThroughputObservations,
              previous: ThroughputParams | None = None,
-             placements: frozenset[tuple[int, int]] = frozenset()) -> None:
+             steps: dict[ProfileKey, int] | None = None) -> None:
         try:  # warm-started from the previous fit: one optimizer start instead of two
             params = fit_throughput_params(observations, initial_params=previous)
         except Exception:  # a fit failure must never stop training
@@ -199,7 +204,7 @@ class StepProfiler:
             return
         with self._lock:
             self._params = params
-            self._fitted = placements
+            self._fitted = steps or {}
         logger.debug("throughput refit on %d configurations: %s", len(observations), params)
 
     def state_dict(self) -> dict[str, Any]:
@@ -220,7 +225,7 @@ class StepProfiler:
         params = state.get("params")
         with self._lock:
             self._params = None if params is None else ThroughputParams.from_dict(params)
-            self._fitted = self._placements()  # (the restored fit's data)
+            self._fitted = self._step_counts()  # (the restored fit's data)
         self._observed_since_fit = 0
 
 
