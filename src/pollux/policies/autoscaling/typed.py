@@ -6,15 +6,20 @@ type it takes the most replicas (up to the job's cap on the type) at which the j
 runs at ``target_util`` (the middle of the utility band) of ideal scaling by its own
 goodput model (:class:`~pollux.models.typed.TypedGoodput`), and the goodput per dollar
 there (goodput / (replicas x the price of one GPU-hour of the type)). Jobs, best value
-first, ask for their replicas on their best type, or for what room is left there (the
-types' bounds), and only on a full type move to their next; a job without a model yet
-asks for its first replicas on the type of best 1-GPU speed per dollar (its
-``extras[TYPE_SPEEDS_KEY]``; without them, the cheapest GPU). The replicas asked per type,
-in whole nodes, within each type's bounds and ``max_nodes`` in all, at least ``min_nodes`` (on the
-cheapest node's type), are this round's proposal. Per type it is smoothed as
-:meth:`Autoscaler.decide` smooths one size: a type grows only when the last
-``grow_window_rounds`` proposals all exceed its size, and shrinks only when the last
-``window_rounds`` are all below it.
+first, ask for their replicas, or for what room is left (the types' bounds), on the type
+where they are worth most *at the margin*: among the types of at least ``spill`` of the
+job's best goodput per dollar, the one of the most goodput per dollar of the nodes the
+ask adds (``whole_nodes``: an ask that opens a new node pays for all of it, an ask that
+fits on the last node of a type already asked for pays per GPU); a job whose eligible
+types are full waits. So a job does not open an 8-GPU node for two replicas where
+another type has room at nearly its value, and does not spill onto a much dearer type
+when its best is full. A job without a model yet asks for its first replicas likewise by
+1-GPU speed per dollar (its ``extras[TYPE_SPEEDS_KEY]``; without them, the cheapest
+GPU). The replicas asked per type, in whole nodes, within each type's bounds and
+``max_nodes`` in all, at least ``min_nodes`` (on the cheapest node's type), are this
+round's proposal. Per type it is smoothed as :meth:`Autoscaler.decide` smooths one size:
+a type grows only when the last ``grow_window_rounds`` proposals all exceed its size,
+and shrinks only when the last ``window_rounds`` are all below it.
 
 A one-type cluster keeps the plain autoscalers (:mod:`.autoscaler`); this one is built
 where the cluster has several types (or one declared type), with one
@@ -43,6 +48,11 @@ from pollux.policies.autoscaling.autoscaler import (
 from pollux.policies.autoscaling.objective import BatchObjective
 from pollux.policies.base import GPU, TYPE_SPEEDS_KEY, JobInfo
 
+DEFAULT_SPILL = 0.8
+"""A job may move off its best type onto one of at least this fraction of its goodput per
+dollar there. Chosen with ``bench/typed_autoscale.py`` on Philly workloads 1 and 7 (1:
+every job on its best type only; 0, as before: onto any type when its best is full)."""
+
 
 class TypedAutoscaler(Autoscaler):
     """``pollux`` on a typed cluster: nodes per GPU type by goodput per dollar."""
@@ -51,7 +61,8 @@ class TypedAutoscaler(Autoscaler):
 
     def __init__(self, config: AutoscalerConfig, templates: Mapping[str, NodeTemplate],
                  max_nodes: Mapping[str, int], *, low_util: float = DEFAULT_LOW_UTIL,
-                 high_util: float = DEFAULT_HIGH_UTIL) -> None:
+                 high_util: float = DEFAULT_HIGH_UTIL, spill: float = DEFAULT_SPILL,
+                 whole_nodes: bool = True) -> None:
         super().__init__(config)
         if set(templates) != set(max_nodes) or not templates:
             raise ConfigError("max_nodes", dict(max_nodes), "give a bound for every type "
@@ -59,9 +70,13 @@ class TypedAutoscaler(Autoscaler):
         if not 0 < low_util < high_util <= 1:
             raise ConfigError("utility_band", f"{low_util}:{high_util}",
                               "use 0 < LOW < HIGH <= 1, e.g. 0.6:0.78")
+        if not 0 <= spill <= 1:
+            raise ConfigError("spill", spill, "use a fraction in [0, 1], e.g. 0.8")
         self.templates = dict(templates)
         self.max_nodes = {t: int(n) for t, n in max_nodes.items()}
         self.target_util = 0.5 * (low_util + high_util)
+        self.spill = float(spill)
+        self.whole_nodes = bool(whole_nodes)
         self._recent_by_type: deque[dict[str, int]] = deque(
             maxlen=max(config.window_rounds, config.grow_window))
 
@@ -115,11 +130,25 @@ class TypedAutoscaler(Autoscaler):
             return min(room[gpu_type] - asked[gpu_type], partial + free_nodes * gpus)
 
         for options in sorted(wants, key=lambda w: w[0][0] if w else 0.0, reverse=True):
-            for _, gpu_type, replicas in options:  # fewer replicas on a better type first
-                take = min(replicas, spare(gpu_type))
-                if take >= 1:
-                    asked[gpu_type] += take
+            best: tuple[float, str, int] | None = None  # (value at the margin, type, GPUs)
+            for value, gpu_type, replicas in options:
+                if value < self.spill * options[0][0]:
                     break
+                take = min(replicas, spare(gpu_type))
+                if take < 1:
+                    continue
+                if self.whole_nodes:  # the nodes the ask opens cost in full
+                    gpus = max(self.gpus(gpu_type), 1)
+                    opened = math.ceil(max(take - (-asked[gpu_type] % gpus), 0) / gpus)
+                    cost = take * self.gpu_price(gpu_type)
+                    value *= cost / max(opened * self.templates[gpu_type].price_per_hour,
+                                        cost, 1e-12)
+                if best is None or value > best[0]:
+                    best = (value, gpu_type, take)
+                if not self.whole_nodes:
+                    break  # the first with room, as before
+            if best is not None:
+                asked[best[1]] += best[2]
         nodes = {t: min(math.ceil(n / max(self.gpus(t), 1)), self.max_nodes[t])
                  for t, n in asked.items()}
         short = self.config.min_nodes - sum(nodes.values())
