@@ -57,8 +57,12 @@ def main() -> int:
     parser.add_argument("--bands", default=f"{DEFAULT_LOW_UTIL}:{DEFAULT_HIGH_UTIL}",
                         help="utility bands LOW:HIGH, comma-separated; every autoscaled "
                              "setup runs at each")
+    parser.add_argument("--option", action="append", default=[], metavar="NAME=VALUE",
+                        help="an option of the autoscalers, e.g. spill=0 or whole_nodes=0 "
+                             "(the typed autoscaler's rule before the margin), repeatable")
     parser.add_argument("--processes", type=int, default=2)
     args = parser.parse_args()
+    extra = {name: float(value) for name, value in (o.split("=", 1) for o in args.option)}
     names = [list(SETUPS)[int(i)] for i in args.setups.split(",")]
     bands = [tuple(float(x) for x in band.split(":")) for band in args.bands.split(",")]
     tasks = []  # ((setup, band or None), task)
@@ -68,7 +72,8 @@ def main() -> int:
                                node_price_per_hour={t: PRICES[t] for t in spec.gpu_types})
         apps = set(load_applications(SIA / "traces", config))
         for band in bands if SETUPS[name][1] != "none" else [None]:
-            options = {} if band is None else {"low_util": band[0], "high_util": band[1]}
+            options = {} if band is None else {"low_util": band[0], "high_util": band[1],
+                                                **extra}
             for w in args.workloads.split(","):
                 workload = read_workload(SIA / "workloads" / "philly" / f"workload-{w}.csv",
                                          apps)
