@@ -50,8 +50,9 @@ from pollux.policies.base import GPU, TYPE_SPEEDS_KEY, JobInfo
 
 DEFAULT_SPILL = 0.8
 """A job may move off its best type onto one of at least this fraction of its goodput per
-dollar there. Chosen with ``bench/typed_autoscale.py`` on Philly workloads 1 and 7 (1:
-every job on its best type only; 0, as before: onto any type when its best is full)."""
+dollar there (1: every job on its best type only; 0, as before: onto any type when its
+best is full). Chosen with ``bench/typed_autoscale.py`` on Philly workloads 1 and 7; on
+all 8 the rule at the margin changes little next to the utility band (README)."""
 
 
 class TypedAutoscaler(Autoscaler):
