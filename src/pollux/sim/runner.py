@@ -30,9 +30,8 @@ from pollux.policies.registry import POLICY_CLASSES, make_policy
 from pollux.sim.applications import Application, load_trace_applications
 from pollux.sim.cluster import ClusterSize
 from pollux.sim.job import SimJob
-from pollux.sim.loop import RoundLog
 from pollux.sim.metrics import RunRecord, summarize_run
-from pollux.sim.simulator import ClusterConfig, SimulationResult, run_simulation
+from pollux.sim.simulator import ClusterConfig, RoundLog, SimulationResult, run_simulation
 from pollux.sim.typed_apps import TypedApplication, load_typed_applications
 from pollux.sim.workload import Workload
 

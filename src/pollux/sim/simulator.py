@@ -1,7 +1,14 @@
 """The simulator: a thin driver around one scheduling policy, on any cluster.
 
-The round loop (:mod:`pollux.sim.loop`) advances every job each ``interval_s`` and runs a
-scheduling round the way the service does. A homogeneous cluster is a typed cluster with
+Every ``interval_s`` of simulated time the jobs that hold GPUs train, completed jobs
+release theirs, arrived jobs join the active ones (in workload order), and a scheduling
+round runs the way the service runs one: each active job's report (:mod:`.reports`)
+becomes the policy's :class:`~pollux.policies.base.JobInfo` through
+:mod:`pollux.policies.snapshot`, the policy is asked, its decision is checked
+(:func:`~pollux.policies.decision.check_decision`; an infeasible allocation becomes a job
+event, once per reason, and the job gets nothing) and applied. A run stops when every job
+has completed, at ``max_time_s``, or after :data:`MAX_IDLE_ROUNDS` rounds in which
+nothing runs and nothing is left to arrive. A homogeneous cluster is a typed cluster with
 one type: nodes carry their GPU type, a job's allocation never spans types (the decision
 check refuses it) and a job keeps one model per type (:class:`~pollux.sim.job.SimJob`).
 What the reference simulators of the two artifacts do differently (restart delays per
@@ -30,36 +37,59 @@ type and true goodput (see :class:`~pollux.sim.job.JobKnowledge`).
 
 from __future__ import annotations
 
+import logging
+import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
-from pollux.cluster_spec import allocation_gpu_type
+from threadpoolctl import threadpool_limits
+
+from pollux.cluster_spec import allocation_gpu_type, gpu_types_of
 from pollux.errors import ConfigError
 from pollux.models import ThroughputParams
 from pollux.models.type_speeds import estimate_type_speeds
 from pollux.policies.autoscaling import Autoscaler, BatchObjective
-from pollux.policies.base import TYPE_SPEEDS_KEY, Allocation, JobInfo, Policy, TunedConfig
-from pollux.policies.snapshot import EXPLORATION_FACTOR, JobReport
+from pollux.policies.base import Allocation, JobInfo, Policy
+from pollux.policies.decision import check_decision
+from pollux.policies.snapshot import (
+    EXPLORATION_FACTOR,
+    JobReport,
+    Snapshot,
+    SpeedupCache,
+    job_infos,
+)
 from pollux.sim.adaptive import FitCache
 from pollux.sim.applications import Application
 from pollux.sim.cluster import ClusterSize, ElasticCluster
 from pollux.sim.config import ClusterConfig
 from pollux.sim.job import BatchMode, JobKnowledge, SimJob
-from pollux.sim.loop import MAX_IDLE_ROUNDS, RoundLog, RoundLoop, job_report
-from pollux.sim.oracle import (
-    OracleTables,
-    RemainingTimeOracle,
-    fixed_batch_max_replicas,
-    true_throughput_params,
-)
+from pollux.sim.oracle import OracleTables, true_throughput_params
 from pollux.sim.placement import placement_of
+from pollux.sim.reports import hints_report, typed_report
 from pollux.sim.typed_apps import TypedApplication, typed_on
 from pollux.sim.workload import Workload
 
 __all__ = ["MAX_IDLE_ROUNDS", "ClusterConfig", "RoundLog", "SimulationResult", "Simulator",
            "run_simulation"]
+
+logger = logging.getLogger(__name__)
+
+MAX_IDLE_ROUNDS = 100
+"""Rounds in which nothing runs and nothing is left to arrive before the run is abandoned."""
+
+
+@dataclass(frozen=True)
+class RoundLog:
+    """What happened in one scheduling round."""
+
+    time_s: float
+    num_active: int
+    """Jobs submitted and not completed."""
+    gpus: Mapping[str, int] = field(default_factory=dict)
+    """Job -> GPUs allocated after the round (jobs with none omitted)."""
+    policy_s: float = 0.0
+    """Wall seconds the policy spent on this round."""
 
 
 @dataclass(frozen=True)
@@ -83,8 +113,8 @@ class SimulationResult:
     """Job -> GPU type -> rounds held on it."""
 
 
-class Simulator(RoundLoop[SimJob]):
-    """Runs one workload under one policy."""
+class Simulator:
+    """Runs one workload's jobs under one policy, round after round (module docstring)."""
 
     def __init__(self, workload: Workload,
                  applications: Mapping[str, Application] | Mapping[str, TypedApplication],
@@ -94,7 +124,9 @@ class Simulator(RoundLoop[SimJob]):
                  batch_objective: BatchObjective | None = None,
                  job_knowledge: JobKnowledge | str = JobKnowledge.MEASURED) -> None:
         self.config = cfg = config or ClusterConfig()
-        super().__init__(cfg.interval_s, cfg.max_time_s)
+        self.interval_s, self.max_time_s = cfg.interval_s, cfg.max_time_s
+        self._speedups = SpeedupCache()
+        self._infeasible: dict[str, str] = {}
         self.workload = workload
         self.policy = policy
         self.autoscaler = autoscaler
@@ -167,75 +199,95 @@ class Simulator(RoundLoop[SimJob]):
         """What the driver knows of a job and what the job reports (the semantics'
         scheduler model)."""
         if self.semantics.scheduler_model == "hints":
-            return self._hints_report(job)
-        return self._typed_report(job)
+            return hints_report(job, self._restart_delay_s(job), self._oracles, self.config)
+        return typed_report(job, self._restart_delay_s(job), self._oracles, self.config,
+                            self._growth_factor, self._initial_replicas)
 
-    def _hints_report(self, job: SimJob) -> JobReport:
-        """One GPU per replica, preemptible, its tuned (or pinned) configuration, and
-        either its hints with the application's useful replicas as the spec bound
-        (adaptive jobs) or the Optimus oracle of remaining time with the bound batch size
-        // smallest atomic batch (fixed jobs)."""
-        app = job.current_app()
-        spec = app.spec
-        tuned_replicas = job.spec.num_replicas
-        tuned_batch = job.spec.batch_size
-        if spec.pinned_replicas is not None:
-            tuned_replicas = min(tuned_replicas, spec.pinned_replicas)
-        if spec.pinned_batch_size is not None:
-            tuned_batch = spec.pinned_batch_size
-        hints = job.hints()
-        remaining_fn = None
-        if hints is not None:
-            max_replicas = spec.max_useful_replicas
-        else:
-            batch = job.target_batch_size or tuned_batch
-            max_replicas = fixed_batch_max_replicas(app, batch)
-            remaining_fn = self._oracles.oracle(
-                app, batch, self.config.gpus_per_node_of(str(job.gpu_type)), job.epoch)
-        return job_report(
-            job, self._restart_delay_s(job), max_replicas=max_replicas,
-            tuned=TunedConfig(num_replicas=tuned_replicas, batch_size=tuned_batch),
-            hints=hints, remaining_time_fn=remaining_fn,
-            remaining_progress=None if hints is None else job.remaining_progress())
+    # -- the loop ------------------------------------------------------------------------
+    def run_rounds(self) -> tuple[tuple[RoundLog, ...], float]:
+        """Simulate until every job completes (or nothing can run any more); the rounds
+        and the wall seconds. BLAS is held to one thread meanwhile: the simulation is
+        sequential, and a multi-threaded BLAS inside the many small throughput fits only
+        spins on busy cores."""
+        start = time.perf_counter()
+        with threadpool_limits(limits=1, user_api="blas"):
+            rounds = self._loop()
+        return rounds, time.perf_counter() - start
 
-    def _typed_report(self, job: SimJob) -> JobReport:
-        """Per GPU type: a fixed-batch job's replica cap (replicas that each get the
-        type's smallest atomic batch) and Optimus oracle of remaining time (calibration
-        included); an adaptive job's goodput per type and growth caps (the most of them as
-        the spec's bound), or a heterogeneity-unaware job's pooled hints. With the
-        restart delay left and the application's name (Sia's restart penalties)."""
-        extras: dict[str, Any] = {"application": job.app.name}
-        if job.type_speeds is not None:
-            extras[TYPE_SPEEDS_KEY] = job.type_speeds
-        fields: dict[str, Any] = {}
-        tuned = TunedConfig(job.spec.num_replicas, job.spec.batch_size)
-        if job.mode is BatchMode.FIXED:
-            batch = int(job.target_batch_size or job.spec.batch_size)
-            caps: dict[str, int] = {}
-            oracles: dict[str, RemainingTimeOracle] = {}
-            for gpu_type, app in job.app.by_type.items():
-                caps[gpu_type] = fixed_batch_max_replicas(app, batch)
-                oracles[gpu_type] = self._oracles.oracle(
-                    app, batch, self.config.gpus_per_node_of(gpu_type), job.epoch,
-                    job.rate_factor)
-            pinned = job.app.reference().spec.pinned_replicas
-            tuned = TunedConfig(job.spec.num_replicas if pinned is None
-                                else min(job.spec.num_replicas, pinned), batch)
-            fields = {"max_replicas": max(caps.values()), "max_replicas_by_type": caps,
-                      "remaining_time_fn_by_type": oracles}
-        elif job.pooled is not None:
-            spec = job.pooled.spec
-            fields = {"max_replicas": max(1, spec.max_batch_size // spec.min_local_bsz),
-                      "hints": job.pooled.hints()}
-        else:
-            caps = {t: job.max_replicas(t, self._growth_factor, self._initial_replicas)
-                    for t in job.app.by_type}
-            model = job.typed_goodput()
-            fields = {"max_replicas": max(caps.values()), "typed_goodput": model,
-                      "remaining_s": job.remaining_s(model), "max_replicas_by_type": caps}
-        return job_report(job, self._restart_delay_s(job), tuned=tuned,
-                          restart_left_s=job.restart_left_s if job.placement else 0.0,
-                          extras=extras, **fields)
+    def _loop(self) -> tuple[RoundLog, ...]:
+        arrivals = sorted(range(len(self.jobs)),
+                          key=lambda i: (self.jobs[i].spec.submission_time_s, i))
+        next_arrival = 0
+        active: list[int] = []
+        rounds: list[RoundLog] = []
+        now = 0.0
+        idle_rounds = 0
+        num_done = 0
+        while num_done < len(self.jobs) and now < self.max_time_s:
+            self._advance([self.jobs[i] for i in active], now)
+            now += self.interval_s
+            done = [i for i in active if self.jobs[i].completion_time_s is not None]
+            if done:
+                num_done += len(done)
+                for i in done:
+                    self.jobs[i].allocation, self.jobs[i].placement = (), ()
+                active = [i for i in active if self.jobs[i].completion_time_s is None]
+            arrived = False
+            while (next_arrival < len(arrivals)
+                   and self.jobs[arrivals[next_arrival]].spec.submission_time_s <= now):
+                active.append(arrivals[next_arrival])
+                next_arrival += 1
+                arrived = True
+            if arrived:
+                active.sort()
+            rounds.append(self._round([self.jobs[i] for i in active], now))
+            if not active:
+                continue
+            if not rounds[-1].gpus and next_arrival == len(arrivals):
+                idle_rounds += 1
+                if idle_rounds >= MAX_IDLE_ROUNDS:
+                    logger.warning("%s on %s: %d jobs can never run; stopping at t=%.0f s",
+                                   self.policy.name, self.workload.name, len(active), now)
+                    break
+            else:
+                idle_rounds = 0
+        return tuple(rounds)
+
+    def _round(self, jobs: list[SimJob], now: float) -> RoundLog:
+        """One scheduling round, in the service's order: the jobs' records; with an
+        autoscaler, the cluster resized; the policy asked on the nodes there are then; its
+        decision checked and applied."""
+        infos = job_infos([self._report(job) for job in jobs], now, self._speedups,
+                          throughput_speedups=self.throughput_speedups,
+                          exploration_factor=self.policy.growth_rule(
+                              tuple(gpu_types_of(self.nodes)))[0])
+        if self.autoscaler is not None and self.cluster is not None:
+            self._resize(self.autoscaler, self.cluster, jobs, infos, now)
+        if not jobs:
+            return RoundLog(now, 0)
+        snapshot = Snapshot(now, infos, tuple(self.nodes),
+                            {job.name: job.allocation for job in jobs if job.allocation})
+        tic = time.perf_counter()
+        decision = self.policy.optimize(list(snapshot.jobs), list(snapshot.nodes),
+                                        snapshot.previous_allocations)
+        policy_s = time.perf_counter() - tic
+        decision = check_decision(decision, snapshot)
+        gpus: dict[str, int] = {}
+        for job in jobs:
+            reason = decision.infeasible.get(job.name)
+            if reason is None:
+                self._infeasible.pop(job.name, None)
+            elif self._infeasible.get(job.name) != reason:  # once per reason, as the service
+                self._infeasible[job.name] = reason
+                logger.warning("t=%.0f s: policy %s: allocation of %s infeasible: %s", now,
+                               self.policy.name, job.name, reason)
+                job.events.append((now, f"policy {self.policy.name}: allocation infeasible: "
+                                        f"{reason}"))
+            new = tuple(decision.allocations.get(job.name, ()))
+            self._apply(job, new)
+            if new:
+                gpus[job.name] = len(new)
+        return RoundLog(now, len(jobs), gpus, policy_s)
 
     # -- effects -------------------------------------------------------------------------
     def _interfered(self, running: Sequence[SimJob]) -> set[str]:
@@ -274,12 +326,6 @@ class Simulator(RoundLoop[SimJob]):
         job.held_gpu_s += self.interval_s * job.num_replicas  # whole rounds held
         held = self._held[job.name]
         held[str(gpu_type)] = held.get(str(gpu_type), 0) + 1
-
-    def _before_policy(self, jobs: Sequence[SimJob], infos: Sequence[JobInfo], now_s: float
-                       ) -> None:
-        """With an autoscaler, its desired size applied to the cluster."""
-        if self.autoscaler is not None and self.cluster is not None:
-            self._resize(self.autoscaler, self.cluster, jobs, infos, now_s)
 
     def run(self) -> SimulationResult:
         """Simulate until every job completes (or nothing can run any more)."""
