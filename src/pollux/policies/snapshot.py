@@ -38,6 +38,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
+from operator import attrgetter
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -62,6 +63,7 @@ logger = logging.getLogger(__name__)
 
 _FACTS = tuple(f.name for f in fields(JobFacts))
 """The fields a job's report hands on to its policy record as they are (some changed)."""
+_facts_of = attrgetter(*_FACTS)
 
 EXPLORATION_FACTOR = 2
 """A job with hints may get at most this times the most replicas it has profiled."""
@@ -309,7 +311,7 @@ def job_info(report: JobReport, now_s: float, cache: SpeedupCache,
                            / float(base))
     if throughput_speedups and throughput is not None:
         extras = {**extras, THROUGHPUT_SPEEDUP_KEY: throughput}
-    facts = {name: getattr(report, name) for name in _FACTS}
+    facts = dict(zip(_FACTS, _facts_of(report)))
     facts.update(max_replicas=(exploration_bound(report, factor=factor) if max_replicas is None
                                else max_replicas),
                  remaining_s=remaining_s, typed_goodput=typed_goodput,

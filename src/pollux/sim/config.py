@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from types import MappingProxyType
 
 from pollux.cluster_spec import ClusterSpec, NodeGroup
@@ -90,7 +91,7 @@ class ClusterConfig:
             raise ConfigError("speeds_from", self.speeds_from,
                               f"choose from: {', '.join(SPEEDS_FROM)}")
 
-    @property
+    @cached_property
     def spec(self) -> ClusterSpec:
         """The cluster as groups of nodes (one group of the default type unless typed)."""
         if self.cluster is not None:

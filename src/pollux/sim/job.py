@@ -340,7 +340,9 @@ class SimJob:
         step, sync = app.step_sync_time(self.placement, atomic_bsz)
         sqr, var = app.grad_stats(batch, self.epoch)
         if observe:
-            self.grad_stats = GradientStats(max(sqr, 0.0), max(var, 0.0))
+            stats = self.grad_stats
+            if stats is None or (stats.sqr, stats.var) != (max(sqr, 0.0), max(var, 0.0)):
+                self.grad_stats = GradientStats(max(sqr, 0.0), max(var, 0.0))
             if self.profile is not None:
                 self.profile.observe(len(self.placement), replicas, atomic_bsz, step, sync,
                                      sqr, var)

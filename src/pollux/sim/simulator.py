@@ -313,8 +313,11 @@ class Simulator:
             if job.allocation:
                 job.reallocate((), (), self._restart_delay_s(job))
             return
-        gpu_type = allocation_gpu_type(allocation, self._by_name)
-        placement = placement_of(allocation)
+        if allocation == job.allocation:  # kept: same type and placement
+            gpu_type, placement = job.gpu_type, job.placement
+        else:
+            gpu_type = allocation_gpu_type(allocation, self._by_name)
+            placement = placement_of(allocation)
         if self.semantics.restart_on_node_change:
             moved = sorted(allocation) != sorted(job.allocation)
         else:
