@@ -73,6 +73,8 @@ def main() -> int:
     parser.add_argument("--processes", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--quick", action="store_true",
                         help="Philly workload-1 and Pollux workloads 1-2 only")
+    parser.add_argument("--only", choices=("typed", "baselines"),
+                        help="one of the two command lines")
     parser.add_argument("--typed-policies", default="sia,pollux",
                         help="policies of the typed run (default sia,pollux; the same "
                              "name must mean the same policy in both checkouts)")
@@ -81,6 +83,8 @@ def main() -> int:
           "max avg-JCT difference | CPU s of each run (old; new) |")
     print("|---|---|---|---|---|---|---|---|")
     for i, (name, cmd) in enumerate(commands(args.quick, args.typed_policies).items()):
+        if args.only is not None and not name.startswith(args.only):
+            continue
         order = [("new", args.new), ("old", args.old)]
         runs: dict[str, list[tuple[float, float, dict[str, float]]]] = {"new": [], "old": []}
         for r in range(args.repeat):
@@ -89,9 +93,9 @@ def main() -> int:
         (ow, oc, oj), (nw, nc, nj) = (min(runs[label], key=lambda run: run[1])
                                       for label in ("old", "new"))
         diff = max(abs(nj[k] / oj[k] - 1) for k in oj) if set(oj) == set(nj) else float("nan")
-        each = "; ".join(" ".join(f"{run[1]:.0f}" for run in runs[label])
+        each = "; ".join(" ".join(f"{run[1]:.1f}" for run in runs[label])
                          for label in ("old", "new"))
-        print(f"| {name} | {ow:.0f} | {nw:.0f} | {oc:.0f} | {nc:.0f} | {nc / oc:.2f} | "
+        print(f"| {name} | {ow:.0f} | {nw:.0f} | {oc:.1f} | {nc:.1f} | {nc / oc:.2f} | "
               f"{diff:.2e} | {each} |", flush=True)
     return 0
 

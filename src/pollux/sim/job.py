@@ -343,9 +343,9 @@ class SimJob:
             stats = self.grad_stats
             if stats is None or (stats.sqr, stats.var) != (max(sqr, 0.0), max(var, 0.0)):
                 self.grad_stats = GradientStats(max(sqr, 0.0), max(var, 0.0))
-            if self.profile is not None:
-                self.profile.observe(len(self.placement), replicas, atomic_bsz, step, sync,
-                                     sqr, var)
+            profile = self.profile
+            if profile is not None:
+                profile.observe(len(self.placement), replicas, atomic_bsz, step, sync, sqr, var)
         gain = float(scaled_gain(sqr, var, batch / app.spec.init_batch_size))
         return gain / (step + (step - sync) * accum_steps)
 

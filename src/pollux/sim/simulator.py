@@ -189,7 +189,7 @@ class Simulator:
             self.nodes = self.cluster.nodes()
         self._by_name = {node.name: node for node in self.nodes}
         self._oracles = OracleTables()
-        self._held: dict[str, dict[str, int]] = {job.name: {} for job in self.jobs}
+        self._held: dict[str, Counter[str]] = {job.name: Counter() for job in self.jobs}
 
     def _restart_delay_s(self, job: SimJob) -> float:
         return self.semantics.restart_delay_s(job.spec.application, self.config.restart_delay_s)
@@ -327,8 +327,7 @@ class Simulator:
         if moved:
             job.reallocate(allocation, placement, self._restart_delay_s(job), gpu_type)
         job.held_gpu_s += self.interval_s * job.num_replicas  # whole rounds held
-        held = self._held[job.name]
-        held[str(gpu_type)] = held.get(str(gpu_type), 0) + 1
+        self._held[job.name][str(gpu_type)] += 1
 
     def run(self) -> SimulationResult:
         """Simulate until every job completes (or nothing can run any more)."""
