@@ -330,22 +330,12 @@ class SimJob:
                 best, best_goodput = (atomic, accum), goodput
         return best
 
-    def _goodput(self, atomic_bsz: int, accum_steps: int, observe: bool = False) -> float:
-        """True progress per second at a batch configuration on the current placement;
-        with ``observe``, the true gradient statistics (and, for adaptive jobs, the
-        measurement, profiled) recorded as the job's."""
+    def _goodput(self, atomic_bsz: int, accum_steps: int) -> float:
+        """True progress per second at a batch configuration on the current placement."""
         app = self.current_app()
-        replicas = self.num_replicas
-        batch = replicas * atomic_bsz * (accum_steps + 1)
+        batch = self.num_replicas * atomic_bsz * (accum_steps + 1)
         step, sync = app.step_sync_time(self.placement, atomic_bsz)
         sqr, var = app.grad_stats(batch, self.epoch)
-        if observe:
-            stats = self.grad_stats
-            if stats is None or (stats.sqr, stats.var) != (max(sqr, 0.0), max(var, 0.0)):
-                self.grad_stats = GradientStats(max(sqr, 0.0), max(var, 0.0))
-            profile = self.profile
-            if profile is not None:
-                profile.observe(len(self.placement), replicas, atomic_bsz, step, sync, sqr, var)
         gain = float(scaled_gain(sqr, var, batch / app.spec.init_batch_size))
         return gain / (step + (step - sync) * accum_steps)
 
@@ -379,8 +369,20 @@ class SimJob:
         self.restart_left_s -= delay
         seconds -= delay
         app = self.current_app()
+        profile = self.profile
+        nodes, init_batch = len(self.placement), app.spec.init_batch_size
         while seconds > 0 and self.completion_time_s is None:
-            goodput = self._goodput(self.atomic_bsz, self.accum_steps, observe=True) * rate_factor
+            atomic, accum = self.atomic_bsz, self.accum_steps
+            batch = replicas * atomic * (accum + 1)
+            step, sync = app.step_sync_time(self.placement, atomic)
+            sqr, var = app.grad_stats(batch, self.epoch)
+            stats = self.grad_stats
+            if stats is None or (stats.sqr, stats.var) != (max(sqr, 0.0), max(var, 0.0)):
+                self.grad_stats = GradientStats(max(sqr, 0.0), max(var, 0.0))
+            if profile is not None:
+                profile.observe(nodes, replicas, atomic, step, sync, sqr, var)
+            gain = float(scaled_gain(sqr, var, batch / init_batch))
+            goodput = gain / (step + (step - sync) * accum) * rate_factor
             next_progress = app.epoch_progress(self.epoch + 1)
             if self.progress + goodput * seconds < next_progress:
                 self.progress += goodput * seconds
