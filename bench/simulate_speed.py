@@ -1,7 +1,7 @@
 """The simulator's speed against an older checkout, side by side in one run.
 
     git worktree add /tmp/sim-old <base commit>
-    nice -n 10 python bench/simulate_speed.py --old /tmp/sim-old [--quick] [--repeat 3]
+    nice -n 19 python bench/simulate_speed.py --old /tmp/sim-old [--quick] [--repeat 3] [--only typed]
 
 Runs two command lines with each checkout's code (``PYTHONPATH=<checkout>/src``; ``--new``
 another checkout than this one, e.g. a ``git archive`` of a commit, so editing this one
