@@ -2,8 +2,8 @@
 
 ``models``, ``policies`` and the contract modules (``jobenv``, ``job_spec``,
 ``resources``) import neither torch nor the runtime; backends import neither the service
-nor the policies; the in-job agent (``pollux.torch``) imports none of policies, service
-and backends.
+nor the policies; the in-job agent (``pollux.torch``, and AdaptDL's API over it in
+``pollux.adaptdl``) imports none of policies, service and backends.
 """
 
 from __future__ import annotations
@@ -30,7 +30,11 @@ LAYERS: dict[str, tuple[str, ...]] = {
                               "pollux.torch", "torch"),
     "pollux.backends.ray.nodes": ("pollux.service", "pollux.policies", "pollux.sim",
                                   "pollux.torch", "torch"),
+    "pollux.backends.slurm": ("pollux.service", "pollux.policies", "pollux.sim",
+                              "pollux.torch", "torch"),
     "pollux.torch": ("pollux.policies", "pollux.service", "pollux.backends", "pollux.sim"),
+    "pollux.adaptdl.torch": ("pollux.policies", "pollux.service", "pollux.backends",
+                             "pollux.sim"),
 }
 
 
@@ -49,7 +53,7 @@ def imported(module: str, forbidden: tuple[str, ...]) -> list[str]:
 
 @pytest.mark.parametrize("module", sorted(LAYERS))
 def test_layer_imports_nothing_above_it(module: str) -> None:
-    if module == "pollux.torch":
+    if module in ("pollux.torch", "pollux.adaptdl.torch"):
         pytest.importorskip("torch")
     bad = imported(module, LAYERS[module])
     assert not bad, f"{module} imports {', '.join(bad)}"
