@@ -2,12 +2,13 @@
 allocation loop adds about a job's own state (unusable hints, fresh starts).
 
 At startup (:class:`Recovery`): a running job whose replicas the backend can watch again
-(Slurm's work outlives the server) is adopted as it runs; the replicas a previous server
-left behind otherwise are asked to checkpoint and stop (killed after the grace), each replica's exit status is taken
-from the file its launcher wrote (:mod:`pollux.backends.exit_status`; "lost" when there
-is none), a job whose replicas of its latest launch all exited 0 is recorded as
-Succeeded -- it finished while the server was down and never runs again -- and every
-other job is requeued to resume from its last checkpoint.
+(Slurm's work outlives the server) is adopted as it runs. The other replicas a previous
+server left behind are asked to checkpoint and stop (killed after the grace), each
+replica's exit status is taken from the file its launcher wrote
+(:mod:`pollux.backends.exit_status`; "lost" when there is none), a job whose replicas of
+its latest launch all exited 0 is recorded as Succeeded -- it finished while the server
+was down and never runs again -- and every other job is requeued to resume from its
+last checkpoint.
 """
 
 from __future__ import annotations

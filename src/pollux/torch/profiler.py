@@ -172,12 +172,14 @@ class StepProfiler:
         return {key: int(totals.values[2 * OPTIM]) for key, totals in self._totals.items()}
 
     def maybe_refit(self, *, force: bool = False) -> bool:
-        """Start a background refit if there is new data and none is running."""
+        """Start a background refit if there is new data and none is running; ``force``:
+        before the refit interval, but at most one a second (a fit that keeps failing
+        must not be retried at every agreement point)."""
         if self._fit_thread is not None and self._fit_thread.is_alive():
             return False
         now = time.monotonic()
-        if not force and (self._observed_since_fit == 0
-                          or now - self._last_fit_time < self.refit_interval_s):
+        wait_s = min(1.0, self.refit_interval_s) if force else self.refit_interval_s
+        if (not force and self._observed_since_fit == 0) or now - self._last_fit_time < wait_s:
             return False
         observations = self.observations()
         if observations is None:
