@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -19,6 +20,7 @@ from pollux.torch.batch_size import (
     choose_batch_config,
     initial_batch_config,
 )
+from pollux.torch.profiler import MicroStepTiming, StepProfiler
 
 AGREEMENTS = 60
 LIMITS = BatchLimits(64, 2048, (16, 512), accumulation=False)
@@ -139,10 +141,6 @@ def test_a_relaunch_does_not_act_on_a_fit_that_only_extrapolates() -> None:
 
 
 def test_the_fit_covers_only_the_configurations_it_measured_enough() -> None:
-    import torch
-
-    from pollux.torch.profiler import MicroStepTiming, StepProfiler
-
     profiler = StepProfiler(torch.device("cpu"))
     clock = profiler.clock
     for key, steps in (((1, 2, 16), 3), ((1, 2, 64), 12)):
