@@ -371,15 +371,16 @@ class SimJob:
         app = self.current_app()
         profile = self.profile
         nodes, init_batch = len(self.placement), app.spec.init_batch_size
+        fixed = self.target_batch_size is not None  # its batch only changes with a move
         while seconds > 0 and self.completion_time_s is None:
             atomic, accum = self.atomic_bsz, self.accum_steps
             batch = replicas * atomic * (accum + 1)
             step, sync = app.step_sync_time(self.placement, atomic)
             sqr, var = app.grad_stats(batch, self.epoch)
-            stats = self.grad_stats
-            if stats is None or (stats.sqr, stats.var) != (max(sqr, 0.0), max(var, 0.0)):
-                self.grad_stats = GradientStats(max(sqr, 0.0), max(var, 0.0))
-            if profile is not None:
+            if profile is not None:  # adaptive jobs: what they measure and decide by
+                stats = self.grad_stats
+                if stats is None or (stats.sqr, stats.var) != (max(sqr, 0.0), max(var, 0.0)):
+                    self.grad_stats = GradientStats(max(sqr, 0.0), max(var, 0.0))
                 profile.observe(nodes, replicas, atomic, step, sync, sqr, var)
             gain = float(scaled_gain(sqr, var, batch / init_batch))
             goodput = gain / (step + (step - sync) * accum) * rate_factor
@@ -396,5 +397,6 @@ class SimJob:
                 self.progress = next_progress
                 elapsed += delta
                 seconds -= delta
-            self.update_batch()
+            if not fixed:
+                self.update_batch()
         self.attained_service_s += elapsed * replicas

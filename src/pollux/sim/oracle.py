@@ -55,10 +55,20 @@ class RemainingTimeOracle:
     def __init__(self, table: StepTimeTable, remaining_iterations: float) -> None:
         self.table = table
         self.remaining_iterations = remaining_iterations
+        self._last: tuple[object, FloatArray] | None = None
 
     def __call__(self, num_nodes: ArrayLike, num_replicas: ArrayLike) -> FloatArray:
         nodes, replicas = np.broadcast_arrays(np.asarray(num_nodes, dtype=np.float64),
                                               np.asarray(num_replicas, dtype=np.float64))
+        key = (nodes.shape, nodes.tobytes(), replicas.tobytes())
+        if self._last is not None and self._last[0] == key:
+            return self._last[1]  # a policy asks the same every round of an epoch
+        times = self._times(nodes, replicas)
+        times.flags.writeable = False
+        self._last = (key, times)
+        return times
+
+    def _times(self, nodes: FloatArray, replicas: FloatArray) -> FloatArray:
         g = self.table.gpus_per_node
         packed = nodes == np.ceil(replicas / g)
         if np.all(packed | (replicas <= 0)):
@@ -91,6 +101,7 @@ class OracleTables:
 
     def __init__(self) -> None:
         self._tables: dict[tuple[Application, int, int], StepTimeTable] = {}
+        self._oracles: dict[tuple[StepTimeTable, int, float], RemainingTimeOracle] = {}
 
     def oracle(self, app: Application, batch_size: int, gpus_per_node: int, epoch: int,
                rate_factor: float = 1.0) -> RemainingTimeOracle:
@@ -101,8 +112,12 @@ class OracleTables:
         if table is None:
             table = StepTimeTable(app, batch_size, gpus_per_node)
             self._tables[key] = table
-        return RemainingTimeOracle(table,
-                                   remaining_iterations(app, batch_size, epoch) / rate_factor)
+        oracle = self._oracles.get((table, epoch, rate_factor))
+        if oracle is None:  # the same all epoch long
+            oracle = RemainingTimeOracle(
+                table, remaining_iterations(app, batch_size, epoch) / rate_factor)
+            self._oracles[(table, epoch, rate_factor)] = oracle
+        return oracle
 
 
 def true_throughput_params(app: Application, gpus_per_node: int,
