@@ -185,17 +185,14 @@ def solve_fast(values: ArrayLike, kind: ArrayLike, size: ArrayLike, capacity: Ar
     if jobs.size == 0 or cols.size == 0:
         return chosen
     sub = np.where(useful[:, cols], sub[:, cols], np.inf)
-    if np.count_nonzero(np.isfinite(sub)) <= max_lp_entries:
-        pick = _relaxed(sub, k[cols], s[cols], free_cap)
-    else:
-        pick = _price(sub, k[cols], s[cols], free_cap)
-    pick = _repair(sub, k[cols], s[cols], free_cap, pick)
-    pick = _improve(sub, k[cols], s[cols], free_cap, pick)
+    program = (sub, k[cols], s[cols], free_cap)
+    start = _relaxed if np.count_nonzero(np.isfinite(sub)) <= max_lp_entries else _price
+    pick = _improve(*program, _repair(*program, start(*program)))
     for _ in range(2 * len(jobs)):  # pair moves, each followed by single moves
-        moved = _pair_move(sub, k[cols], s[cols], free_cap, pick)
+        moved = _pair_move(*program, pick)
         if moved is None:
             break
-        pick = _improve(sub, k[cols], s[cols], free_cap, moved)
+        pick = _improve(*program, moved)
     taken = pick >= 0
     chosen[jobs[taken]] = cols[pick[taken]]
     return chosen
@@ -249,7 +246,7 @@ def _price(a: np.ndarray, kind: IntArray, size: np.ndarray, cap: np.ndarray) -> 
 
             if demand_t(mu[t]) <= cap[t] + 1e-9:
                 continue
-            low, high = mu[t], float(np.max(-a_t[np.isfinite(a_t)] / 1.0)) + 1.0
+            low, high = mu[t], float(np.max(-a_t[np.isfinite(a_t)])) + 1.0
             for _ in range(_BISECTION_STEPS):  # demand_t(high) fits, demand_t(low) does not
                 mid = 0.5 * (low + high)
                 if demand_t(mid) <= cap[t] + 1e-9:
@@ -280,13 +277,12 @@ def _repair(a: np.ndarray, kind: IntArray, size: np.ndarray, cap: np.ndarray,
 
 
 def _improve(a: np.ndarray, kind: IntArray, size: np.ndarray, cap: np.ndarray,
-             pick: IntArray, max_moves: int | None = None) -> IntArray:
+             pick: IntArray) -> IntArray:
     """Apply the best single-job change within the free GPUs until none helps."""
     pick = pick.copy()
-    num_jobs = len(pick)
-    rows = np.arange(num_jobs)
+    rows = np.arange(len(pick))
     free = cap - _demand(pick, kind, size, len(cap))
-    for _ in range(4 * num_jobs + 10 if max_moves is None else max_moves):
+    for _ in range(4 * len(pick) + 10):
         on = pick >= 0
         current = np.where(on, a[rows, np.maximum(pick, 0)], 0.0)
         # GPUs the job may use on each configuration's type: the free ones plus its own
@@ -358,7 +354,6 @@ def _pair_move(a: np.ndarray, kind: IntArray, size: np.ndarray, cap: np.ndarray,
         return None
     mover, target, other, other_to = best
     moved = pick.copy()
-    moved[other] = other_to
-    moved[mover] = target
+    moved[[other, mover]] = other_to, target
     return moved
 

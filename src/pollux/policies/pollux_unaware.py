@@ -77,29 +77,26 @@ class PolluxUnawarePolicy(Policy):
                     ) -> dict[str, Allocation]:
         """Last round's allocations on virtual nodes: as returned then when unchanged,
         else each real node's replicas fill its virtual nodes in order."""
-        used: dict[str, int] = {}
+        used: Counter[str] = Counter()
         result: dict[str, Allocation] = {}
         pending = []
         for name, alloc in previous.items():
             known = self._virtual.get(name)
             if known is not None and known[0] == tuple(alloc):
                 result[name] = known[1]
-                for vnode in known[1]:
-                    used[vnode] = used.get(vnode, 0) + 1
+                used.update(known[1])
             else:
                 pending.append((name, alloc))
-        capacity = {v.name: v.num_gpus for v in self._virtual_nodes(nodes)}
+        virtual_of: dict[str, list[NodeInfo]] = {}
+        for vnode in self._virtual_nodes(nodes):
+            virtual_of.setdefault(vnode.name.rsplit(SEPARATOR, 1)[0], []).append(vnode)
         for name, alloc in pending:
             placed = []
             for real in alloc:
-                for index in range(len(capacity)):
-                    vnode = f"{real}{SEPARATOR}{index}"
-                    if vnode not in capacity:
-                        break
-                    if used.get(vnode, 0) < capacity[vnode]:
-                        used[vnode] = used.get(vnode, 0) + 1
-                        placed.append(vnode)
-                        break
+                room = [v.name for v in virtual_of.get(real, []) if used[v.name] < v.num_gpus]
+                if room:
+                    used[room[0]] += 1
+                    placed.append(room[0])
             if len(placed) == len(alloc):
                 result[name] = tuple(placed)
         return result

@@ -187,12 +187,9 @@ class SiaPolicy(Policy):
             return PolicyDecision({job.name: () for job in jobs})
         type_of = {node.name: node.gpu_type for node in nodes}
         index = {(c.gpu_type, c.num_gpus): i for i, c in enumerate(configs)}
-        num_jobs, num_configs = len(jobs), len(configs)
-        cost = np.empty((num_jobs, num_configs))
+        cost = np.empty((len(jobs), len(configs)))
         previous_config: list[int | None] = []
-        goodputs = self.goodput_matrix(jobs, configs)
-        for i, job in enumerate(jobs):
-            row = goodputs[i]
+        for i, (job, row) in enumerate(zip(jobs, self.goodput_matrix(jobs, configs))):
             prev = tuple(previous_allocations.get(job.name, ()))
             prev_index = index.get((type_of[prev[0]], len(prev))) if prev else None
             previous_config.append(prev_index)
@@ -201,7 +198,7 @@ class SiaPolicy(Policy):
             cost[i] = self._cost(row)
         chosen = self._solve(jobs, configs, cost, previous_config, groups)
         allocations = self._place(jobs, configs, chosen, groups, previous_allocations)
-        return PolicyDecision(allocations, info={"num_configs": num_configs})
+        return PolicyDecision(allocations, info={"num_configs": len(configs)})
 
     def _solve(self, jobs: Sequence[JobInfo], configs: Sequence[Config], cost: np.ndarray,
                previous_config: Sequence[int | None],
@@ -237,8 +234,7 @@ class SiaPolicy(Policy):
             for num_gpus, i in wanted:  # unchanged configuration: keep the same nodes
                 prev = tuple(previous_allocations.get(jobs[i].name, ()))
                 counts = Counter(prev)
-                if (len(prev) == num_gpus and all(n in free for n in counts)
-                        and all(free[n] >= k for n, k in counts.items())):
+                if len(prev) == num_gpus and all(free.get(n, 0) >= k for n, k in counts.items()):
                     for n, k in counts.items():
                         free[n] -= k
                     allocations[jobs[i].name] = prev

@@ -204,21 +204,21 @@ def shrink_to_whole_nodes(placement: Placement, jobs: list[int]) -> list[int]:
     return rounded
 
 
+FULL_SCAN_SIZE = 8192
+"""Jobs x nodes up to which the exchange search scans every node."""
+
+
 class MarginalGainOptimizer:
     """Deterministic; keeps no state between rounds."""
 
     def __init__(self, interference_avoidance: bool = True, fill_free: bool = True,
-                 max_exchanges: int | None = None, shrink_whole_nodes: bool = False) -> None:
+                 shrink_whole_nodes: bool = False) -> None:
         self.interference_avoidance = interference_avoidance
         self.fill_free = fill_free
         self.shrink_whole_nodes = shrink_whole_nodes
         """A distributed job that shrinks keeps only its whole nodes (the rest stays free
         for later arrivals instead of being taken from it one replica per round, each a
         restart of all its GPUs); fill and exchange leave such a job alone."""
-        self.max_exchanges = max_exchanges
-        """Exchange moves per round (None: twice the number of jobs)."""
-        self.full_scan_size = 8192
-        """Jobs x nodes up to which the exchange search scans every node."""
 
     def _exchange_nodes(self, placement: Placement, shrunk: list[int]) -> list[int] | None:
         """Nodes the exchange search scans: none when packing lost nothing (no job got less
@@ -232,7 +232,7 @@ class MarginalGainOptimizer:
         partial = ((state[spread] > 0) & (state[spread] < problem.node_size[spread, None])).any()
         if not shrunk and not fits.any() and not partial:
             return []
-        if problem.num_jobs * problem.num_nodes <= self.full_scan_size:
+        if problem.num_jobs * problem.num_nodes <= FULL_SCAN_SIZE:
             return None
         hosts = (placement.state[shrunk] > 0).any(axis=0) if shrunk else fits & False
         return [int(n) for n in np.flatnonzero(fits | hosts)]
@@ -270,8 +270,7 @@ class MarginalGainOptimizer:
             rounded = set(shrink_to_whole_nodes(placement, free_jobs))
             adjustable = [j for j in free_jobs if j not in rounded]
         num_filled = fill(placement, objective, adjustable) if self.fill_free else 0
-        budget = 2 * len(free_jobs) if self.max_exchanges is None else self.max_exchanges
-        num_exchanged = exchange(placement, objective, adjustable, budget,
+        num_exchanged = exchange(placement, objective, adjustable, 2 * len(free_jobs),
                                  self._exchange_nodes(placement, shrunk))
         if num_exchanged and self.fill_free:
             num_filled += fill(placement, objective, adjustable)

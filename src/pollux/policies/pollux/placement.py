@@ -48,13 +48,6 @@ class Placement:
             return bool(np.all(self.owner[row > 0] < 0))
         return True
 
-    def may_spread(self, j: int, nodes: IntArray) -> bool:
-        """Whether job ``j`` may be distributed over ``nodes`` (interference rule)."""
-        if not self.interference_avoidance:
-            return True
-        owners = self.owner[nodes]
-        return bool(np.all((owners < 0) | (owners == j)))
-
     # -- updates --------------------------------------------------------------------------
 
     def assign(self, j: int, row: IntArray) -> None:
@@ -135,10 +128,10 @@ def _best_addition(
         if mine.size:
             candidates.append((int(mine[np.argmax(fit[mine])]), num_nodes))
     others = ~own & (fit > 0)
-    if num_nodes >= 1 and not placement.may_spread(j, np.flatnonzero(own)):
-        others[:] = False
     if num_nodes >= 1 and placement.interference_avoidance:
-        others &= placement.owner < 0
+        # spread onto nodes no distributed job owns, and only if none of its own is another's
+        owners = placement.owner[own]
+        others &= (placement.owner < 0) & bool(np.all((owners < 0) | (owners == j)))
     if others.any():
         cand = np.flatnonzero(others)
         key = np.lexsort((index[cand], base[cand] == 0, -fit[cand], spot[cand]))
@@ -178,7 +171,7 @@ def fill(placement: Placement, objective: PolluxObjective, jobs: Sequence[int]) 
     heapq.heapify(heap)
     made = 0
     while heap:
-        neg_gain, j, version = heapq.heappop(heap)
+        _, j, version = heapq.heappop(heap)
         if version != versions[j]:
             continue
         found = _best_addition(placement, objective, j)

@@ -8,6 +8,7 @@ matter to the repair step, which resolves conflicts in favour of earlier jobs.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -138,11 +139,9 @@ def count_along(mask: BoolArray, axis: int) -> IntArray:
 
 
 def _check_unique(names: Sequence[str], field: str) -> None:
-    seen: set[str] = set()
-    for name in names:
-        if name in seen:
-            raise ConfigError(field, name, "give every entry a unique name")
-        seen.add(name)
+    repeated = [name for name, count in Counter(names).items() if count > 1]
+    if repeated:
+        raise ConfigError(field, repeated[0], "give every entry a unique name")
 
 
 def _check_amounts(resources: Mapping[str, float], field: str) -> None:
@@ -169,12 +168,10 @@ def build_problem(
     _check_unique([node.name for node in nodes], "NodeInfo.name")
     for job in jobs:
         _check_amounts(job.resources, f"JobInfo({job.name!r}).resources")
-        if job.min_replicas < 0:
-            raise ConfigError(f"JobInfo({job.name!r}).min_replicas", job.min_replicas,
-                              "use a count >= 0")
-        if job.max_replicas < 0:
-            raise ConfigError(f"JobInfo({job.name!r}).max_replicas", job.max_replicas,
-                              "use a count >= 0")
+        for attr in ("min_replicas", "max_replicas"):
+            if getattr(job, attr) < 0:
+                raise ConfigError(f"JobInfo({job.name!r}).{attr}", getattr(job, attr),
+                                  "use a count >= 0")
     for node in nodes:
         _check_amounts(node.resources, f"NodeInfo({node.name!r}).resources")
 
