@@ -1,8 +1,8 @@
 """Running many (policy, workload) simulations, in parallel processes when asked.
 
 Each task is self-contained (its workload, cluster, application source and seed), so a
-worker process rebuilds the applications and the policy itself; only the records come
-back. Inputs are validated in the parent before any worker starts.
+worker process rebuilds the applications (once per source) and the policy itself; only
+the records come back. Inputs are validated in the parent before any worker starts.
 """
 
 from __future__ import annotations
@@ -192,13 +192,30 @@ def execute(task: RunTask, index: int = 0,
     return RunOutcome(index, record, timeline_of(result) if task.timeline else None)
 
 
+_loaded_in_worker: dict[Hashable, Any] = {}
+"""In a pool worker only (emptied as it starts): what it has loaded, by load key, so
+that each worker loads each key once however many tasks it runs."""
+
+
+def _start_worker() -> None:
+    _loaded_in_worker.clear()
+
+
+def _execute_in_worker(execute: Callable[[T, int, A | None], R], load: Callable[[T], A],
+                       load_key: Callable[[T], Hashable], task: T, index: int) -> R:
+    key = load_key(task)
+    if key not in _loaded_in_worker:
+        _loaded_in_worker[key] = load(task)
+    return execute(task, index, _loaded_in_worker[key])
+
+
 def run_each(tasks: Sequence[T], execute: Callable[[T, int, A | None], R],
              load: Callable[[T], A], load_key: Callable[[T], Hashable], processes: int = 1,
              on_done: Callable[[R], None] | None = None) -> list[R]:
-    """``execute(task, index, applications)`` for every task, results in task order: in
-    this process with each distinct ``load_key`` loaded once by ``load``, or in
-    ``processes`` worker processes (when > 1) that each load their own (``None``
-    passed). ``on_done`` sees each result as it comes."""
+    """``execute(task, index, applications)`` for every task, results in task order,
+    each distinct ``load_key`` loaded once by ``load`` in this process, or (``processes``
+    > 1) once in each of that many worker processes (then ``execute``, ``load`` and
+    ``load_key`` must be picklable). ``on_done`` sees each result as it comes."""
     results: list[R | None] = [None] * len(tasks)
     if processes <= 1 or len(tasks) <= 1:
         cache: dict[Hashable, A] = {}
@@ -211,14 +228,24 @@ def run_each(tasks: Sequence[T], execute: Callable[[T, int, A | None], R],
             if on_done is not None:
                 on_done(result)
     else:
-        with ProcessPoolExecutor(max_workers=min(processes, len(tasks))) as pool:
-            futures = {pool.submit(execute, task, i, None): i for i, task in enumerate(tasks)}
+        with ProcessPoolExecutor(max_workers=min(processes, len(tasks)),
+                                 initializer=_start_worker) as pool:
+            futures = {pool.submit(_execute_in_worker, execute, load, load_key, task, i): i
+                       for i, task in enumerate(tasks)}
             for future in as_completed(futures):
                 result = future.result()
                 results[futures[future]] = result
                 if on_done is not None:
                     on_done(result)
     return [r for r in results if r is not None]
+
+
+def _load_task(task: RunTask) -> Mapping[str, Application] | Mapping[str, TypedApplication]:
+    return load_applications(task.traces_dir, task.config)
+
+
+def _task_load_key(task: RunTask) -> Hashable:
+    return task.traces_dir, task.config.spec.gpu_types
 
 
 def run_tasks(tasks: Sequence[RunTask], processes: int = 1,
@@ -228,6 +255,4 @@ def run_tasks(tasks: Sequence[RunTask], processes: int = 1,
         if task.policy not in POLICY_CLASSES:
             make_policy(task.policy, seed=task.seed)  # raises with the valid choices
         check_autoscaler_name(task.autoscaler)
-    return run_each(tasks, execute, lambda task: load_applications(task.traces_dir, task.config),
-                    lambda task: (task.traces_dir, task.config.spec.gpu_types), processes,
-                    on_done)
+    return run_each(tasks, execute, _load_task, _task_load_key, processes, on_done)
