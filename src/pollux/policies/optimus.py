@@ -32,6 +32,7 @@ from typing import ClassVar
 
 import numpy as np
 
+from pollux.cluster_spec import gpu_types_of
 from pollux.policies.base import (
     Allocations,
     JobInfo,
@@ -89,10 +90,8 @@ class OptimusPolicy(Policy):
         capacity = gpus_by_type(nodes)
         typed = len(capacity) > 1
         left = dict(capacity)  # GPUs per type not yet handed out
-        gpus_per_node: dict[str, int] = {}
-        for node in nodes:
-            gpus_per_node[node.gpu_type] = max(gpus_per_node.get(node.gpu_type, 1),
-                                               node.num_gpus)
+        gpus_per_node = {t: max(1, *(n.num_gpus for n in group))
+                         for t, group in gpu_types_of(nodes).items()}
         counts = [0] * len(jobs)
         job_types: list[str | None] = [None] * len(jobs)
         for i, job in enumerate(jobs):  # step 1: one GPU each, in order

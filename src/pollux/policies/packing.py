@@ -21,8 +21,7 @@ from pollux.policies.base import Allocation, JobInfo, NodeInfo
 
 def tuned_replicas(job: JobInfo) -> int:
     """The GPU count a baseline gives a job: its tuned replicas, within its bounds."""
-    wanted = job.tuned.num_replicas if job.tuned is not None else max(1, job.min_replicas)
-    return max(1, wanted)
+    return max(1, job.tuned.num_replicas if job.tuned is not None else job.min_replicas)
 
 
 def pack_onto_most_free(free: dict[str, int], num_replicas: int,
@@ -86,15 +85,8 @@ def type_for(room: Mapping[str, int], num_replicas: int, current: str | None = N
     fits nowhere."""
     if current is not None and room.get(current, 0) >= num_replicas:
         return current
-    best: str | None = None
-    best_key = (0.0, 0)
-    for gpu_type, slots in room.items():
-        if slots < num_replicas:
-            continue
-        key = (0.0 if cost is None else cost(gpu_type), -slots)
-        if best is None or key < best_key:
-            best, best_key = gpu_type, key
-    return best
+    fits = [gpu_type for gpu_type, slots in room.items() if slots >= num_replicas]
+    return min(fits, key=lambda t: (0.0 if cost is None else cost(t), -room[t]), default=None)
 
 
 def pack_within_type(free: dict[str, int], num_replicas: int, node_order: Iterable[str],

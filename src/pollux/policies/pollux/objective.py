@@ -160,13 +160,12 @@ class PolluxObjective:
         cap = max(int(problem.base_state[j].sum()), int(counts.max(initial=1)))
         per_node = np.sort(problem.max_per_node[j])[::-1]
         fewest = np.minimum(np.searchsorted(np.cumsum(per_node), counts) + 1, counts)
-        whole = -(-counts // max(int(problem.node_size[j]), 1))
         _, lo, hi = self._fair_counts(j)
-        nodes = np.concatenate([fewest, whole,
-                                [max(np.count_nonzero(problem.base_state[j]), 1),
-                                 self._min_nodes(j, lo), self._min_nodes(j, hi)]])
         replicas = np.concatenate([counts, counts,
                                    [max(int(problem.base_state[j].sum()), 1), lo, hi]])
+        nodes = np.concatenate([fewest, self._min_nodes(j, counts),
+                                [max(np.count_nonzero(problem.base_state[j]), 1)],
+                                self._min_nodes(j, replicas[-2:])])
         keep = (nodes <= replicas) & (nodes >= 1)
         width = max(cap, hi) + 1
         if not keep.any():
@@ -192,9 +191,9 @@ class PolluxObjective:
             out[running] = np.where(np.isfinite(values), np.maximum(values, 0.0), 0.0)
         return out
 
-    def _min_nodes(self, j: int, replicas: int) -> int:
-        per_node = max(int(self.problem.node_size[j]), 1)
-        return int(np.ceil(replicas / per_node)) if replicas > 0 else 0
+    def _min_nodes(self, j: int, replicas: IntArray) -> IntArray:
+        """The fewest nodes that hold each count of ``replicas`` of job ``j``."""
+        return -(-replicas // max(int(self.problem.node_size[j]), 1))
 
     def _fair_counts(self, j: int) -> tuple[float, int, int]:
         """The fair share of replicas and the whole counts around it."""
@@ -230,8 +229,7 @@ class PolluxObjective:
             counts = candidate_counts(self.problem, int(j))[1:]
             if counts.size == 0:
                 continue
-            nodes = -(-counts // max(int(self.problem.node_size[j]), 1))
-            raw = self.raw_speedup(int(j), nodes, counts)
+            raw = self.raw_speedup(int(j), self._min_nodes(int(j), counts), counts)
             efficient = np.flatnonzero(raw >= theta * counts)
             k = int(efficient[-1]) if efficient.size else 0
             limits[j] = raw[k] / self.fair_speedup[j]
@@ -240,8 +238,7 @@ class PolluxObjective:
     def _fair_speedup(self, j: int) -> float:
         share, lo, hi = self._fair_counts(j)
         counts = np.array([lo, hi])
-        nodes = np.array([self._min_nodes(j, lo), self._min_nodes(j, hi)])
-        s_lo, s_hi = self.raw_speedup(j, nodes, counts)
+        s_lo, s_hi = self.raw_speedup(j, self._min_nodes(j, counts), counts)
         value = s_lo if hi == lo else s_lo * (hi - share) + s_hi * (share - lo)
         return float(value) if value > 0 else 1.0
 

@@ -157,61 +157,56 @@ class PolluxOptions:
         return cls(**{**BASES[base][kind], **options})
 
     def __post_init__(self) -> None:
-        def check(ok: object, name: str, fix: str) -> None:
+        def check(name: str, ok: object, fix: str) -> None:
             if not ok:
                 raise ConfigError(name, getattr(self, name), fix)
 
+        types = {"float": (int, float), "int": (int,), "bool": (bool,), "str": (str,)}
         for f in fields(self):  # the value's type first: a spec may give any
             wanted, value = str(f.type).removesuffix(" | None"), getattr(self, f.name)
-            types = {"float": (int, float), "int": (int,), "bool": (bool,), "str": (str,)}
-            check(wanted not in types or (value is None and str(f.type).endswith("None")) or (
-                isinstance(value, types[wanted]) and (wanted == "bool") == isinstance(
-                    value, bool)), f.name, f"use a value of type {f.type}")
+            optional = value is None and wanted != str(f.type)
+            typed = wanted in types and isinstance(value, types[wanted]) and (
+                (wanted == "bool") == isinstance(value, bool))
+            check(f.name, wanted not in types or optional or typed, f"use a value of type {f.type}")
 
-        check(np.isfinite(self.p) and abs(self.p) <= 100, "p",
-              "use a finite power-mean exponent in [-100, 100]")
-        check(np.isfinite(self.exploration_factor) and (
-            self.exploration_factor == 0 or self.exploration_factor >= 1),
-            "exploration_factor", "use 0 (the paper's growth rule) or a factor >= 1, e.g. 4")
-        check(self.optimizer in OPTIMIZERS, "optimizer", f"use one of {', '.join(OPTIMIZERS)}")
-        check(np.isfinite(self.epsilon) and self.epsilon > 0, "epsilon",
-              "use a number > 0 (e.g. 1e-3)")
-        check(self.fair_share in {r.value for r in FairShareRounding}, "fair_share",
+        inf = np.inf  # every bound below also refuses NaN (comparisons with it are false)
+        check("p", abs(self.p) <= 100, "use a finite power-mean exponent in [-100, 100]")
+        check("exploration_factor", self.exploration_factor == 0
+              or 1 <= self.exploration_factor < inf,
+              "use 0 (the paper's growth rule) or a factor >= 1, e.g. 4")
+        check("optimizer", self.optimizer in OPTIMIZERS, f"use one of {', '.join(OPTIMIZERS)}")
+        check("epsilon", 0 < self.epsilon < inf, "use a number > 0 (e.g. 1e-3)")
+        check("fair_share", self.fair_share in {r.value for r in FairShareRounding},
               "use 'interpolate' or 'ceil'")
         object.__setattr__(self, "fair_share", FairShareRounding(self.fair_share))
-        check(0 <= self.preemptible_penalty < 1, "preemptible_penalty", "use a fraction in [0, 1)")
-        check(np.isfinite(self.remaining_weight) and 0 <= self.remaining_weight <= 4,
-              "remaining_weight", "use an exponent in [0, 4] (0: ignore remaining time)")
-        check(0 < self.remaining_max_ratio <= 1e6, "remaining_max_ratio",
+        check("preemptible_penalty", 0 <= self.preemptible_penalty < 1, "use a fraction in [0, 1)")
+        check("remaining_weight", 0 <= self.remaining_weight <= 4,
+              "use an exponent in [0, 4] (0: ignore remaining time)")
+        check("remaining_max_ratio", 0 < self.remaining_max_ratio <= 1e6,
               "use a ratio > 0 (1: no job weighs less than the median one)")
-        check(0 <= self.min_restart_gain < 1, "min_restart_gain", "use a fraction in [0, 1)")
-        check(self.min_restart_gain_replicas >= 0, "min_restart_gain_replicas",
+        check("min_restart_gain", 0 <= self.min_restart_gain < 1, "use a fraction in [0, 1)")
+        check("min_restart_gain_replicas", self.min_restart_gain_replicas >= 0,
               "use a replica count >= 0 (0: every job)")
-        check(np.isfinite(self.remaining_guard) and 0 <= self.remaining_guard <= 10,
-              "remaining_guard", "use 0 (off) or a fraction of the fair share, e.g. 1")
-        check(0 <= self.efficient_boost < 1, "efficient_boost",
+        check("remaining_guard", 0 <= self.remaining_guard <= 10,
+              "use 0 (off) or a fraction of the fair share, e.g. 1")
+        check("efficient_boost", 0 <= self.efficient_boost < 1,
               "use 0 (off) or a fraction in (0, 1), e.g. 0.5")
-        check(np.isfinite(self.remaining_step) and self.remaining_step >= 0, "remaining_step",
+        check("remaining_step", 0 <= self.remaining_step < inf,
               "use 0 (no rounding) or a factor > 1, e.g. 2")
-        check(self.lambda_n > 0, "lambda_n", "use a cost > 0 for an unallocated job")
-        check(self.max_weight_ratio > 0, "max_weight_ratio", "use a ratio > 0, e.g. 2")
+        check("lambda_n", self.lambda_n > 0, "use a cost > 0 for an unallocated job")
+        check("max_weight_ratio", self.max_weight_ratio > 0, "use a ratio > 0, e.g. 2")
         low = 1.0 / self.max_weight_ratio if self.min_weight is None else self.min_weight
-        check(0 < low <= self.max_weight_ratio, "min_weight",
+        check("min_weight", 0 < low <= self.max_weight_ratio,
               "use a weight in (0, max_weight_ratio]")
-        check(self.move_discount in MOVE_DISCOUNTS, "move_discount",
+        check("move_discount", self.move_discount in MOVE_DISCOUNTS,
               f"use one of {', '.join(MOVE_DISCOUNTS)}")
-        check(np.isfinite(self.fast_growth_share) and self.fast_growth_share >= 0,
-              "fast_growth_share", "use a share >= 0")
-        check(np.isfinite(self.gpu_price) and self.gpu_price >= 0, "gpu_price",
-              "use a cost >= 0 per GPU")
-        check(np.isfinite(self.tail_share) and 0 <= self.tail_share < 1, "tail_share",
-              "use a share in [0, 1)")
-        check(np.isfinite(self.tail_weight) and self.tail_weight > 0, "tail_weight",
-              "use a weight > 0")
-        check(np.isfinite(self.restart_scale) and self.restart_scale > 0, "restart_scale",
-              "use a factor > 0")
-        check(self.initial_replicas >= 1, "initial_replicas", "use a whole number >= 1")
-        check(self.solver in SOLVERS, "solver", f"use one of {', '.join(SOLVERS)}")
+        check("fast_growth_share", 0 <= self.fast_growth_share < inf, "use a share >= 0")
+        check("gpu_price", 0 <= self.gpu_price < inf, "use a cost >= 0 per GPU")
+        check("tail_share", 0 <= self.tail_share < 1, "use a share in [0, 1)")
+        check("tail_weight", 0 < self.tail_weight < inf, "use a weight > 0")
+        check("restart_scale", 0 < self.restart_scale < inf, "use a factor > 0")
+        check("initial_replicas", self.initial_replicas >= 1, "use a whole number >= 1")
+        check("solver", self.solver in SOLVERS, f"use one of {', '.join(SOLVERS)}")
 
 
 def field_docs() -> dict[str, str]:

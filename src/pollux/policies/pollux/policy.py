@@ -106,20 +106,17 @@ class PolluxPolicy(Policy):
                                                         "objective": 0.0, "optimize_s": 0.0})
         objective = PolluxObjective(problem, self.one)
         state, stats = self.optimizer.solve(problem, objective)
-        values, speedups_all = objective.score(state[None])
-        value, speedups = float(values[0]), speedups_all[0]
-        allocations = problem.to_allocations(state, previous_allocations)
-        changed = int(np.sum(np.any(state != problem.base_state, axis=1)))
+        values, speedups = objective.score(state[None])
         info = {
             "optimizer": name,
-            "objective": value,
+            "objective": float(values[0]),
             "num_jobs": problem.num_jobs,
             "num_allocated": int(np.count_nonzero(state.sum(axis=1))),
             "replicas": int(state.sum()),
-            "num_changed": changed,
+            "num_changed": int(np.sum(np.any(state != problem.base_state, axis=1))),
             "min_speedup": float(speedups.min()),
             "optimize_s": time.perf_counter() - start,
             **stats,
         }
         logger.debug("%s round: %s", name, info)
-        return PolicyDecision(allocations=allocations, info=info)
+        return PolicyDecision(problem.to_allocations(state, previous_allocations), info=info)
