@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from bisect import bisect_left
+from collections.abc import Hashable
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
@@ -120,6 +121,10 @@ class Application(ABC):
         placement)."""
         return self.spec.max_local_bsz
 
+    def step_time_key(self, placement: Placement) -> Hashable:
+        """Equal for placements whose step times are the same at every batch."""
+        return canonical_placement(placement)
+
     def step_sync_time(self, placement: Placement, local_bsz: float) -> tuple[float, float]:
         """(step seconds, sync seconds) of one optimizer step without accumulation."""
         key = (placement, float(local_bsz))
@@ -205,6 +210,14 @@ class TraceApplication(Application):
         self._nearest: NearestNDInterpolator | None = None
         progress = np.stack([v.progress[: spec.max_epochs] for v in trace.validation])
         self._epoch_progress = np.concatenate([[0.0], progress.min(axis=0)])
+
+    def step_time_key(self, placement: Placement) -> Hashable:
+        """A measured placement's own times, else those interpolated at its node count
+        (up to MAX_INTERPOLATION_NODES) and replica count."""
+        canon = canonical_placement(placement)
+        if canon in self.trace.placements:
+            return canon
+        return min(len(canon), MAX_INTERPOLATION_NODES), sum(canon)
 
     def _measure(self, placement: Placement, local_bsz: float) -> tuple[float, float]:
         step, sync = self.step_sync_times(placement, np.array([local_bsz], dtype=np.float64))

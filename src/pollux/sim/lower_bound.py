@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -135,7 +135,12 @@ def best_rates(app: Application, num_nodes: int, gpus_per_node: int) -> BestRate
     batches: list[np.ndarray] = []
     seconds: list[np.ndarray] = []
     gpu_seconds: list[np.ndarray] = []
+    seen: set[Hashable] = set()
     for placement in _candidate_placements(app, num_nodes, gpus_per_node, max_k):
+        key = app.step_time_key(placement)
+        if key in seen:  # the same pairs again: nothing new for a frontier
+            continue
+        seen.add(key)
         k = sum(placement)
         fits = atomic[atomic * k <= spec.max_batch_size]
         if len(fits) == 0:
