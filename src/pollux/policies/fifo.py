@@ -20,6 +20,7 @@ from pollux.policies.packing import (
     free_slots,
     node_types,
     pack_within_type,
+    preference_order,
     tuned_replicas,
     type_for,
 )
@@ -38,7 +39,7 @@ class FifoPolicy(Policy):
                        if name in by_name and alloc}
         free = free_slots(nodes, by_name, allocations)
         types = node_types(nodes)
-        order = [node.name for node in sorted(nodes, key=lambda n: n.preemptible)]
+        order = preference_order(nodes)
         queue = sorted((i for i, job in enumerate(jobs) if job.name not in allocations),
                        key=lambda i: (jobs[i].submission_time_s, i))
         for i in queue:

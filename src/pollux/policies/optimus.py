@@ -43,10 +43,9 @@ from pollux.policies.base import (
 )
 from pollux.policies.packing import (
     allocation_type,
-    free_slots,
     gpus_by_type,
     node_types,
-    pack_within_type,
+    place_counts,
     type_for,
 )
 
@@ -138,22 +137,13 @@ class OptimusPolicy(Policy):
     def _place(jobs: Sequence[JobInfo], nodes: Sequence[NodeInfo],
                previous_allocations: Allocations, counts: list[int],
                job_types: list[str | None]) -> dict[str, tuple[str, ...]]:
-        by_name = {job.name: job for job in jobs}
+        """Step 3: unchanged jobs keep their nodes, the others are packed, fewest GPUs first."""
         types = node_types(nodes)
         kept = {}
-        for i, job in enumerate(jobs):
+        for job, count, gpu_type in zip(jobs, counts, job_types):
             previous = tuple(previous_allocations.get(job.name, ()))
-            if (counts[i] and len(previous) == counts[i]
-                    and allocation_type(previous, types) == job_types[i]):
+            if count and len(previous) == count and allocation_type(previous, types) == gpu_type:
                 kept[job.name] = previous
-        free = free_slots(nodes, by_name, kept)
-        order = [node.name for node in sorted(nodes, key=lambda n: n.preemptible)]
-        allocations = dict(kept)
-        for i in sorted(range(len(jobs)), key=lambda i: counts[i]):  # step 3
-            name = jobs[i].name
-            gpu_type = job_types[i]
-            if counts[i] and name not in allocations and gpu_type is not None:
-                alloc = pack_within_type(free, counts[i], order, types, gpu_type)
-                if alloc:
-                    allocations[name] = alloc
-        return {job.name: allocations.get(job.name, ()) for job in jobs}
+        wanted = sorted((count, i, t) for i, (count, t) in enumerate(zip(counts, job_types))
+                        if count and t is not None)
+        return place_counts(nodes, jobs, kept, ((jobs[i].name, n, t) for n, i, t in wanted))

@@ -97,3 +97,22 @@ def pack_within_type(free: dict[str, int], num_replicas: int, node_order: Iterab
     alloc = pack_onto_most_free(within, num_replicas, node_order)
     free.update(within)
     return alloc
+
+
+def preference_order(nodes: Sequence[NodeInfo]) -> list[str]:
+    """Node names, non-preemptible nodes first (the packing's tie-break)."""
+    return [node.name for node in sorted(nodes, key=lambda n: n.preemptible)]
+
+
+def place_counts(nodes: Sequence[NodeInfo], jobs: Sequence[JobInfo],
+                 kept: dict[str, Allocation], wanted: Iterable[tuple[str, int, str]]
+                 ) -> dict[str, Allocation]:
+    """Every job's allocation: ``kept`` ones as they are, then each ``(job, GPUs, type)``
+    of ``wanted`` not kept packed within its type in turn; () for the others."""
+    free = free_slots(nodes, {job.name: job for job in jobs}, kept)
+    order, types = preference_order(nodes), node_types(nodes)
+    placed = dict(kept)
+    for name, num_replicas, gpu_type in wanted:
+        if name not in placed:
+            placed[name] = pack_within_type(free, num_replicas, order, types, gpu_type)
+    return {job.name: placed.get(job.name, ()) for job in jobs}

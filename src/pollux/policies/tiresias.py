@@ -37,7 +37,7 @@ from pollux.policies.packing import (
     gpus_by_type,
     node_types,
     pack_onto_most_free,
-    pack_within_type,
+    place_counts,
     tuned_replicas,
     type_for,
 )
@@ -84,17 +84,10 @@ class TiresiasPolicy(Policy):
             if gpu_type is not None:
                 running[name] = gpu_type
                 room[gpu_type] -= demand
-        allocations = {name: previous[name] for name, gpu_type in running.items()
-                       if allocation_type(previous.get(name, ()), types) == gpu_type}
-        free = free_slots(nodes, by_name, allocations)
-        order = [node.name for node in sorted(nodes, key=lambda n: n.preemptible)]
-        for name, gpu_type in running.items():
-            if name not in allocations:
-                alloc = pack_within_type(free, tuned_replicas(by_name[name]), order, types,
-                                         gpu_type)
-                if alloc:
-                    allocations[name] = alloc
-        result = {job.name: allocations.get(job.name, ()) for job in jobs}
+        kept = {name: previous[name] for name, gpu_type in running.items()
+                if allocation_type(previous.get(name, ()), types) == gpu_type}
+        result = place_counts(nodes, jobs, kept, ((name, tuned_replicas(by_name[name]), gpu_type)
+                                                  for name, gpu_type in running.items()))
         return PolicyDecision(result, info={"queue_0": len(q0), "queue_1": len(q1)})
 
     def _update_queues(self, jobs: Sequence[JobInfo]) -> tuple[list[str], list[str]]:

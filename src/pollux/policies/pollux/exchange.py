@@ -25,16 +25,14 @@ class _Gains:
 
     def __init__(self, placement: Placement, objective: PolluxObjective, movable: list[int],
                  max_step: int) -> None:
-        problem = placement.problem
         self.placement = placement
         self.objective = objective
         self.max_step = max_step
-        num_jobs = problem.num_jobs
+        num_jobs = placement.problem.num_jobs
         self.movable = np.zeros(num_jobs, dtype=bool)
         self.movable[movable] = True
         self.current = np.zeros(num_jobs)
-        self.own = np.full((num_jobs, max_step + 1), -np.inf)
-        self.new = np.full((num_jobs, max_step + 1), -np.inf)
+        self.own, self.new = np.full((2, num_jobs, max_step + 1), -np.inf)
         for j in movable:
             self.update(j)
         self.refresh_layout()
@@ -65,8 +63,7 @@ class _Gains:
         ks = np.arange(1, self.max_step + 1)
         totals = replicas + ks
         valid = (totals <= problem.max_replicas[j]) & (totals >= problem.min_replicas[j])
-        own = np.full(self.max_step + 1, -np.inf)
-        new = np.full(self.max_step + 1, -np.inf)
+        own, new = np.full((2, self.max_step + 1), -np.inf)
         if valid.any():
             totals = totals[valid]
             at = ks[valid]
@@ -90,14 +87,12 @@ def _receivers_gain(gains: _Gains, n: int, free_after: FloatArray, owner_after: 
     fit = fitting_replicas(problem.demand, free_after[None, :],
                            np.full(problem.num_jobs, gains.max_step))[:, 0]
     rows = np.arange(problem.num_jobs)
-    on_node = placement.state[:, n] > 0
-    gain_own = gains.own[rows, fit]
-    gain_new = gains.new[rows, fit]
     spreads_ok = (gains.num_nodes == 0) | (
         gains.spread_ok & ((owner_after < 0) | (owner_after == rows)))
     if not placement.interference_avoidance:
         spreads_ok = np.ones(problem.num_jobs, dtype=bool)
-    gain = np.where(on_node, gain_own, np.where(spreads_ok, gain_new, -np.inf))
+    gain = np.where(placement.state[:, n] > 0, gains.own[rows, fit],
+                    np.where(spreads_ok, gains.new[rows, fit], -np.inf))
     gain = np.where(gains.movable & (rows != exclude) & (fit > 0), gain, -np.inf)
     best = int(np.argmax(gain))
     return float(gain[best]), best
@@ -107,8 +102,7 @@ def _apply_gain(gains: _Gains, j: int, n: int) -> None:
     """Give job ``j`` its best addition on node ``n`` (as many replicas as pay most)."""
     placement = gains.placement
     fit = int(min(placement.fit(j)[n], gains.max_step))
-    own = placement.state[j, n] > 0
-    table = gains.own[j] if own else gains.new[j]
+    table = gains.own[j] if placement.state[j, n] > 0 else gains.new[j]
     k = int(np.argmax(table[: fit + 1]))
     if k > 0 and table[k] > -np.inf:
         addition = np.zeros(placement.problem.num_nodes, dtype=np.int64)
@@ -143,11 +137,11 @@ def exchange(placement: Placement, objective: PolluxObjective, movable: list[int
                     nodes_left = num_nodes - (1 if k == row[n] else 0)
                     loss = gains.current[a] - float(
                         gains.utility(a, nodes_left if left else 0, left))
-                    owner_after = placement.owner[n]
-                    if k == row[n] and owner_after == a:
+                    owner_after = int(placement.owner[n])
+                    if k == row[n] and owner_after == a:  # it leaves the node
                         owner_after = -1
                     free_after = placement.free[n] + k * problem.demand[a]
-                    gain, b = _receivers_gain(gains, n, free_after, int(owner_after), a)
+                    gain, b = _receivers_gain(gains, n, free_after, owner_after, a)
                     if gain - loss > _TOLERANCE and (best is None or gain - loss > best[0]):
                         best = (gain - loss, k, b)
                 if best is not None:

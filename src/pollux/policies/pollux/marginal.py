@@ -66,12 +66,9 @@ def job_choices(problem: AllocationProblem, objective: PolluxObjective, j: int) 
     cap = int(problem.max_replicas[j])
     smallest = max(int(problem.min_replicas[j]), 1)
     counts = candidate_counts(problem, j)
-    per_node = np.sort(problem.max_per_node[j])[::-1]
-    cumulative = np.cumsum(per_node)
-    nodes = np.where(counts > 0, np.searchsorted(cumulative, counts, side="left") + 1, 0)
-    changed = counts > 0
-    speedups = objective.speedup(j, nodes, counts, changed)
-    utility = objective.utility(speedups)
+    cumulative = np.cumsum(np.sort(problem.max_per_node[j])[::-1])  # the roomiest nodes first
+    nodes = np.where(counts > 0, np.searchsorted(cumulative, counts) + 1, 0)
+    utility = objective.utility(objective.speedup(j, nodes, counts, counts > 0))
     keep = np.zeros(counts.shape, dtype=bool)
     base = problem.base_state[j]
     current = int(base.sum())
@@ -117,8 +114,7 @@ def price_counts(problem: AllocationProblem, choices: dict[int, JobChoices]) -> 
     if not fits:
         low, high = 0.0, 1.0
         for _ in range(200):
-            at, fits = pick(high)
-            if fits:
+            if pick(high)[1]:
                 break
             low, high = high, high * 4.0
         for _ in range(60):

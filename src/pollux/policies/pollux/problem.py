@@ -199,12 +199,9 @@ def build_problem(
         for name in previous_allocations.get(job.name, ()):
             if name in node_index:
                 base[j, node_index[name]] += 1
-    pinned = np.array([not job.preemptible and bool(base[j].any())
-                       for j, job in enumerate(job_order)], dtype=bool)
+    pinned = base.any(axis=1) & ~np.array([job.preemptible for job in job_order], dtype=bool)
 
-    free = capacity - (base[pinned].T @ demand[pinned] if pinned.any()
-                       else np.zeros_like(capacity))
-    free = np.maximum(free, 0.0)
+    free = np.maximum(capacity - base[pinned].T @ demand[pinned], 0.0)
     bound = np.array([job.max_replicas for job in job_order], dtype=np.int64)
     per_node = fitting_replicas(demand, free, bound)
     per_node[pinned] = base[pinned]
@@ -213,18 +210,13 @@ def build_problem(
     min_replicas = np.array([job.min_replicas for job in job_order], dtype=np.int64)
 
     total = capacity.sum(axis=0)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        shares = np.where(total > 0, demand / np.where(total > 0, total, 1.0), 0.0)
-    dominant = shares.max(axis=1) if len(rtypes) else np.zeros(num_jobs)
-    if num_nodes and rtypes:
-        with np.errstate(divide="ignore", invalid="ignore"):
-            ratio = np.where(demand[:, None, :] > 0,
-                             capacity[None, :, :] / np.where(demand > 0, demand, 1.0)[:, None, :],
-                             np.inf)
-        largest = np.floor(ratio * (1 + _FIT_TOLERANCE)).min(axis=2).max(axis=1)
-        node_size = np.where(np.isfinite(largest), np.maximum(largest, 1), 1).astype(np.int64)
-    else:
-        node_size = np.ones(num_jobs, dtype=np.int64)
+    shares = np.where(total > 0, demand / np.where(total > 0, total, 1.0), 0.0)
+    dominant = shares.max(axis=1, initial=0.0)
+    ratio = np.where(demand[:, None, :] > 0,
+                     capacity[None, :, :] / np.where(demand > 0, demand, 1.0)[:, None, :], np.inf)
+    largest = np.floor(ratio * (1 + _FIT_TOLERANCE)).min(axis=2, initial=np.inf)
+    largest = largest.max(axis=1, initial=-np.inf)  # no nodes or no resources: inf or -inf
+    node_size = np.where(np.isfinite(largest), np.maximum(largest, 1), 1).astype(np.int64)
 
     return AllocationProblem(
         jobs=tuple(job_order), nodes=tuple(node_order), resource_types=rtypes,

@@ -70,8 +70,7 @@ class TypedPollux(SiaPolicy):
                  previous_allocations: Allocations) -> PolicyDecision:
         """Sia's round; with ``weighted_moves`` a job weighing ``w < 1`` has its restart
         delay counted as ``S / w``, so its move costs what a weight-1 job's would."""
-        fast = self.exploration_factor or 0
-        if self.options.fast_growth_share and fast > EXPLORATION_FACTOR:
+        if self.options.fast_growth_share and (self.exploration_factor or 0) > EXPLORATION_FACTOR:
             jobs = self._slow_growth_for_long_jobs(jobs, nodes, previous_allocations)
         if self.options.tail_share:
             self._tail = self._tail_jobs(jobs, nodes, previous_allocations)
@@ -206,13 +205,12 @@ class TypedPollux(SiaPolicy):
                 taken += [whole] * per_node
                 free[whole] = 0
                 left -= per_node
-            if 0 < left:
-                fits = [n for n in order if free[n] >= left]
-                if fits:
-                    best = min(fits, key=lambda n: (free[n], order.index(n)))
-                    taken += [best] * left
-                    free[best] -= left
-                    left = 0
+            best = min((n for n in order if free[n] >= left > 0), key=free.__getitem__,
+                       default=None)  # the fullest node that holds the rest (ties: order)
+            if best is not None:
+                taken += [best] * left
+                free[best] -= left
+                left = 0
             for name in sorted(order, key=lambda n: -free[n]):
                 if left == 0:
                     break
@@ -252,6 +250,5 @@ class OneTypeProgram(TypedPollux):
 
     def goodput_matrix(self, jobs: Sequence[JobInfo], configs: Sequence[Config]) -> np.ndarray:
         """:meth:`goodput_row` of every job."""
-        if not jobs:
-            return np.zeros((0, len(configs)))
-        return np.stack([self.goodput_row(job, configs) for job in jobs])
+        rows = [self.goodput_row(job, configs) for job in jobs]
+        return np.array(rows, dtype=np.float64).reshape(len(jobs), len(configs))
