@@ -104,26 +104,23 @@ def solve_exact(values: ArrayLike, kind: ArrayLike, size: ArrayLike, capacity: A
                 time_limit_s: float = 10.0) -> IntArray:
     """The chosen configuration per job (-1: none), by HiGHS's branch and bound."""
     a, k, s, cap, f = _check(values, kind, size, capacity, forced)
-    num_jobs, num_configs = a.shape
     keep = np.isfinite(a) & (a <= 0)
     rows_forced = np.flatnonzero(f >= 0)
     keep[rows_forced, f[rows_forced]] = True
     job, config = np.nonzero(keep)
-    chosen = np.full(num_jobs, NONE, dtype=np.int64)
+    chosen = np.full(len(a), NONE, dtype=np.int64)
     if job.size == 0:
         return chosen
-    num_vars = job.size
-    matrix, upper = _rows(job, config, num_jobs, k, s, cap)
-    lower_x = ((f[job] >= 0) & (f[job] == config)).astype(np.float64)
+    matrix, upper = _rows(job, config, len(a), k, s, cap)
+    forced_x = (f[job] == config).astype(np.float64)  # lower bound 1 on the forced entries
     with _highs_printf_silenced():
-        result = milp(a[job, config], integrality=np.ones(num_vars),
-                      bounds=Bounds(lower_x, np.ones(num_vars)),
+        result = milp(a[job, config], integrality=np.ones(job.size),
+                      bounds=Bounds(forced_x, np.ones(job.size)),
                       constraints=LinearConstraint(matrix, -np.inf, upper),
                       options={"mip_rel_gap": mip_rel_gap, "time_limit": time_limit_s})
-    if result.x is None:
-        return chosen
-    taken = np.round(result.x) > 0.5
-    chosen[job[taken]] = config[taken]
+    if result.x is not None:
+        taken = np.round(result.x) > 0.5
+        chosen[job[taken]] = config[taken]
     return chosen
 
 
@@ -173,10 +170,8 @@ def solve_fast(values: ArrayLike, kind: ArrayLike, size: ArrayLike, capacity: Ar
     has at most ``max_lp_entries`` useful entries, else ascending prices; then a repair
     and greedy single and pair moves."""
     a, k, s, cap, f = _check(values, kind, size, capacity, forced)
-    num_jobs = a.shape[0]
-    chosen = np.full(num_jobs, NONE, dtype=np.int64)
+    chosen = f.copy()  # forced jobs keep their entries, the others start with none
     fixed = np.flatnonzero(f >= 0)
-    chosen[fixed] = f[fixed]
     free_cap = cap - np.bincount(k[f[fixed]], weights=s[f[fixed]], minlength=len(cap))
     jobs = np.flatnonzero(f < 0)
     sub = a[jobs]
@@ -234,7 +229,7 @@ def _price(a: np.ndarray, kind: IntArray, size: np.ndarray, cap: np.ndarray) -> 
             if not on_t.any():
                 continue
             others = np.where(on_t, np.inf, a + (mu[kind] * size)[None, :]).min(axis=1)
-            outside = np.minimum(others, 0.0)
+            outside = np.minimum(others, 0.0)  # each job's best elsewhere, or none
             a_t, size_t = a[:, on_t], size[on_t]
 
             def demand_t(price: float, a_t: np.ndarray = a_t, size_t: np.ndarray = size_t,
@@ -249,10 +244,7 @@ def _price(a: np.ndarray, kind: IntArray, size: np.ndarray, cap: np.ndarray) -> 
             low, high = mu[t], float(np.max(-a_t[np.isfinite(a_t)])) + 1.0
             for _ in range(_BISECTION_STEPS):  # demand_t(high) fits, demand_t(low) does not
                 mid = 0.5 * (low + high)
-                if demand_t(mid) <= cap[t] + 1e-9:
-                    high = mid
-                else:
-                    low = mid
+                low, high = (low, mid) if demand_t(mid) <= cap[t] + 1e-9 else (mid, high)
             mu[t] = high
             raised = True
         if not raised:

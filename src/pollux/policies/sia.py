@@ -36,7 +36,7 @@ import numpy as np
 
 from pollux.cluster_spec import gpu_types_of
 from pollux.errors import ConfigError
-from pollux.models.typed import goodput_matrix
+from pollux.models.typed import TypedGoodput, goodput_matrix
 from pollux.policies.assignment import solve_exact, solve_fast
 from pollux.policies.base import (
     Allocation,
@@ -133,10 +133,11 @@ class SiaPolicy(Policy):
         caps = np.array([max(max(job.max_replicas_by_type.values(), default=job.max_replicas),
                              1) for job in jobs])
         num_gpus = np.array([c.num_gpus for c in configs])
+        num_nodes = np.array([c.num_nodes for c in configs])
         no_model = np.zeros((len(jobs), len(configs)), dtype=bool)  # 1 GPU of such a type
         for gpu_type in dict.fromkeys(c.gpu_type for c in configs):
             indices = np.array([i for i, c in enumerate(configs) if c.gpu_type == gpu_type])
-            modelled: dict[int, list[int]] = {}  # valid prefix length -> jobs
+            modelled: dict[int, list[tuple[int, TypedGoodput]]] = {}  # valid prefix -> jobs
             for j, job in enumerate(jobs):
                 model = job.typed_goodput
                 if model is None or not model.has_model(gpu_type):
@@ -144,13 +145,11 @@ class SiaPolicy(Policy):
                     continue
                 valid = int(np.count_nonzero(num_gpus[indices] <= caps[j]))
                 if valid:
-                    modelled.setdefault(valid, []).append(j)
-            for valid, rows in modelled.items():
+                    modelled.setdefault(valid, []).append((j, model))
+            for valid, pairs in modelled.items():
                 cols = indices[:valid]
-                nodes = np.array([configs[i].num_nodes for i in cols])
-                models = [jobs[j].typed_goodput for j in rows]
-                matrix[np.ix_(np.array(rows), cols)] = goodput_matrix(
-                    [m for m in models if m is not None], gpu_type, nodes, num_gpus[cols])
+                matrix[np.ix_(np.array([j for j, _ in pairs]), cols)] = goodput_matrix(
+                    [model for _, model in pairs], gpu_type, num_nodes[cols], num_gpus[cols])
         useful = matrix > INVALID_GOODPUT
         lowest = np.where(useful, matrix, np.inf).min(axis=1, keepdims=True)
         matrix = np.where(useful, matrix / lowest, matrix)

@@ -119,10 +119,7 @@ def price_counts(problem: AllocationProblem, choices: dict[int, JobChoices]) -> 
             low, high = high, high * 4.0
         for _ in range(60):
             middle = 0.5 * (low + high)
-            if pick(middle)[1]:
-                high = middle
-            else:
-                low = middle
+            low, high = (low, middle) if pick(middle)[1] else (middle, high)
         at, _ = pick(high)
     return {j: int(at[i]) for i, j in enumerate(jobs)}
 

@@ -108,18 +108,16 @@ class PolluxObjective:
         """(J,) factor on each job's fair-share speedup from its remaining time."""
         ages = np.array([job.age_s for job in problem.jobs])
         restarts = np.array([job.num_restarts for job in problem.jobs])
-        delays = np.array([job.restart_delay_s for job in problem.jobs])
-        factor = restart_factor(ages, restarts, delays)
+        self.delays = np.array([job.restart_delay_s for job in problem.jobs])
+        factor = restart_factor(ages, restarts, self.delays)
         if not config.restart_penalty:
             factor = np.ones(num_jobs)
         elif not config.penalize_first_start:
             factor = np.where(problem.base_state.any(axis=1), factor, 1.0)
         large = problem.base_state.sum(axis=1) > config.min_restart_gain_replicas
-        self.restart_factor = np.where(large, np.minimum(factor, 1.0 - config.min_restart_gain),
-                                       factor)
         self.max_factor = np.where(large, 1.0 - config.min_restart_gain, 1.0)
         """(J,) the most a change's speedup keeps (the hysteresis)."""
-        self.delays = delays
+        self.restart_factor = np.minimum(factor, self.max_factor)  # factor <= 1 already
         self.boost_limit = self._boost_limits()
         """(J,) fair-share speedup beyond which a favoured job's gains are unweighted."""
 

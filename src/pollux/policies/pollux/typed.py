@@ -75,9 +75,8 @@ class TypedPollux(SiaPolicy):
         if self.options.tail_share:
             self._tail = self._tail_jobs(jobs, nodes, previous_allocations)
         if self.options.weighted_moves:
-            weights = self._job_weights(jobs)
-            self._move_weights = {job.name: float(w) for job, w in zip(jobs, weights)
-                                  if w < 1.0}
+            self._move_weights = {job.name: float(w)
+                                  for job, w in zip(jobs, self._job_weights(jobs)) if w < 1.0}
         try:
             return super().optimize(jobs, nodes, previous_allocations)
         finally:
@@ -173,7 +172,6 @@ class TypedPollux(SiaPolicy):
         """Moving costs the job its restart delay ``S``: with ``W`` work left (progress
         units) a move to a configuration of goodput ``g`` finishes after ``W / g + S``,
         an effective goodput of ``g / (1 + S g / W)``; ``age`` is Sia's factor alone."""
-        out = row.copy()
         factor = np.ones(len(row))
         if self.options.move_discount in ("age", "both"):
             factor *= restart_factor(job, self._penalty_s(job))
@@ -186,7 +184,7 @@ class TypedPollux(SiaPolicy):
             scale = float(model.goodput(prev.gpu_type, prev.num_nodes, prev.num_gpus)
                           ) / row[prev_index]
             factor /= 1.0 + self._penalty_s(job) * row * scale / max(work, 1e-9)
-        out *= factor
+        out = row * factor
         out[prev_index] = row[prev_index]
         return out
 
