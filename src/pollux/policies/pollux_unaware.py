@@ -62,16 +62,11 @@ class PolluxUnawarePolicy(Policy):
         """Job -> (real allocation returned last round, its virtual allocation)."""
 
     def _virtual_nodes(self, nodes: Sequence[NodeInfo]) -> list[NodeInfo]:
-        virtual = []
-        size = self.virtual_gpus_per_node
-        for node in nodes:
-            gpus = node.num_gpus
-            for index in range(max(1, -(-gpus // size))):
-                share = min(size, gpus - index * size) if gpus else 0
-                virtual.append(NodeInfo(f"{node.name}{SEPARATOR}{index}",
-                                        {**node.resources, GPU: float(share)},
-                                        node.preemptible, DEFAULT_GPU_TYPE))
-        return virtual
+        size = self.virtual_gpus_per_node  # a node without GPUs: one virtual node without
+        return [NodeInfo(f"{node.name}{SEPARATOR}{index}",
+                         {**node.resources, GPU: float(min(size, node.num_gpus - index * size))},
+                         node.preemptible, DEFAULT_GPU_TYPE)
+                for node in nodes for index in range(max(1, -(-node.num_gpus // size)))]
 
     def _to_virtual(self, previous: Allocations, nodes: Sequence[NodeInfo]
                     ) -> dict[str, Allocation]:

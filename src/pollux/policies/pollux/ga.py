@@ -90,8 +90,7 @@ class GeneticOptimizer:
                             node_capacity: IntArray) -> IntArray:
         base = problem.base_state[None]
         if self._population is None or len(self._population) == 0:
-            size = self.config.population_size
-            population = np.repeat(base, size, axis=0)
+            population = np.repeat(base, self.config.population_size, axis=0)
             population[1:] = self._mutate(problem, population[1:], node_capacity)
         else:
             population = self._adapt(problem, self._population)
@@ -235,26 +234,18 @@ class PopulationFitness:
         changed = count_along(states != problem.base_state[None], axis=2) > 0
         keys = (((replicas * (problem.num_nodes + 1) + nodes) * 2 + changed)
                 * problem.num_jobs + self._job_index)
-        index = self._lookup(keys)
-        if index is None:
+        index = np.searchsorted(self._keys, keys)  # the memo's positions, if all are there
+        if index.max(initial=0) >= len(self._keys) or not np.array_equal(self._keys[index], keys):
             known = np.isin(keys, self._keys)
             new_keys, new_values = [self._keys], [self._values]
             for j in np.flatnonzero(~known.all(axis=0)):
                 new_keys.append(keys[:, j])
                 new_values.append(self.objective.speedup(
                     int(j), nodes[:, j], replicas[:, j], changed[:, j]))
-            all_keys = np.concatenate(new_keys)
-            self._keys, first = np.unique(all_keys, return_index=True)
+            self._keys, first = np.unique(np.concatenate(new_keys), return_index=True)
             self._values = np.concatenate(new_values)[first]
             index = np.searchsorted(self._keys, keys)
         return self._values[index]
-
-    def _lookup(self, keys: IntArray) -> IntArray | None:
-        """Positions of ``keys`` in the memo, or None when some are not there."""
-        if len(self._keys) == 0:
-            return None
-        index = np.minimum(np.searchsorted(self._keys, keys), len(self._keys) - 1)
-        return index if np.array_equal(self._keys[index], keys) else None
 
     def __call__(self, states: IntArray) -> FloatArray:
         """(P,) fitness of states shaped (P, J, N)."""

@@ -204,11 +204,10 @@ class PolluxObjective:
     def _remaining_scale(self) -> FloatArray:
         alpha = self.config.remaining_weight
         scale = np.ones(self.problem.num_jobs)
-        remaining = self.remaining
-        known = np.isfinite(remaining) & (remaining > 0)
+        known = np.isfinite(self.remaining) & (self.remaining > 0)
         if alpha == 0 or not known.any():
             return scale
-        at_fair = remaining[known] / self.fair_speedup[known]
+        at_fair = self.remaining[known] / self.fair_speedup[known]
         ratio = at_fair / float(np.median(at_fair))
         step = self.config.remaining_step
         if step > 1:
@@ -251,20 +250,17 @@ class PolluxObjective:
                 factor = self.max_factor[j]
             factor = np.minimum(factor, left_s / (left_s + self.delays[j]))
         s = raw / self.fair_speedup[j]
-        scale, p = float(self.job_scale[j]), self.config.p
+        scale, p, eps = float(self.job_scale[j]), self.config.p, self.config.epsilon
         if self.config.unweighted_restarts and scale > 1 and p < 0:
-            eps = self.config.epsilon
             kept = s * scale + eps
             loss = utility(s + eps, p) - utility(s * factor + eps, p)  # the paper's
             moved = mean_of(utility(kept, p) - loss, p) - eps
             return np.asarray(np.where(changed, moved, kept - eps))
         s = np.where(changed, s * factor, s)
         if self.config.remaining_admission:  # scales speedup + eps; stays > -eps
-            eps = self.config.epsilon
             return np.asarray((s + eps) * self.job_scale[j] - eps)
         limit = float(self.boost_limit[j])
         if scale < 1 and np.isfinite(limit):  # gains beyond the efficient size: unweighted
-            eps = self.config.epsilon
             over = np.maximum(s, limit)
             beyond = mean_of(utility(scale * limit + eps, p) + utility(over + eps, p)
                              - utility(limit + eps, p), p) - eps

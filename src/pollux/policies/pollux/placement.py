@@ -78,12 +78,10 @@ class Placement:
         fit = self.fit(j)
         before = problem.base_state[j] > 0
         spot = problem.node_preemptible
-        index = np.arange(problem.num_nodes)
+        row = np.zeros(problem.num_nodes, dtype=np.int64)
         single = np.flatnonzero(fit >= count)
         if single.size:
-            key = np.lexsort((index[single], fit[single] - count, ~before[single],
-                              spot[single]))
-            row = np.zeros(problem.num_nodes, dtype=np.int64)
+            key = np.lexsort((single, fit[single] - count, ~before[single], spot[single]))
             row[single[key[0]]] = count
             return row
         allowed = fit > 0
@@ -92,12 +90,10 @@ class Placement:
         candidates = np.flatnonzero(allowed)
         if fit[candidates].sum() < count:
             return None
-        order = candidates[np.lexsort((index[candidates], ~before[candidates],
-                                       -fit[candidates], spot[candidates]))]
-        taken = np.minimum(fit[order], np.maximum(count - np.cumsum(fit[order])
-                                                  + fit[order], 0))
-        row = np.zeros(problem.num_nodes, dtype=np.int64)
-        row[order] = taken
+        order = candidates[np.lexsort((candidates, ~before[candidates], -fit[candidates],
+                                       spot[candidates]))]
+        row[order] = np.minimum(fit[order], np.maximum(count - np.cumsum(fit[order])
+                                                       + fit[order], 0))
         return row
 
 
@@ -118,15 +114,12 @@ def _best_addition(
     unit = max(float(problem.dominant_share[j]), 1e-12)
     changed_now = not np.array_equal(row, base)
     current = objective.utility(objective.speedup(j, num_nodes, replicas, changed_now))
-    spot = problem.node_preemptible
-    index = np.arange(problem.num_nodes)
     best: tuple[float, IntArray] | None = None
 
     candidates: list[tuple[int, int]] = []  # (node, nodes after adding there)
-    if own.any():
-        mine = np.flatnonzero(own & (fit > 0))
-        if mine.size:
-            candidates.append((int(mine[np.argmax(fit[mine])]), num_nodes))
+    mine = np.flatnonzero(own & (fit > 0))
+    if mine.size:
+        candidates.append((int(mine[np.argmax(fit[mine])]), num_nodes))
     others = ~own & (fit > 0)
     if num_nodes >= 1 and placement.interference_avoidance:
         # spread onto nodes no distributed job owns, and only if none of its own is another's
@@ -134,13 +127,11 @@ def _best_addition(
         others &= (placement.owner < 0) & bool(np.all((owners < 0) | (owners == j)))
     if others.any():
         cand = np.flatnonzero(others)
-        key = np.lexsort((index[cand], base[cand] == 0, -fit[cand], spot[cand]))
+        key = np.lexsort((cand, base[cand] == 0, -fit[cand], problem.node_preemptible[cand]))
         candidates.append((int(cand[key[0]]), num_nodes + 1))
 
     for node, nodes_after in candidates:
-        ks = np.arange(1, int(fit[node]) + 1)
-        totals = replicas + ks
-        ks = ks[totals >= minimum]
+        ks = np.arange(max(1, minimum - replicas), int(fit[node]) + 1)  # replicas to add
         if ks.size == 0:
             continue
         totals = replicas + ks
