@@ -206,13 +206,6 @@ def _relaxed(a: np.ndarray, kind: IntArray, size: np.ndarray, cap: np.ndarray) -
     return pick
 
 
-def _choose(a: np.ndarray, priced: np.ndarray) -> IntArray:
-    """Each job's best entry of ``a + price``, or -1 where none is negative."""
-    total = a + priced[None, :]
-    best = np.argmin(total, axis=1)
-    return np.where(total[np.arange(len(a)), best] < 0, best, NONE)
-
-
 def _demand(pick: IntArray, kind: IntArray, size: np.ndarray, num_types: int) -> np.ndarray:
     on = pick >= 0
     return np.bincount(kind[pick[on]], weights=size[pick[on]], minlength=num_types)
@@ -249,7 +242,9 @@ def _price(a: np.ndarray, kind: IntArray, size: np.ndarray, cap: np.ndarray) -> 
             raised = True
         if not raised:
             break
-    return _choose(a, mu[kind] * size)
+    total = a + (mu[kind] * size)[None, :]  # each job's best priced entry, if negative
+    best = np.argmin(total, axis=1)
+    return np.where(total[np.arange(len(a)), best] < 0, best, NONE)
 
 
 def _repair(a: np.ndarray, kind: IntArray, size: np.ndarray, cap: np.ndarray,

@@ -64,8 +64,7 @@ def remaining_times(job: JobInfo, max_replicas: int, gpus_per_node: int,
             times = 1.0 / np.asarray(job.speedup_fn(nodes, k), dtype=np.float64)
         else:
             times = 1.0 / k
-    times = np.where(k > 0, times, np.inf)
-    return np.where(np.isnan(times), np.inf, times)
+    return np.where((k > 0) & ~np.isnan(times), times, np.inf)
 
 
 def _one_gpu_time(job: JobInfo, gpu_type: str) -> float:
@@ -110,12 +109,9 @@ class OptimusPolicy(Policy):
                                  job.remaining_time_fn_by_type.get(t))
                  for job, cap, t in zip(jobs, caps, job_types)]
 
-        def gain(i: int) -> float:
-            k = counts[i]
-            table = times[i]
-            if table is None or k + 1 > caps[i]:
-                return 0.0
-            return float(table[k] - table[k + 1])
+        def gain(i: int) -> float:  # R(k) - R(k + 1), 0 at the cap
+            table, k = times[i], counts[i]
+            return 0.0 if table is None or k + 1 > caps[i] else float(table[k] - table[k + 1])
 
         heap = [(-gain(i), i) for i in range(len(jobs)) if counts[i]]
         heapq.heapify(heap)

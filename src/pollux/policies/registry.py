@@ -82,8 +82,7 @@ def _resolve(spec: str) -> tuple[str, type, dict[str, Any], dict[str, Any]]:
         if not (isinstance(cls, type) and issubclass(cls, Policy)):
             raise ConfigError("policy", name, "name a subclass of pollux.policies.Policy")
         return name, cls, {}, given
-    cls = load_policy_class(name)
-    return name, cls, dict(NAMED_POLICIES[name].fixed), given
+    return name, load_policy_class(name), dict(NAMED_POLICIES[name].fixed), given
 
 
 def load_policy_class(name: str) -> type:

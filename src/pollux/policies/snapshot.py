@@ -250,10 +250,7 @@ def learned_type_speeds(reports: Sequence[JobReport], gpu_types: Sequence[str],
     (they stay with their job)."""
     cluster = set(gpu_types)
     per_job = []
-    for report in reports:
-        hints = report.hints
-        if hints is None:
-            continue
+    for hints in (report.hints for report in reports if report.hints is not None):
         local_bsz = min(hints.local_bsz_bounds[1], hints.max_batch_size)
         try:
             with np.errstate(all="ignore"):
@@ -334,11 +331,8 @@ def job_infos(reports: Sequence[JobReport], now_s: float, cache: SpeedupCache,
               exploration_factor: float | None = None,
               type_speeds: Mapping[str, float] | None = None,
               initial_replicas: int = 1) -> tuple[JobInfo, ...]:
-    """The policy's records of ``reports`` (in the driver's order); ``cache`` forgets the
-    jobs no longer reported. ``gpu_types``, ``exploration_factor``, ``type_speeds``,
-    ``initial_replicas``: see job_info (a driver learns the speeds with
-    :func:`learned_type_speeds`, the growth rule from the policy's
-    :meth:`~pollux.policies.base.Policy.growth_rule`)."""
+    """:func:`job_info` of each report, in order (speeds from :func:`learned_type_speeds`,
+    growth rule from ``Policy.growth_rule``); ``cache`` forgets the jobs not reported."""
     jobs = tuple(job_info(r, now_s, cache, throughput_speedups, gpu_types, exploration_factor,
                           type_speeds, initial_replicas) for r in reports)
     cache.forget(r.name for r in reports)

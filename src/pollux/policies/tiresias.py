@@ -92,14 +92,11 @@ class TiresiasPolicy(Policy):
 
     def _update_queues(self, jobs: Sequence[JobInfo]) -> tuple[list[str], list[str]]:
         names = {job.name for job in jobs}
-        q0 = [name for name in self._queues[0] if name in names]
-        q1 = [name for name in self._queues[1] if name in names]
+        q0, q1 = ([name for name in queue if name in names] for queue in self._queues)
         known = set(q0) | set(q1)
         q0 += [job.name for job in jobs if job.name not in known]
         in_q0 = set(q0)
         demoted = [job.name for job in jobs  # in snapshot order
                    if job.name in in_q0 and job.attained_service_s >= self.queue_threshold_gpu_s]
-        q0 = [name for name in q0 if name not in demoted]
-        q1 += demoted
-        self._queues = (q0, q1)
-        return q0, q1
+        self._queues = ([name for name in q0 if name not in demoted], q1 + demoted)
+        return self._queues

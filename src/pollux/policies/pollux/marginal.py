@@ -127,11 +127,8 @@ def price_counts(problem: AllocationProblem, choices: dict[int, JobChoices]) -> 
 def allocate_counts(
     problem: AllocationProblem, choices: dict[int, JobChoices]
 ) -> dict[int, int]:
-    """Multiple-choice knapsack over aggregate capacity: job -> index into its counts.
-
-    Starts from :func:`price_counts`, then greedily spends what is left on the jump
-    (to any larger count) with the most utility per unit of dominant resource.
-    """
+    """Job -> index into its counts: the knapsack of step 1 (module docstring), from
+    :func:`price_counts` then greedy jumps."""
     chosen = price_counts(problem, choices)
     remaining = problem.free_capacity.sum(axis=0) - sum(
         (choices[j].counts[at] * problem.demand[j] for j, at in chosen.items()),

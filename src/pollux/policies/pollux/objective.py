@@ -57,11 +57,8 @@ def power_mean(values: ArrayLike, p: float, axis: int = -1) -> FloatArray:
 
 
 def utility(values: ArrayLike, p: float) -> FloatArray:
-    """A strictly increasing transform whose mean gives the power mean (see :func:`mean_of`).
-
-    ``x^p`` for ``p > 0``, ``-x^p`` for ``p < 0``, ``log x`` for ``p == 0``: maximizing
-    the sum of utilities maximizes the power mean, one job at a time.
-    """
+    """A strictly increasing transform whose mean gives the power mean (:func:`mean_of`):
+    maximizing the sum of utilities maximizes the power mean, one job at a time."""
     x = np.asarray(values, dtype=np.float64)
     if p == 0:
         return np.asarray(np.log(x))

@@ -213,9 +213,7 @@ def field_docs() -> dict[str, str]:
     """Each option's docstring (the text under its field above), one line each."""
     tree = ast.parse(textwrap.dedent(inspect.getsource(PolluxOptions))).body[0]
     body = tree.body if isinstance(tree, ast.ClassDef) else []
-    docs = {}
-    for node, after in zip(body, body[1:]):
-        if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
-                and isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant)):
-            docs[node.target.id] = " ".join(str(after.value.value).split())
-    return docs
+    return {node.target.id: " ".join(str(after.value.value).split())
+            for node, after in zip(body, body[1:])
+            if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
+            and isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant)}

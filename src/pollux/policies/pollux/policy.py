@@ -48,7 +48,7 @@ class PolluxPolicy(Policy):
 
     def __init__(self, *, seed: int | None = 0, base: str = "best", **options: Any) -> None:
         self.base = base
-        self.one = PolluxOptions.resolve(ONE_TYPE, base, options)
+        self.one = one = PolluxOptions.resolve(ONE_TYPE, base, options)
         """The options on a cluster of one GPU type."""
         self.several = PolluxOptions.resolve(SEVERAL_TYPES, base, options)
         """The options on a cluster of several GPU types."""
@@ -56,7 +56,6 @@ class PolluxPolicy(Policy):
         self.exploration_factor = self.one.exploration_factor or None
         self.typed = TypedPollux(self.several)
         """The optimizer of snapshots with several GPU types (kept across rounds)."""
-        one = self.one
         self.least_service_first = (one.optimizer == "ga" if one.least_service_first is None
                                     else one.least_service_first)
         """Order jobs by attained service (the reference GA) instead of submission time."""

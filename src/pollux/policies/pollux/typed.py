@@ -32,8 +32,7 @@ from pollux.policies.snapshot import EXPLORATION_FACTOR
 
 
 class TypedPollux(SiaPolicy):
-    """Sia's program with the job's own restart costs, exact costs, every sub-node GPU
-    count, and single-node placement of sub-node jobs; see the module docstring."""
+    """Sia's program with the project's fixes; see the module docstring."""
 
     name = "pollux"
     every_count = True
