@@ -6,10 +6,8 @@ typed cluster (nodes of several GPU types) always within one type, so an allocat
 spans types. On an untyped cluster every node has the same type and the typed steps
 reduce to the plain ones, decision for decision.
 
-Which type a job gets is each policy's rule, built from :func:`type_for`: the type the
-job already runs on if it still fits there (no restart), else the one that suits it best
-by the policy's own measure (tiresias and fifo, which know nothing of speed: the type
-with the most free GPUs; optimus: the type its oracle says finishes it soonest).
+Which type a job gets is each policy's rule (its module docstring), built from
+:func:`type_for`.
 """
 
 from __future__ import annotations

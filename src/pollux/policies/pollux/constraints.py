@@ -16,7 +16,6 @@ import numpy as np
 
 from pollux.policies.pollux.problem import (
     AllocationProblem,
-    FloatArray,
     IntArray,
     count_along,
 )
@@ -96,9 +95,7 @@ def repair(
             conflict = columns & (np.cumsum(columns, axis=1) > 1)
             if any_pinned:
                 conflict &= ~pinned[None, :]
-            kept = s[state_idx, :, node_idx]
-            kept[conflict] = 0
-            s[state_idx, :, node_idx] = kept
+            s[state_idx, :, node_idx] = np.where(conflict, 0, s[state_idx, :, node_idx])
     # At most max_replicas per job: keep a cumulative cap over a random node order.
     over = np.einsum("pjn->pj", s) > problem.max_replicas[None, :]
     if over.any():
@@ -139,18 +136,15 @@ def _fit_capacity(problem: AllocationProblem, s: IntArray, small_first: bool) ->
     at = (state_idx[:, None], order, node_idx[:, None])
     columns = s[at]  # (M, J): each pair's replicas in the order capacity is given
     need = problem.demand[order]  # (M, J, R)
-    fits: FloatArray | None = None
+    fits = np.full(columns.shape, np.inf)
     for r in range(len(problem.resource_types)):
         need_r = need[:, :, r]
         room = np.minimum(np.cumsum(columns * need_r, axis=1),
                           problem.capacity[node_idx, r][:, None])
-        granted = room.copy()
-        granted[:, 1:] -= room[:, :-1]
+        granted = np.diff(room, axis=1, prepend=0.0)
         with np.errstate(divide="ignore", invalid="ignore"):
             ratio = np.where(need_r > 0, granted / need_r, np.inf)
-        fits_r = np.floor(ratio * (1 + _TOLERANCE) + _TOLERANCE)
-        fits = fits_r if fits is None else np.minimum(fits, fits_r)
-    assert fits is not None
+        fits = np.minimum(fits, np.floor(ratio * (1 + _TOLERANCE) + _TOLERANCE))
     fits = np.where(np.isfinite(fits), fits, columns)  # jobs that request nothing
     s[at] = np.minimum(columns, np.maximum(fits, 0).astype(np.int64))
     return s

@@ -121,9 +121,8 @@ class TypedPollux(SiaPolicy):
         type_of = {node.name: node.gpu_type for node in nodes}
         out = []
         for job in jobs:
-            prev = tuple(previous_allocations.get(job.name, ()))
             model = job.typed_goodput
-            left_s = self._left_s(job, prev, type_of)
+            left_s = self._left_s(job, tuple(previous_allocations.get(job.name, ())), type_of)
             fast = (left_s is not None
                     and job.restart_delay_s >= self.options.fast_growth_share * left_s)
             if not fast and model is not None and job.max_replicas_by_type:
@@ -148,8 +147,7 @@ class TypedPollux(SiaPolicy):
             slowest = min(speeds.values())
             cap = max(max(job.max_replicas_by_type.values(), default=job.max_replicas), 1)
             row = np.array([speeds.get(c.gpu_type, 0.0) / slowest for c in configs]) * num_gpus
-            valid = (num_gpus <= cap) & (row > 0)
-            matrix[j] = np.where(valid, row, INVALID_GOODPUT)
+            matrix[j] = np.where((num_gpus <= cap) & (row > 0), row, INVALID_GOODPUT)
         return matrix
 
     def _solve(self, jobs: Sequence[JobInfo], configs: Sequence[Config], cost: np.ndarray,
