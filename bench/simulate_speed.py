@@ -12,7 +12,9 @@ Pollux workloads x tiresias, optimus). It prints the wall seconds and the CPU se
 (user + system of the simulations, the figure that a busy machine disturbs least; with
 ``--repeat``, the least of the repeats, old and new interleaved) of each, and whether the
 average JCTs agree (relative difference per run). ``--quick`` takes Philly workload-1
-and Pollux workloads 1-2.
+and Pollux workloads 1-2. ``--blas-threads 1`` gives both checkouts one BLAS thread: the
+simulations' own work alone (idle BLAS threads that spin on a busy machine once cost the
+older code up to 5 CPU-s a run, and made its figures scatter 3-10x).
 """
 
 from __future__ import annotations
@@ -47,9 +49,14 @@ def commands(quick: bool, typed_policies: str) -> dict[str, list[str]]:
     }
 
 
-def timed(src: Path, args: list[str], processes: int) -> tuple[float, float, dict[str, float]]:
-    """(wall s, CPU s, run -> average JCT) of ``pollux <args>`` with ``src``'s code."""
+def timed(src: Path, args: list[str], processes: int, blas_threads: int | None = None
+          ) -> tuple[float, float, dict[str, float]]:
+    """(wall s, CPU s, run -> average JCT) of ``pollux <args>`` with ``src``'s code
+    (``blas_threads``: BLAS thread pools of that size, set through the environment)."""
     env = {**os.environ, "PYTHONPATH": str(src / "src")}
+    if blas_threads is not None:
+        env.update({name: str(blas_threads) for name in
+                    ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")})
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "out.json"
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -78,6 +85,10 @@ def main() -> int:
     parser.add_argument("--typed-policies", default="sia,pollux",
                         help="policies of the typed run (default sia,pollux; the same "
                              "name must mean the same policy in both checkouts)")
+    parser.add_argument("--blas-threads", type=int,
+                        help="BLAS threads of both checkouts (1: compares the simulation "
+                             "work alone; by default each sets its own, and code that lets "
+                             "idle BLAS threads spin pays for it)")
     args = parser.parse_args()
     print("| runs | old wall s | new wall s | old CPU s | new CPU s | new / old CPU | "
           "max avg-JCT difference | CPU s of each run (old; new) |")
@@ -89,7 +100,7 @@ def main() -> int:
         runs: dict[str, list[tuple[float, float, dict[str, float]]]] = {"new": [], "old": []}
         for r in range(args.repeat):
             for label, src in (order if (i + r) % 2 == 0 else order[::-1]):
-                runs[label].append(timed(src, cmd, args.processes))
+                runs[label].append(timed(src, cmd, args.processes, args.blas_threads))
         (ow, oc, oj), (nw, nc, nj) = (min(runs[label], key=lambda run: run[1])
                                       for label in ("old", "new"))
         diff = max(abs(nj[k] / oj[k] - 1) for k in oj) if set(oj) == set(nj) else float("nan")

@@ -23,6 +23,7 @@ from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from threadpoolctl import threadpool_limits
 
 from pollux.cli.output import make_console
 from pollux.cli.simulate_tables import result_tables, rich_table
@@ -182,9 +183,9 @@ def run(args: argparse.Namespace) -> int:
                   f"{cluster}, applications from {source}, "
                   f"{processes} process(es)", highlight=False)
     progress, done = _progress(console, len(tasks))
-    with progress:
+    with progress, threadpool_limits(limits=1, user_api="blas"):  # see runner.execute
         outcomes = run_tasks(tasks, processes, done)
-    records = with_lower_bounds([o.record for o in outcomes], workloads, apps, config)
+        records = with_lower_bounds([o.record for o in outcomes], workloads, apps, config)
     tables = result_tables(records)
     for table in tables if not json_out else []:
         console.print(rich_table(table))
