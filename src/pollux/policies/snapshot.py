@@ -301,11 +301,9 @@ def job_info(report: JobReport, now_s: float, cache: SpeedupCache,
         if type_speeds and TYPE_SPEEDS_KEY not in extras:
             extras = {**extras, TYPE_SPEEDS_KEY: dict(type_speeds)}
     remaining_s = report.remaining_s
-    if report.remaining_progress is not None and report.hints is not None:
-        base = getattr(speedup, "base_goodput", None)
-        if base:
-            remaining_s = (report.remaining_progress * report.hints.init_batch_size
-                           / float(base))
+    base = getattr(speedup, "base_goodput", None)  # the goodput at one replica
+    if base and report.remaining_progress is not None and report.hints is not None:
+        remaining_s = report.remaining_progress * report.hints.init_batch_size / float(base)
     if throughput_speedups and throughput is not None:
         extras = {**extras, THROUGHPUT_SPEEDUP_KEY: throughput}
     facts = dict(zip(_FACTS, _facts_of(report)))

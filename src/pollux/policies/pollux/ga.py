@@ -195,14 +195,13 @@ class GeneticOptimizer:
             _, first = np.unique(merged_prints, return_index=True)
             keep = first[np.argsort(-merged_fitness[first], kind="stable")][:size]
             population, fitness, prints = merged[keep], merged_fitness[keep], merged_prints[keep]
-        best = int(np.argmax(fitness))
         self._population = population
         self._job_names = [job.name for job in problem.jobs]
         self._node_names = [node.name for node in problem.nodes]
         stats = {"generations": self.config.num_generations,
                  "population": len(population),
                  "population_fitness_median": float(np.median(fitness))}
-        return population[best].copy(), stats
+        return population[int(np.argmax(fitness))].copy(), stats
 
 
 class PopulationFitness:

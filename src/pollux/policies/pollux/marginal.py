@@ -146,8 +146,7 @@ def allocate_counts(
         if not fits.any():
             return None
         unit = max(float(problem.dominant_share[j]), 1e-12)
-        gains = (c.utility[at + 1:] - c.utility[at]) / (extra * unit)
-        gains = np.where(fits, gains, -np.inf)
+        gains = np.where(fits, (c.utility[at + 1:] - c.utility[at]) / (extra * unit), -np.inf)
         k = int(np.argmax(gains))
         if not gains[k] > GAIN_TOLERANCE:
             return None

@@ -191,15 +191,10 @@ class TypedPollux(SiaPolicy):
         a node on the fullest node where it fits, else spread over the fullest nodes."""
         placed: dict[int, Allocation] = {}
         for num_gpus, i in sorted(pending, key=lambda item: -item[0]):
-            taken: list[str] = []
-            left = num_gpus
-            while left >= per_node:
-                whole = next((n for n in order if free[n] == per_node), None)
-                if whole is None:
-                    break
-                taken += [whole] * per_node
-                free[whole] = 0
-                left -= per_node
+            wholes = [n for n in order if free[n] == per_node][: num_gpus // per_node]
+            free.update(dict.fromkeys(wholes, 0))
+            taken = [n for n in wholes for _ in range(per_node)]
+            left = num_gpus - per_node * len(wholes)
             best = min((n for n in order if free[n] >= left > 0), key=free.__getitem__,
                        default=None)  # the fullest node that holds the rest (ties: order)
             if best is not None:
