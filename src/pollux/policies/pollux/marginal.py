@@ -133,7 +133,7 @@ def allocate_counts(
     remaining = problem.free_capacity.sum(axis=0) - sum(
         (choices[j].counts[at] * problem.demand[j] for j, at in chosen.items()),
         np.zeros(len(problem.resource_types)))
-    heap: list[tuple[float, int, int, int]] = []
+    heap: list[tuple[float, int, int]] = []  # (-gain, job, target count): one per job
 
     def best_jump(j: int) -> tuple[float, int] | None:
         c = choices[j]
@@ -155,20 +155,17 @@ def allocate_counts(
     for j in choices:
         jump = best_jump(j)
         if jump is not None:
-            heap.append((-jump[0], j, chosen[j], jump[1]))
+            heap.append((-jump[0], j, jump[1]))
     heapq.heapify(heap)
     while heap:
-        _, j, at, target = heapq.heappop(heap)
-        if chosen[j] != at:
-            continue
-        c = choices[j]
-        need = (c.counts[target] - c.counts[at]) * problem.demand[j]
+        _, j, target = heapq.heappop(heap)
+        need = (choices[j].counts[target] - choices[j].counts[chosen[j]]) * problem.demand[j]
         if np.all(need <= remaining * (1 + 1e-9) + 1e-9):
             remaining = remaining - need
             chosen[j] = target
         jump = best_jump(j)
         if jump is not None:
-            heapq.heappush(heap, (-jump[0], j, chosen[j], jump[1]))
+            heapq.heappush(heap, (-jump[0], j, jump[1]))
     return chosen
 
 

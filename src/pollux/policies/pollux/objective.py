@@ -50,10 +50,7 @@ from pollux.policies.pollux.problem import (
 
 def power_mean(values: ArrayLike, p: float, axis: int = -1) -> FloatArray:
     """``(mean(values^p))^(1/p)`` along ``axis``; geometric mean for ``p == 0``."""
-    x = np.asarray(values, dtype=np.float64)
-    if p == 0:
-        return np.asarray(np.exp(np.mean(np.log(x), axis=axis)))
-    return np.asarray(np.mean(x ** p, axis=axis) ** (1.0 / p))
+    return mean_of(np.mean(utility(values, p), axis=axis), p)  # the signs cancel exactly
 
 
 def utility(values: ArrayLike, p: float) -> FloatArray:

@@ -151,32 +151,26 @@ def fill(placement: Placement, objective: PolluxObjective, jobs: Sequence[int]) 
     """Hand free resources to the jobs that gain most per unit; returns additions made.
 
     Lazy greedy: a job's best addition only gets worse as others take resources, so a
-    popped entry that is still at least as good as the next one is applied right away.
+    popped entry that is still at least as good as the next one is applied right away. The
+    heap holds at most one entry per job (each pop pushes back at most one).
     """
-    heap: list[tuple[float, int, int]] = []
-    versions = dict.fromkeys(jobs, 0)
+    heap: list[tuple[float, int]] = []
     for j in jobs:
         found = _best_addition(placement, objective, j)
         if found is not None:
-            heap.append((-found[0], j, 0))
+            heap.append((-found[0], j))
     heapq.heapify(heap)
     made = 0
     while heap:
-        _, j, version = heapq.heappop(heap)
-        if version != versions[j]:
-            continue
+        _, j = heapq.heappop(heap)
         found = _best_addition(placement, objective, j)
         if found is None:
             continue
         gain, addition = found
-        if heap and gain < -heap[0][0] - GAIN_TOLERANCE:
-            versions[j] += 1
-            heapq.heappush(heap, (-gain, j, versions[j]))
-            continue
-        placement.assign(j, addition)
-        made += 1
-        versions[j] += 1
-        found = _best_addition(placement, objective, j)
-        if found is not None:
-            heapq.heappush(heap, (-found[0], j, versions[j]))
+        if not heap or gain >= -heap[0][0] - GAIN_TOLERANCE:  # still the best: apply it
+            placement.assign(j, addition)
+            made += 1
+            found = _best_addition(placement, objective, j)
+        if found is not None:  # its next addition, or this one at its gain now
+            heapq.heappush(heap, (-found[0], j))
     return made
