@@ -89,7 +89,7 @@ class GeneticOptimizer:
     def _initial_population(self, problem: AllocationProblem,
                             node_capacity: IntArray) -> IntArray:
         base = problem.base_state[None]
-        if self._population is None or len(self._population) == 0:
+        if self._population is None:
             population = np.repeat(base, self.config.population_size, axis=0)
             population[1:] = self._mutate(problem, population[1:], node_capacity)
         else:
@@ -143,9 +143,7 @@ class GeneticOptimizer:
         # the job; the job's own bound is left to the repair.
         used = np.matmul(states.transpose(0, 2, 1).astype(np.float64), problem.demand)
         free = problem.capacity[None] - used + 1e-9  # (P, N, R)
-        room = np.ones(shape, dtype=bool)
-        for r in range(problem.demand.shape[1]):
-            room &= problem.demand[None, :, r, None] <= free[:, None, :, r]
+        room = (problem.demand[None, :, None, :] <= free[:, None, :, :]).all(axis=3)
         owned = room & (states > 0)
         # Chance p_room + p_owned - p_room * p_owned per entry, p_room = 1 / (jobs that
         # fit on the node) where the job fits, else 0 (and p_owned likewise): the same

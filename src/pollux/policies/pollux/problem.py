@@ -113,14 +113,12 @@ def candidate_counts(problem: AllocationProblem, j: int) -> IntArray:
 
 
 def fitting_replicas(demand: FloatArray, free: FloatArray, cap: IntArray) -> IntArray:
-    """(J, N): ``min_r floor(free[n, r] / demand[j, r])`` over requested types, capped."""
-    if demand.shape[1] == 0:  # nothing requested: only the cap limits
-        return np.broadcast_to(np.maximum(cap, 0)[:, None],
-                               (demand.shape[0], free.shape[0])).astype(np.int64)
+    """(J, N): ``min_r floor(free[n, r] / demand[j, r])`` over requested types, capped
+    (nothing requested: only the cap limits)."""
     with np.errstate(divide="ignore", invalid="ignore"):
         ratio = free[None, :, :] / demand[:, None, :]
     ratio = np.where(demand[:, None, :] > 0, ratio, np.inf)
-    fits = np.floor(ratio * (1.0 + _FIT_TOLERANCE) + _FIT_TOLERANCE).min(axis=2)
+    fits = np.floor(ratio * (1.0 + _FIT_TOLERANCE) + _FIT_TOLERANCE).min(axis=2, initial=np.inf)
     fits = np.minimum(fits, cap[:, None].astype(np.float64))
     return np.maximum(fits, 0.0).astype(np.int64)
 
@@ -148,8 +146,7 @@ def _check_amounts(resources: Mapping[str, float], field: str) -> None:
     if not isinstance(resources, Mapping):
         raise ConfigError(field, resources, "give a mapping of resource type -> amount")
     for rtype, amount in resources.items():
-        value = float(amount)
-        if not np.isfinite(value) or value < 0:
+        if not 0 <= float(amount) < np.inf:
             raise ConfigError(f"{field}[{rtype!r}]", amount, "use a finite amount >= 0")
 
 
