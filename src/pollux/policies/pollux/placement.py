@@ -110,7 +110,6 @@ def _best_addition(
     replicas = int(row.sum())
     own = row > 0
     num_nodes = int(own.sum())
-    minimum = max(int(problem.min_replicas[j]), 1)
     unit = max(float(problem.dominant_share[j]), 1e-12)
     changed_now = not np.array_equal(row, base)
     current = objective.utility(objective.speedup(j, num_nodes, replicas, changed_now))
@@ -131,7 +130,7 @@ def _best_addition(
         candidates.append((int(cand[key[0]]), num_nodes + 1))
 
     for node, nodes_after in candidates:
-        ks = np.arange(max(1, minimum - replicas), int(fit[node]) + 1)  # replicas to add
+        ks = np.arange(max(1, int(problem.min_replicas[j]) - replicas), int(fit[node]) + 1)
         if ks.size == 0:
             continue
         totals = replicas + ks
