@@ -78,8 +78,7 @@ def _check(values: ArrayLike, kind: ArrayLike, size: ArrayLike, capacity: ArrayL
         raise ConfigError("size/capacity", (s, cap), "sizes must be > 0, capacities >= 0")
     if np.isnan(a).any() or (a == -np.inf).any():
         raise ConfigError("values", "nan/-inf", "use finite values, or +inf for not allowed")
-    f = (np.full(num_jobs, NONE, dtype=np.int64) if forced is None
-         else np.asarray(forced, dtype=np.int64))
+    f = np.asarray(np.full(num_jobs, NONE) if forced is None else forced, dtype=np.int64)
     if f.shape != (num_jobs,) or (f < NONE).any() or (f >= num_configs).any():
         raise ConfigError("forced", f, "give one configuration index or -1 per job")
     rows = np.flatnonzero(f >= 0)

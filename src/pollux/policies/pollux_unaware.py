@@ -109,9 +109,8 @@ class PolluxUnawarePolicy(Policy):
                  previous_allocations: Allocations) -> PolicyDecision:
         capped = [replace(job, max_replicas=min(job.max_replicas, self.max_replicas))
                   for job in jobs]
-        virtual_nodes = self._virtual_nodes(nodes)
         previous = self._to_virtual(previous_allocations, nodes)
-        decision = self.inner.optimize(capped, virtual_nodes, previous)
+        decision = self.inner.optimize(capped, self._virtual_nodes(nodes), previous)
         type_of = {node.name: node.gpu_type for node in nodes}
         allocations: dict[str, Allocation] = {}
         self._virtual = {}

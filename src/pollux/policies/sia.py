@@ -234,8 +234,7 @@ class SiaPolicy(Policy):
                 prev = tuple(previous_allocations.get(jobs[i].name, ()))
                 counts = Counter(prev)
                 if len(prev) == num_gpus and all(free.get(n, 0) >= k for n, k in counts.items()):
-                    for n, k in counts.items():
-                        free[n] -= k
+                    free.update({n: free[n] - k for n, k in counts.items()})
                     allocations[jobs[i].name] = prev
                 else:
                     pending.append((num_gpus, i))

@@ -141,8 +141,7 @@ class SpeedupCache:
     speedup function memoizes its table, so keeping it across rounds is cheap).
 
     With ``guarded`` (the service, where hints come from outside) each function is a
-    :class:`GuardedSpeedup`: a model that fails or answers non-finite values makes its
-    job one without a model instead of failing the round; :meth:`problems` says which."""
+    :class:`GuardedSpeedup`; :meth:`problems` says which jobs' models failed."""
 
     def __init__(self, guarded: bool = False) -> None:
         self.guarded = guarded
@@ -193,11 +192,9 @@ class SpeedupCache:
 
     def problems(self) -> dict[str, str]:
         """Job name -> why its model is not used (for the jobs it failed for)."""
-        found = dict(self._refused)
-        for name, (_, speedup, _) in self._entries.items():
-            if isinstance(speedup, GuardedSpeedup) and speedup.problem is not None:
-                found[name] = speedup.problem
-        return found
+        failed = {name: speedup.problem for name, (_, speedup, _) in self._entries.items()
+                  if isinstance(speedup, GuardedSpeedup) and speedup.problem is not None}
+        return {**self._refused, **failed}
 
     def forget(self, keep: Iterable[str]) -> None:
         """Drop the entries of jobs not in ``keep`` (ended jobs)."""

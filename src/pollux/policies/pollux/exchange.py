@@ -38,17 +38,13 @@ class _Gains:
         self.refresh_layout()
 
     def refresh_layout(self) -> None:
-        """Recompute node counts and who may spread to a new node (after any move)."""
+        """Node counts and who may spread to a new node (interference rule), after any move."""
         placement = self.placement
         occupied = placement.state > 0
         self.num_nodes = occupied.sum(axis=1)
-        if placement.interference_avoidance:
-            owners = placement.owner[None, :]
-            jobs = np.arange(placement.problem.num_jobs)[:, None]
-            blocked = occupied & (owners >= 0) & (owners != jobs)
-            self.spread_ok = ~blocked.any(axis=1)
-        else:
-            self.spread_ok = np.ones(placement.problem.num_jobs, dtype=bool)
+        owners = placement.owner[None, :]
+        jobs = np.arange(placement.problem.num_jobs)[:, None]
+        self.spread_ok = ~(occupied & (owners >= 0) & (owners != jobs)).any(axis=1)
 
     def utility(self, j: int, num_nodes: int | np.ndarray, replicas: int | np.ndarray,
                 changed: bool | np.ndarray = True) -> FloatArray:
@@ -87,10 +83,8 @@ def _receivers_gain(gains: _Gains, n: int, free_after: FloatArray, owner_after: 
     fit = fitting_replicas(problem.demand, free_after[None, :],
                            np.full(problem.num_jobs, gains.max_step))[:, 0]
     rows = np.arange(problem.num_jobs)
-    spreads_ok = (gains.num_nodes == 0) | (
+    spreads_ok = (not placement.interference_avoidance) | (gains.num_nodes == 0) | (
         gains.spread_ok & ((owner_after < 0) | (owner_after == rows)))
-    if not placement.interference_avoidance:
-        spreads_ok = np.ones(problem.num_jobs, dtype=bool)
     gain = np.where(placement.state[:, n] > 0, gains.own[rows, fit],
                     np.where(spreads_ok, gains.new[rows, fit], -np.inf))
     gain = np.where(gains.movable & (rows != exclude) & (fit > 0), gain, -np.inf)

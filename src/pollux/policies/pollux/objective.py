@@ -89,21 +89,18 @@ class PolluxObjective:
         self.config = config
         self._tables: list[FloatArray | None] = [None] * problem.num_jobs
         num_jobs = problem.num_jobs
-        self.fair_replicas = np.where(
-            problem.dominant_share > 0,
-            1.0 / (max(num_jobs, 1) * np.where(problem.dominant_share > 0,
-                                                problem.dominant_share, 1.0)),
-            problem.max_replicas.astype(np.float64))
+        share = problem.dominant_share  # a job that needs nothing: its maximum
+        self.fair_replicas = np.where(share > 0, 1.0 / (max(num_jobs, 1) * np.where(
+            share > 0, share, 1.0)), problem.max_replicas.astype(np.float64))
         self.fair_speedup = np.array([self._fair_speedup(j) for j in range(num_jobs)])
         self.remaining = np.array([np.nan if job.remaining_s is None else float(job.remaining_s)
                                    for job in problem.jobs], dtype=np.float64)
         """(J,) seconds of training left at one replica; NaN where unknown."""
         self.job_scale = self._remaining_scale()
         """(J,) factor on each job's fair-share speedup from its remaining time."""
-        ages = np.array([job.age_s for job in problem.jobs])
-        restarts = np.array([job.num_restarts for job in problem.jobs])
         self.delays = np.array([job.restart_delay_s for job in problem.jobs])
-        factor = restart_factor(ages, restarts, self.delays)
+        factor = restart_factor([job.age_s for job in problem.jobs],
+                                [job.num_restarts for job in problem.jobs], self.delays)
         if not config.restart_penalty:
             factor = np.ones(num_jobs)
         elif not config.penalize_first_start:

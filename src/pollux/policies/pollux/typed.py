@@ -87,12 +87,8 @@ class TypedPollux(SiaPolicy):
         """Names of the ``tail_share`` of jobs predicted to complete latest after their
         submission (age + remaining time at the current allocation)."""
         type_of = {node.name: node.gpu_type for node in nodes}
-        predicted = {}
-        for job in jobs:
-            left_s = self._left_s(job, tuple(previous_allocations.get(job.name, ())),
-                                  type_of)
-            if left_s is not None:
-                predicted[job.name] = job.age_s + left_s
+        predicted = {job.name: job.age_s + left_s for job in jobs if (left_s := self._left_s(
+            job, tuple(previous_allocations.get(job.name, ())), type_of)) is not None}
         if not predicted:
             return frozenset()
         cut = float(np.quantile(list(predicted.values()), 1.0 - self.options.tail_share))
