@@ -272,9 +272,8 @@ def job_info(report: JobReport, now_s: float, cache: SpeedupCache,
     ``initial_replicas``: the policy's cap on every type for a job that has not run
     anywhere (:meth:`~pollux.policies.base.Policy.growth_rule`)."""
     factor = EXPLORATION_FACTOR if exploration_factor is None else exploration_factor
-    speedup = throughput = None
+    speedup = throughput = max_replicas = None
     typed_goodput, caps = report.typed_goodput, report.max_replicas_by_type
-    max_replicas = None
     if report.hints is not None:
         try:
             speedup, throughput = cache.speedups(report.name, report.hints)

@@ -122,10 +122,9 @@ class TypedPollux(SiaPolicy):
             fast = (left_s is not None
                     and job.restart_delay_s >= self.options.fast_growth_share * left_s)
             if not fast and model is not None and job.max_replicas_by_type:
-                caps = {t: min(cap, max(EXPLORATION_FACTOR * (
+                job = replace(job, max_replicas_by_type={t: min(cap, max(EXPLORATION_FACTOR * (
                     model.profiles[t].max_profiled_replicas if t in model.profiles else 0), 1))
-                    for t, cap in job.max_replicas_by_type.items()}
-                job = replace(job, max_replicas_by_type=caps)
+                    for t, cap in job.max_replicas_by_type.items()})
             out.append(job)
         return out
 
