@@ -10,8 +10,6 @@ import pytest
 
 from pollux.cluster_spec import parse_cluster_spec
 from pollux.errors import ConfigError
-from pollux.policies.autoscaling import AutoscalerConfig, NodeTemplate, TypedAutoscaler
-from pollux.policies.base import GPU, TYPE_SPEEDS_KEY, JobInfo
 from pollux.policies.registry import make_policy
 from pollux.sim.cluster import node_seconds
 from pollux.sim.config import ClusterConfig
@@ -113,37 +111,3 @@ def test_a_typed_run_task_goes_to_worker_processes() -> None:
                            node_price_per_hour={"aws": 3.912, "dgx-ext": 32.77})
     task = RunTask("sia", BERT, config, "traces", autoscaler="pollux")
     assert pickle.loads(pickle.dumps(task)) == task
-
-
-def sized(spill: float, whole_nodes: bool, max_a: int = 4) -> TypedAutoscaler:
-    """Types a (8 GPUs per node) and b (4 per node), both 1 per GPU-hour."""
-    templates = {"a": NodeTemplate({GPU: 8.0}, 8.0), "b": NodeTemplate({GPU: 4.0}, 4.0)}
-    return TypedAutoscaler(AutoscalerConfig(template=templates["a"], min_nodes=0,
-                                            max_nodes=8),
-                           templates, {"a": max_a, "b": 4}, spill=spill,
-                           whole_nodes=whole_nodes)
-
-
-def new_job(name: str, replicas: int, speeds: dict[str, float]) -> JobInfo:
-    """A job without a goodput model yet: it asks ``replicas`` by 1-GPU speed per dollar."""
-    return JobInfo(name, {GPU: 1.0}, max_replicas=replicas, extras={TYPE_SPEEDS_KEY: speeds})
-
-
-def test_an_ask_that_opens_a_node_pays_for_all_of_it() -> None:
-    small = new_job("small", 2, {"a": 1.0, "b": 0.9})
-    # 2 GPUs on a new 8-GPU node of a are worth less than on a new 4-GPU node of b ...
-    assert sized(0.8, True).propose_by_type([small]) == {"a": 0, "b": 1}
-    assert sized(0.8, False).propose_by_type([small]) == {"a": 1, "b": 0}  # per GPU only
-    # ... but not on a node of a already opened by another job
-    big = new_job("big", 6, {"a": 1.1, "b": 0.9})
-    assert sized(0.8, True).propose_by_type([small, big]) == {"a": 1, "b": 0}
-    # a type worth less than `spill` of the best is not a candidate
-    assert sized(0.95, True).propose_by_type([small]) == {"a": 1, "b": 0}
-
-
-def test_a_job_whose_best_type_is_full_waits_unless_another_is_nearly_as_good() -> None:
-    jobs = [new_job(f"j{i}", 8, {"a": 1.0, "b": 0.5}) for i in range(2)]
-    assert sized(0.8, True, max_a=1).propose_by_type(jobs) == {"a": 1, "b": 0}
-    assert sized(0.0, True, max_a=1).propose_by_type(jobs) == {"a": 1, "b": 2}
-    with pytest.raises(ConfigError, match="spill"):
-        sized(1.5, True)
