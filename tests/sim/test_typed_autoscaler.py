@@ -103,6 +103,30 @@ def test_cli_autoscales_a_typed_cluster_with_per_type_prices(
     assert "one per GPU type" in capsys.readouterr().err
 
 
+@needs_sia
+def test_cli_max_price_per_hour_bounds_what_the_typed_autoscaler_buys(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from pollux.cli.main import main
+
+    path = tmp_path / "bert.csv"
+    write_workload(BERT, path)
+    args = ["simulate", str(path), "--traces", str(SIA / "traces"), "--policy", "pollux",
+            "--processes", "1", "--autoscaler", "pollux", "--provision-delay-s", "0",
+            "--json", "-"]
+    typed = ["--cluster", str(SPEC), "--node-price", "aws=3.912,dgx-ext=32.77"]
+    # 8 per hour buys two aws nodes at most, never the dgx-ext node the jobs would rather have
+    assert main([*args, *typed, "--max-price-per-hour", "8"]) == 0
+    run_ = json.loads(capsys.readouterr().out)["runs"][0]
+    assert run_["num_completed"] == 2
+    assert run_["cost"] == pytest.approx(run_["node_hours"] * 3.912)
+    assert run_["node_hours"] > 0
+    for bad in ([*typed, "--max-price-per-hour", "0"],  # refused before any run starts
+                [*typed, "--max-price-per-hour", "nan"],
+                ["--nodes", "2", "--max-price-per-hour", "8"]):  # untyped: refused
+        assert main([*args, *bad]) == 2
+        assert "max_price_per_hour" in capsys.readouterr().err
+
+
 def test_a_typed_run_task_goes_to_worker_processes() -> None:
     """Runs go to worker processes pickled: the typed semantics and per-type prices too."""
     import pickle

@@ -117,9 +117,18 @@ def _cluster_config(args: argparse.Namespace) -> ClusterConfig:
 
 
 def _autoscaler_options(args: argparse.Namespace) -> dict[str, float]:
-    """``--utility-band LOW:HIGH`` as the Pollux autoscaler's options (checked there)."""
+    """``--utility-band LOW:HIGH`` and ``--max-price-per-hour`` as the Pollux autoscaler's
+    options (their values checked there)."""
+    options: dict[str, float] = {}
+    if args.max_price_per_hour is not None:
+        typed = args.cluster is not None and parse_cluster_spec(args.cluster).is_typed
+        if args.autoscaler != "pollux" or not typed:
+            raise ConfigError("max_price_per_hour", args.max_price_per_hour,
+                              "needs --autoscaler pollux on a typed --cluster "
+                              "(TYPE:NODESxGPUS,...)")
+        options["max_price_per_hour"] = args.max_price_per_hour
     if args.utility_band is None:
-        return {}
+        return options
     if args.autoscaler != "pollux":
         raise ConfigError("utility_band", args.utility_band, "needs --autoscaler pollux")
     try:
@@ -127,7 +136,7 @@ def _autoscaler_options(args: argparse.Namespace) -> dict[str, float]:
     except ValueError:
         raise ConfigError("utility_band", args.utility_band,
                           "write LOW:HIGH, e.g. 0.6:0.78") from None
-    return {"low_util": low, "high_util": high}
+    return {**options, "low_util": low, "high_util": high}
 
 
 def _progress(console: Console, total: int) -> tuple[Progress, Callable[[RunOutcome], None]]:
@@ -169,11 +178,12 @@ def run(args: argparse.Namespace) -> int:
         return 0
     policies = _policies(args.policy)
     config = _cluster_config(args)
+    autoscaler_options = _autoscaler_options(args)
     apps = load_applications(args.traces, config)
     workloads = _workloads(args, set(apps))
     tasks = [RunTask(policy, workload, config, args.traces, args.seed,
                      timeline=args.plot is not None or args.html is not None,
-                     autoscaler=args.autoscaler, autoscaler_options=_autoscaler_options(args),
+                     autoscaler=args.autoscaler, autoscaler_options=autoscaler_options,
                      job_knowledge=args.job_knowledge)
              for workload in workloads for policy in policies]
     processes = args.processes or min(len(tasks), os.cpu_count() or 1)
@@ -263,6 +273,9 @@ def register(subparsers: Any) -> None:
                          help="pollux autoscaler: the cluster-utility band it keeps (default "
                               f"{DEFAULT_LOW_UTIL}:{DEFAULT_HIGH_UTIL}; lower grows sooner, "
                               "finishing sooner at a higher cost)")
+    scaling.add_argument("--max-price-per-hour", type=float, default=None, metavar="PRICE",
+                         help="typed pollux autoscaler: a budget, the most the whole cluster "
+                              "may cost per hour at --node-price (default: no bound)")
     scaling.add_argument("--provision-delay-s", type=float, default=120.0,
                          help="autoscaling: seconds before a requested node is usable "
                               "(billed meanwhile; default 120)")

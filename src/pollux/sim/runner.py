@@ -259,5 +259,5 @@ def run_tasks(tasks: Sequence[RunTask], processes: int = 1,
     for task in tasks:
         if task.policy not in POLICY_CLASSES:
             make_policy(task.policy, seed=task.seed)  # raises with the valid choices
-        check_autoscaler_name(task.autoscaler)
+        build_autoscaler(task)  # its name and options checked here, not in a worker
     return run_each(tasks, execute, _load_task, _task_load_key, processes, on_done)
