@@ -14,7 +14,7 @@ Pollux workloads x tiresias, optimus). It prints the wall seconds and the CPU se
 average JCTs agree (relative difference per run). ``--quick`` takes Philly workload-1
 and Pollux workloads 1-2. ``--blas-threads 1`` gives both checkouts one BLAS thread: the
 simulations' own work alone (idle BLAS threads that spin on a busy machine once cost the
-older code up to 5 CPU-s a run, and made its figures scatter 3-10x).
+older code 5.5-5.7 CPU-s in a run's summary, and made its figures scatter up to 12x).
 """
 
 from __future__ import annotations

@@ -378,9 +378,10 @@ class SimJob:
             step, sync = app.step_sync_time(self.placement, atomic)
             sqr, var = app.grad_stats(batch, self.epoch)
             if profile is not None:  # adaptive jobs: what they measure and decide by
+                clamped = (max(sqr, 0.0), max(var, 0.0))
                 stats = self.grad_stats
-                if stats is None or (stats.sqr, stats.var) != (max(sqr, 0.0), max(var, 0.0)):
-                    self.grad_stats = GradientStats(max(sqr, 0.0), max(var, 0.0))
+                if stats is None or (stats.sqr, stats.var) != clamped:
+                    self.grad_stats = GradientStats(*clamped)
                 profile.observe(nodes, replicas, atomic, step, sync, sqr, var)
             gain = float(scaled_gain(sqr, var, batch / init_batch))
             goodput = gain / (step + (step - sync) * accum) * rate_factor

@@ -181,8 +181,8 @@ def execute(task: RunTask, index: int = 0,
             applications: Mapping[str, Application] | Mapping[str, TypedApplication] | None
             = None) -> RunOutcome:
     """Run one task in this process, BLAS held to one thread throughout (a pool of
-    BLAS threads set up again after the simulation's own limit only spins: up to 5
-    CPU-s per run measured on 2 busy cores)."""
+    BLAS threads set up again after the simulation's own limit only spins: 5.5-5.7
+    CPU-s in one run's summary, measured on 2 busy cores)."""
     try:
         with threadpool_limits(limits=1, user_api="blas"):
             apps = (applications if applications is not None

@@ -169,7 +169,7 @@ class StepProfiler:
         return 0 if totals is None else int(totals.values[2 * OPTIM])
 
     def _step_counts(self) -> dict[ProfileKey, int]:
-        return {key: int(totals.values[2 * OPTIM]) for key, totals in self._totals.items()}
+        return {key: self.steps_at(key) for key in self._totals}
 
     def maybe_refit(self, *, force: bool = False) -> bool:
         """Start a background refit if there is new data and none is running; ``force``:

@@ -263,8 +263,10 @@ class MarginalGainOptimizer:
 
         current = repair(problem, problem.base_state[None], np.random.default_rng(0),
                          self.interference_avoidance)[0]
-        values = objective.evaluate(np.stack([placement.state, current]))
-        kept_current = bool(values[0] < values[1])
+        kept_current = False
+        if not np.array_equal(placement.state, current):  # else nothing to compare
+            values = objective.evaluate(np.stack([placement.state, current]))
+            kept_current = bool(values[0] < values[1])
         state = current if kept_current else placement.state
         stats = {"placement_shrinks": len(shrunk), "fill_additions": num_filled,
                  "exchanges": num_exchanged, "kept_current": kept_current}
