@@ -1,9 +1,11 @@
-"""No import circles in the package at run time.
+"""No import circles in the package at run time, and none at all in the agent.
 
 Every ``import`` and ``from ... import`` of a ``pollux`` module counts, at module level or
 inside a function (a deferred import still runs, and a circle of them means two modules
 that cannot be read apart); imports under ``if TYPE_CHECKING:`` do not run and do not
-count. A package is entered through its ``__init__``; the implicit import of a parent
+count, except for ``pollux.torch``, where they count too (the agent's parts know each
+other by the protocols of :mod:`pollux.torch.roles`, and the job context sits below them
+all). A package is entered through its ``__init__``; the implicit import of a parent
 package when a submodule loads is not an edge (it would make every package a circle).
 """
 
@@ -26,11 +28,13 @@ def _modules(root: Path) -> dict[str, Path]:
     return found
 
 
-def _run_time_imports(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
+def _imports(name: str, path: Path, modules: dict[str, Path],
+             type_checking: bool) -> set[str]:
     tree = ast.parse(path.read_text(), str(path))
     skipped: set[int] = set()
     for node in ast.walk(tree):
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+        if (not type_checking and isinstance(node, ast.If)
+                and "TYPE_CHECKING" in ast.unparse(node.test)):
             skipped.update(id(sub) for stmt in node.body for sub in ast.walk(stmt))
     package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
     edges: set[str] = set()
@@ -53,11 +57,17 @@ def _run_time_imports(name: str, path: Path, modules: dict[str, Path]) -> set[st
     return edges
 
 
-def import_cycles(root: Path) -> list[frozenset[str]]:
+def import_cycles(root: Path, *, type_checking: bool = False,
+                  within: str | None = None) -> list[frozenset[str]]:
     """The strongly connected sets (two modules or more) of the run-time import graph of
-    the package at ``root`` (Tarjan's algorithm, iterative)."""
+    the package at ``root`` (Tarjan's algorithm, iterative); with ``type_checking``, of
+    the graph with the imports under ``if TYPE_CHECKING:`` too; with ``within`` (a
+    dotted package name), of the graph among that package's modules only."""
     modules = _modules(root)
-    graph = {name: sorted(_run_time_imports(name, path, modules))
+    if within is not None:
+        modules = {name: path for name, path in modules.items()
+                   if name == within or name.startswith(within + ".")}
+    graph = {name: sorted(_imports(name, path, modules, type_checking))
              for name, path in modules.items()}
     index: dict[str, int] = {}
     low: dict[str, int] = {}
@@ -103,6 +113,11 @@ def test_no_import_cycles_at_run_time() -> None:
     assert not cycles, "import circles: " + "; ".join(" <-> ".join(sorted(c)) for c in cycles)
 
 
+def test_no_import_cycles_in_the_agent_with_type_checking_imports() -> None:
+    cycles = import_cycles(PACKAGE, type_checking=True, within="pollux.torch")
+    assert not cycles, "import circles: " + "; ".join(" <-> ".join(sorted(c)) for c in cycles)
+
+
 def test_the_check_can_fail(tmp_path: Path) -> None:
     pkg = tmp_path / "pkg"
     (pkg / "sub").mkdir(parents=True)
@@ -113,3 +128,7 @@ def test_the_check_can_fail(tmp_path: Path) -> None:
                               "if TYPE_CHECKING:\n    from pkg.c import C\nB = 2\n")
     (pkg / "c.py").write_text("from .b import B\n")
     assert import_cycles(pkg) == [frozenset({"pkg.sub.a", "pkg.b"})]
+    (pkg / "c.py").write_text("from .b import B\nfrom pkg.sub.a import A\n")
+    assert import_cycles(pkg, type_checking=True) == [
+        frozenset({"pkg.sub.a", "pkg.b", "pkg.c"})]
+    assert import_cycles(pkg, type_checking=True, within="pkg.sub") == []

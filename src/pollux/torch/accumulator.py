@@ -53,6 +53,17 @@ class AccumulatorStates:
         self._live: dict[str, Accumulator] = {}
         self._restored: dict[str, dict[str, Any]] = {}
 
+    @classmethod
+    def of(cls, job: JobContext) -> AccumulatorStates:
+        """The job's accumulators (made and checkpointed with the first one)."""
+
+        def make() -> AccumulatorStates:
+            states = cls(job)
+            job.checkpoint.register("pollux/accumulators", states)
+            return states
+
+        return job.part(cls, make)
+
     def attach(self, name: str, accumulator: Accumulator) -> dict[str, float] | None:
         """Track ``accumulator`` under ``name`` (replacing an older one); returns its
         restored values when the checkpoint holds them for the current epoch."""
@@ -98,7 +109,7 @@ class Accumulator(MutableMapping[str, float]):
         self._synced: dict[str, float] | None = None
         self.written_epoch = job.epoch
         """The epoch of the last write (a checkpoint restores the values in that epoch)."""
-        restored = job.accumulators.attach(self.name, self)
+        restored = AccumulatorStates.of(job).attach(self.name, self)
         if restored is not None:
             self._local = self._share_of(restored)
 

@@ -15,17 +15,17 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from pollux.models import GoodputFunction, GradientStats, JobHints
 from pollux.torch.batch_decider import BatchDecider
-from pollux.torch.batch_size import BatchConfig, carried_batch_config
+from pollux.torch.batch_size import BatchConfig, BatchLimits, carried_batch_config
 from pollux.torch.control import Agreement, StopWatch, agree
 from pollux.torch.gradient_noise import GradientNoiseEstimator
 
 if TYPE_CHECKING:
-    from pollux.torch.data_loader import AdaptiveDataLoader
-    from pollux.torch.data_parallel import AdaptiveDataParallel
+    from pollux.torch.job import JobContext
+    from pollux.torch.roles import DrivenModel
 
 logger = logging.getLogger(__name__)
 
@@ -39,10 +39,30 @@ def describe_batch(config: BatchConfig, num_replicas: int) -> str:
     return f"{config.total(num_replicas)} ({' x '.join(parts)})"
 
 
+class EpochPosition(Protocol):
+    """Where a loader's pass is (its elastic sampler, or a custom loader's cursor)."""
+
+    epoch: int
+
+
+class ControlledLoader(Protocol):
+    """What the control loop reads and sets of the loader whose agreement points it runs
+    (:class:`~pollux.torch.data_loader.AdaptiveDataLoader`, or AdaptDL's custom loaders)."""
+
+    job: JobContext
+    limits: BatchLimits
+    init_batch_size: int
+    batch_config: BatchConfig | None
+    config_replicas: int
+
+    @property
+    def sampler(self) -> EpochPosition: ...
+
+
 class ControlLoop:
     """Agreement points of one :class:`~pollux.torch.data_loader.AdaptiveDataLoader`."""
 
-    def __init__(self, loader: AdaptiveDataLoader) -> None:
+    def __init__(self, loader: ControlledLoader) -> None:
         self.loader = loader
         self.next_sync_steps = 1
         """Optimizer steps until the next agreement point (agreed by every rank)."""
@@ -55,7 +75,7 @@ class ControlLoop:
         """Steps handed out by the loader (counted by it: an evaluation loader's too)."""
         self._steps_at_last_sync = 0
 
-    def _propose(self, model: AdaptiveDataParallel) -> Agreement:
+    def _propose(self, model: DrivenModel) -> Agreement:
         """Rank 0's decisions at an agreement point."""
         loader = self.loader
         job = loader.job
@@ -92,7 +112,7 @@ class ControlLoop:
         return Agreement(stop=False, save_checkpoint=save, batch_config=chosen,
                          next_sync_steps=next_steps, grad_stats=stats)
 
-    def synchronize(self, model: AdaptiveDataParallel) -> bool:
+    def synchronize(self, model: DrivenModel) -> bool:
         """Run an agreement point; returns True when the batch configuration changed.
 
         Does not return when a stop was requested: checkpoints and exits instead.
@@ -122,7 +142,7 @@ class ControlLoop:
             self._report(model, urgent=changed)
         return changed
 
-    def _report(self, model: AdaptiveDataParallel, urgent: bool) -> None:
+    def _report(self, model: DrivenModel, urgent: bool) -> None:
         loader = self.loader
         job, config = loader.job, loader.batch_config
         assert config is not None
@@ -148,10 +168,10 @@ class ControlLoop:
         if job.metrics.enabled:
             self._write_metrics(model, stats)
 
-    def _write_metrics(self, model: AdaptiveDataParallel, stats: GradientStats | None) -> None:
+    def _write_metrics(self, model: DrivenModel, stats: GradientStats | None) -> None:
         self.loader.job.metrics.write(model.optimizer_steps, self.metrics(model, stats))
 
-    def metrics(self, model: AdaptiveDataParallel,
+    def metrics(self, model: DrivenModel,
                 stats: GradientStats | None) -> dict[str, float | None]:
         """Goodput, throughput (samples/s), efficiency, batch size, noise scale, ... now."""
         loader = self.loader

@@ -32,8 +32,8 @@ from pollux.torch.elastic_sampler import ElasticSampler, IndexArray, StepPlan, p
 from pollux.torch.profiler import MicroStepTiming
 
 if TYPE_CHECKING:
-    from pollux.torch.data_parallel import AdaptiveDataParallel
     from pollux.torch.job import JobContext
+    from pollux.torch.roles import DrivenModel
 
 logger = logging.getLogger(__name__)
 
@@ -208,7 +208,7 @@ class AdaptiveDataLoader:
 
     # -- agreement ---------------------------------------------------------------------
 
-    def _model(self) -> AdaptiveDataParallel:
+    def _model(self) -> DrivenModel:
         if self.job.model is None:
             raise ConfigError("AdaptiveDataParallel", None, "wrap the model with "
                               "AdaptiveDataParallel(..., job=job) before iterating the loader")
@@ -217,7 +217,7 @@ class AdaptiveDataLoader:
     # -- iteration ---------------------------------------------------------------------
 
     def _plan_rest_of_epoch(self, config: BatchConfig,
-                            model: AdaptiveDataParallel) -> tuple[list[StepPlan], set[int]]:
+                            model: DrivenModel) -> tuple[list[StepPlan], set[int]]:
         """The steps left in this epoch, and which of them keep their gradient for the
         noise measurement of one replica (:meth:`AdaptiveDataParallel.wants_probe`).
         With ``drop_last``, the last incomplete step is left out."""
@@ -254,7 +254,7 @@ class AdaptiveDataLoader:
             job.current_dataloader = None
             self._control.stop_watch.settle()
 
-    def _iterate(self, model: AdaptiveDataParallel) -> Iterator[Any]:
+    def _iterate(self, model: DrivenModel) -> Iterator[Any]:
         job = self.job
         if self.sampler.epoch != job.epoch:
             self.epoch_padding = 0

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from pollux.errors import ConfigError
 
@@ -47,4 +47,4 @@ def current_dataloader(job: JobContext) -> AdaptiveDataLoader | None:
     >>> loader.current_batch_size  # doctest: +SKIP
     64
     """
-    return job.current_dataloader
+    return cast("AdaptiveDataLoader | None", job.current_dataloader)

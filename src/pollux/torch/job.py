@@ -11,9 +11,10 @@ import logging
 import random
 import signal
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import Any, NoReturn, TypeVar
 
 import numpy as np
 import torch
@@ -22,22 +23,20 @@ import torch.distributed as dist
 from pollux.errors import ConfigError
 from pollux.jobenv import RESCALE_EXIT_CODE
 from pollux.models.hints import check_gpu_type
-from pollux.torch.accumulator import AccumulatorStates
 from pollux.torch.batch_decider import DecisionRule
 from pollux.torch.checkpoint import CheckpointManager
 from pollux.torch.hints_reporter import HintsReporter
 from pollux.torch.launch import LaunchEnvironment
 from pollux.torch.metrics import MetricsWriter
 from pollux.torch.profiler import ProfilesByType, StepProfiler, device_gpu_type
-
-if TYPE_CHECKING:
-    from pollux.torch.data_loader import AdaptiveDataLoader
-    from pollux.torch.data_parallel import AdaptiveDataParallel
+from pollux.torch.roles import DrivenModel, IteratedLoader
 
 logger = logging.getLogger(__name__)
 
 MODEL_KEY = "model"
 """The key of a job's model wrapped without ``name=``."""
+
+Part = TypeVar("Part")
 
 
 @dataclass(frozen=True)
@@ -240,9 +239,9 @@ class JobContext:
         self.num_replicas = launch.num_replicas
         self.num_nodes = launch.num_nodes
         self.stop_requested = threading.Event()
-        self.model: AdaptiveDataParallel | None = None
+        self.model: DrivenModel | None = None
         """The model that drives the batch size (the first one wrapped)."""
-        self.models: dict[str, AdaptiveDataParallel] = {}
+        self.models: dict[str, DrivenModel] = {}
         """Every wrapped model by name (several for a GAN: see ``name=``)."""
         self._loader_names: list[str] = []
         self.checkpoint = CheckpointManager(launch.checkpoint_dir, rank=self.rank,
@@ -265,10 +264,8 @@ class JobContext:
         self.checkpoint.register("pollux/rng", RngStates(self.rank, self.num_replicas,
                                                          control_group, launch.num_restarts))
         self.checkpoint.register("pollux/profile", self.profiles)
-        self.accumulators = AccumulatorStates(self)
-        """Every :class:`~pollux.torch.accumulator.Accumulator` of the job, checkpointed."""
-        self.checkpoint.register("pollux/accumulators", self.accumulators)
-        self.current_dataloader: AdaptiveDataLoader | None = None
+        self._parts: dict[type, Any] = {}
+        self.current_dataloader: IteratedLoader | None = None
         """The data loader being iterated now (None between epochs)."""
         self._previous_handlers: dict[int, Any] = {}
         if install_signal_handler:
@@ -311,14 +308,24 @@ class JobContext:
                               "name='generator' and name='discriminator')")
         return key
 
-    def attach_model(self, model: AdaptiveDataParallel, name: str | None = None) -> None:
+    def part(self, kind: type[Part], make: Callable[[], Part]) -> Part:
+        """The job's one object of ``kind``, made by ``make`` on first use: per-job state
+        of a part built on the context (every accumulator's checkpointed values), kept here
+        without the context importing that part."""
+        if kind not in self._parts:
+            self._parts[kind] = make()
+        found = self._parts[kind]
+        assert isinstance(found, kind)
+        return found
+
+    def attach_model(self, model: DrivenModel, name: str | None = None) -> None:
         """Track ``model``; the first one drives the batch size, later ones (each with its
         own ``name``) follow its micro-steps (:mod:`pollux.torch.model_followers`)."""
         self.models[self.check_model_name(name)] = model
         if self.model is None:
             self.model = model
 
-    def followers(self) -> list[AdaptiveDataParallel]:
+    def followers(self) -> list[DrivenModel]:
         """The models after the first (they follow its micro-steps)."""
         return [m for m in self.models.values() if m is not self.model]
 

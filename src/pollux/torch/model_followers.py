@@ -16,15 +16,24 @@ values, as the norms are all-reduced).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from pollux.torch.gradient_noise import GradientNoiseEstimator
 
 if TYPE_CHECKING:
-    from pollux.torch.data_parallel import AdaptiveDataParallel
+    from pollux.torch.gradient_norms import MicroStep
+    from pollux.torch.job import JobContext
 
 
-def begin_followers_micro_step(leader: AdaptiveDataParallel, index: int,
+class Leader(Protocol):
+    """The model that drives the job, as its followers see it (an
+    :class:`~pollux.torch.AdaptiveDataParallel`): its job and its micro-step state."""
+
+    job: JobContext
+    _step: MicroStep
+
+
+def begin_followers_micro_step(leader: Leader, index: int,
                                num_micro_steps: int, local_bsz: int, step_batch_size: int,
                                init_batch_size: int, regular: bool, probe: bool) -> None:
     """Announce the leader's micro-step to every follower (no profiling marks)."""
@@ -35,7 +44,7 @@ def begin_followers_micro_step(leader: AdaptiveDataParallel, index: int,
                                   init_batch_size, regular, False, probe=probe)
 
 
-def refresh_followers_stats(leader: AdaptiveDataParallel) -> None:
+def refresh_followers_stats(leader: Leader) -> None:
     """At an agreement point: each follower's statistics from its own estimator (None
     until it has ``min_noise_updates`` updates)."""
     job = leader.job

@@ -34,8 +34,8 @@ from pollux.torch.control_loop import ControlLoop
 from pollux.torch.profiler import MicroStepTiming
 
 if TYPE_CHECKING:
-    from pollux.torch.data_parallel import AdaptiveDataParallel
     from pollux.torch.job import JobContext
+    from pollux.torch.roles import DrivenModel
 
 
 def loader_name(kind: str) -> str:
@@ -159,7 +159,7 @@ class AdaptiveDataLoaderHelper:
 
     # -- the loop ----------------------------------------------------------------------------
 
-    def _require(self) -> tuple[JobContext, ControlLoop, AdaptiveDataParallel]:
+    def _require(self) -> tuple[JobContext, ControlLoop, DrivenModel]:
         job = DEFAULT_JOB.require("iterating a custom AdaptDL loader")
         if job.model is None or self._control is None:
             raise RuntimeError("wrap the model with AdaptiveDataParallel before iterating "
