@@ -130,12 +130,14 @@ class LaunchSupervisor:
         generation = record.num_launches + 1
         allocation = rank_order(target)
         where = ", ".join(f"{node} x{allocation.count(node)}" for node in dict.fromkeys(allocation))
-        record = self.store.transition(
-            record.id, JobState.STARTING, now,
+        # intent before effect: every replica is in the store before any process starts
+        record = self.store.begin_launch(
+            record.id, generation, allocation,
+            {"backend": self.backend.name, "job_dir": str(directory)}, now,
             f"launch {generation}: {replicas_text(len(allocation))} on {where}"
             + ("" if gpu_type is None else f" (GPU type {gpu_type})"),
-            allocation=allocation, target_allocation=None, num_launches=generation,
-            started_at=record.started_at or now, reason=record.reason, gpu_type=gpu_type)
+            target_allocation=None, started_at=record.started_at or now,
+            reason=record.reason, gpu_type=gpu_type)
         request = LaunchRequest(
             job_id=record.id, generation=generation, spec=record.spec, allocation=allocation,
             checkpoint_dir=str(directory / "checkpoint"), log_dir=str(directory / "logs"),
@@ -147,11 +149,12 @@ class LaunchSupervisor:
         except Exception as exc:  # noqa: BLE001 - whatever it was, nothing was started
             if not isinstance(exc, BackendError):
                 logger.exception("job %s: the backend's launch raised", record.id)
+            self.store.abandon_launch(record.id, generation)
             self._failed_launch(record, f"launch failed: {exc}", now)
             return
-        for replica in launched:
-            self.store.add_replica(ReplicaRecord(record.id, generation, replica.rank,
-                                                 replica.node, replica.handle, now, None, None))
+        self.store.confirm_launch(record.id, generation, [
+            ReplicaRecord(record.id, generation, replica.rank, replica.node, replica.handle,
+                          now, None, None) for replica in launched])
 
     # --- replica exits ----------------------------------------------------------------
 

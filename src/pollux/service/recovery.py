@@ -23,7 +23,7 @@ from pollux.backends.exit_status import exit_status_path, read_exit_status
 from pollux.jobenv import CORRUPT_SUFFIX
 from pollux.service.records import JobRecord
 from pollux.service.states import LIVE_STATES, JobState
-from pollux.service.store import JobStore
+from pollux.service.store import INTENT_KEY, JobStore
 
 logger = logging.getLogger(__name__)
 
@@ -60,7 +60,10 @@ class Recovery:
     def adopt(self) -> set[str]:
         """Offer the backend the launches it may take over: jobs Starting or Running, not
         being cancelled, whose latest launch's replicas are all live; the jobs it adopts
-        keep running (an event says so) and leave this recovery. Call before
+        keep running (an event says so) and leave this recovery. A launch whose intents
+        were never confirmed (the server died while starting it) is never offered: its
+        replicas are found by the backend's own marks (names, environment) and stopped,
+        and its exit statuses settle it. Call before
         :meth:`stop_orphans`; returns the adopted job ids."""
         live: dict[str, list[LiveReplica]] = {}
         for r in self.live:
@@ -69,7 +72,8 @@ class Recovery:
         offered = [replica for job in self.jobs
                    if job.state in (JobState.STARTING, JobState.RUNNING)
                    and not job.cancel_requested and job.id in live
-                   and all(r.generation == job.num_launches for r in live[job.id])
+                   and all(r.generation == job.num_launches and not r.handle.get(INTENT_KEY)
+                           for r in live[job.id])
                    and len(live[job.id]) == len(self.store.replicas(
                        job.id, generation=job.num_launches))
                    for replica in live[job.id]]

@@ -15,7 +15,7 @@ import json
 import logging
 import secrets
 import sqlite3
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +35,10 @@ from pollux.service.sqlite_db import Database
 from pollux.service.states import JobState, can_transition
 
 logger = logging.getLogger(__name__)
+
+INTENT_KEY = "intent"
+"""In a replica's handle: recorded before the backend started it (see
+:meth:`JobStore.begin_launch`), not confirmed since."""
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -202,25 +206,27 @@ class JobStore:
                    reason: str | None = None, **updates: Any) -> JobRecord:
         """Move a job to ``target`` (checked against the allowed transitions), updating
         ``updates`` columns and logging an event, in one transaction."""
+        self.db.write(lambda cur: self._transition(cur, job_id, target, now, message,
+                                                   reason, updates))
+        return self.get_job(job_id)
+
+    def _transition(self, cur: sqlite3.Cursor, job_id: str, target: JobState, now: float,
+                    message: str, reason: str | None, updates: Mapping[str, Any]) -> None:
         if target is JobState.FAILED and not reason:
             raise StoreError(f"job {job_id}: a Failed state needs a reason")
-
-        def write(cur: sqlite3.Cursor) -> None:
-            row = cur.execute("SELECT state FROM jobs WHERE id=?", (job_id,)).fetchone()
-            if row is None:
-                raise UnknownJobError(job_id)
-            current = JobState(row[0])
-            if not can_transition(current, target):
-                raise StoreError(f"job {job_id}: illegal transition {current.value} -> "
-                                 f"{target.value}")
-            columns = dict(updates)
-            columns["reason"] = reason
-            if target.is_final:
-                columns.setdefault("finished_at", now)
-            self._update(cur, job_id, now, state=target.value, **columns)
-            self._add_event(cur, job_id, now, target.value, message)
-        self.db.write(write)
-        return self.get_job(job_id)
+        row = cur.execute("SELECT state FROM jobs WHERE id=?", (job_id,)).fetchone()
+        if row is None:
+            raise UnknownJobError(job_id)
+        current = JobState(row[0])
+        if not can_transition(current, target):
+            raise StoreError(f"job {job_id}: illegal transition {current.value} -> "
+                             f"{target.value}")
+        columns = dict(updates)
+        columns["reason"] = reason
+        if target.is_final:
+            columns.setdefault("finished_at", now)
+        self._update(cur, job_id, now, state=target.value, **columns)
+        self._add_event(cur, job_id, now, target.value, message)
 
     def update_job(self, job_id: str, now: float, event: str | None = None,
                    **updates: Any) -> JobRecord:
@@ -270,6 +276,55 @@ class JobStore:
                 self._add_event(cur, job_id, now, "cancel", "cancellation requested")
         self.db.write(write)
         return self.get_job(job_id)
+
+    # --- launches: intent before effect ----------------------------------------------
+
+    def begin_launch(self, job_id: str, generation: int, allocation: Sequence[str],
+                     intent: Mapping[str, Any], now: float, message: str,
+                     **updates: Any) -> JobRecord:
+        """Record a launch before any of its processes start, in one transaction: the
+        job moves to Starting (with ``updates``) and every replica of ``allocation`` is
+        stored with ``intent`` as its handle (the backend, the job dir, the generation),
+        so a server killed at any instant of the launch leaves a store that names every
+        replica that may run (:mod:`pollux.service.recovery` settles them from the
+        evidence: exit status files, processes and Slurm jobs found by name)."""
+        handle = json.dumps({**dict(intent), INTENT_KEY: True, "generation": generation})
+
+        def write(cur: sqlite3.Cursor) -> None:
+            columns = dict(updates, allocation=tuple(allocation), num_launches=generation)
+            self._transition(cur, job_id, JobState.STARTING, now, message,
+                             columns.pop("reason", None), columns)
+            cur.executemany(
+                "INSERT OR REPLACE INTO replicas(job_id, generation, rank, node, handle, "
+                "started_at, exit_code, exited_at) VALUES (?, ?, ?, ?, ?, ?, NULL, NULL)",
+                [(job_id, generation, rank, node, handle, now)
+                 for rank, node in enumerate(allocation)])
+        self.db.write(write)
+        return self.get_job(job_id)
+
+    def confirm_launch(self, job_id: str, generation: int,
+                       replicas: Sequence[ReplicaRecord]) -> None:
+        """Replace a launch's intents by what the backend started, in one transaction."""
+        def write(cur: sqlite3.Cursor) -> None:
+            cur.executemany(
+                "UPDATE replicas SET node=?, handle=?, started_at=? WHERE job_id=? AND "
+                "generation=? AND rank=?",
+                [(r.node, json.dumps(dict(r.handle)), r.started_at, job_id, generation,
+                  r.rank) for r in replicas])
+        self.db.write(write)
+
+    def abandon_launch(self, job_id: str, generation: int) -> None:
+        """Forget the unconfirmed intents of a launch the backend refused (it started
+        nothing, or cleaned up what it started)."""
+        def write(cur: sqlite3.Cursor) -> None:
+            rows = cur.execute("SELECT rank, handle FROM replicas WHERE job_id=? AND "
+                               "generation=? AND exit_code IS NULL",
+                               (job_id, generation)).fetchall()
+            for rank, handle in rows:
+                if _is_intent(handle):
+                    cur.execute("DELETE FROM replicas WHERE job_id=? AND generation=? AND "
+                                "rank=?", (job_id, generation, rank))
+        self.db.write(write)
 
     # --- replicas ---------------------------------------------------------------------
 
@@ -325,3 +380,10 @@ class JobStore:
             "SELECT job_id, time, kind, message FROM events WHERE job_id=? ORDER BY id",
             (job_id,)).fetchall())
         return [JobEvent(*r) for r in rows]
+
+
+def _is_intent(handle: str) -> bool:
+    try:
+        return bool(json.loads(handle).get(INTENT_KEY))
+    except (ValueError, AttributeError):
+        return False
