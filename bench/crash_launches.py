@@ -30,10 +30,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from pollux.backends.local import MARKER_ENV  # noqa: E402
-from pollux.backends.processes import marked_processes  # noqa: E402
 from tests.service.crash_harness import run_crashes  # noqa: E402
 from tests.service.e2e_helpers import ServerProcess, instance_id  # noqa: E402
+
+from pollux.backends.local import MARKER_ENV  # noqa: E402
+from pollux.backends.processes import marked_processes  # noqa: E402
 
 
 def local_server(data_dir: Path, src: Path) -> ServerProcess:
