@@ -22,7 +22,7 @@ def test_sigkills_at_random_instants_never_run_a_job_twice(tmp_path: Path) -> No
     server = ServerProcess(data_dir, interval_s=0.5)
     try:
         report = run_crashes(
-            server, tmp_path, num_jobs=8, num_kills=3, seed=3, max_pause_s=1.5,
+            server, tmp_path, num_jobs=6, num_kills=3, seed=3, max_pause_s=1.5,
             left_running=lambda: marked_processes(MARKER_ENV, str(instance_id(data_dir))))
     finally:
         server.cleanup()
