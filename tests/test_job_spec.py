@@ -114,3 +114,38 @@ def test_arbitrary_input_is_accepted_or_rejected_with_a_field(data):
     else:
         assert JobSpec.from_dict(spec.to_dict()) == spec
         assert 0 <= spec.min_replicas <= spec.max_replicas
+
+
+HUGE_INTEGERS = [10**308, -(10**308), 10**400, 10**5000]
+"""309 digits and more: too large for a float (and, the last, for ``str``)."""
+
+
+@pytest.mark.parametrize("huge", HUGE_INTEGERS, ids=["308", "-308", "400", "5000"])
+@pytest.mark.parametrize(("field", "change"), [
+    ("min_replicas", lambda n: {"min_replicas": n}),
+    ("max_replicas", lambda n: {"max_replicas": n}),
+    ("max_failures", lambda n: {"max_failures": n}),
+    ("restart_delay_s", lambda n: {"restart_delay_s": n}),
+    ("resources.gpu", lambda n: {"resources": {"gpu": n}}),
+    ("resources.cpu", lambda n: {"resources": {"cpu": n}}),
+    ("resources.memory", lambda n: {"resources": {"memory": n}}),
+    ("env.SEED", lambda n: {"env": {"SEED": n}}),
+])
+def test_integers_too_large_for_a_float_are_refused_naming_the_field(field, change, huge):
+    if field == "env.SEED" and huge < 10**4000:
+        assert JobSpec.from_dict({**GOOD, **change(huge)}).env["SEED"] == str(huge)
+        return
+    with pytest.raises(JobSpecError) as caught:
+        JobSpec.from_dict({**GOOD, **change(huge)})
+    assert caught.value.field == field
+    assert "digits" in str(caught.value)  # the value is named by its size, not printed
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(min_value=10**300, max_value=10**2000) | st.integers(
+    min_value=-(10**2000), max_value=-(10**300)), st.sampled_from(
+    ["min_replicas", "max_replicas", "max_failures", "restart_delay_s"]))
+def test_any_long_integer_gets_a_spec_error(number, key):
+    with pytest.raises(JobSpecError) as caught:
+        JobSpec.from_dict({**GOOD, key: number})
+    assert caught.value.field == key

@@ -139,6 +139,10 @@ MAX_ENV_BYTES = 128 << 10
 """Most bytes of the job's environment (``NAME=value`` strings) and, separately, of its
 command line: beyond, exec fails with E2BIG (Linux allows 128 KiB per string)."""
 RESOURCE_FIELDS: tuple[str, ...] = ("gpu", "cpu", "memory")
+MAX_MEMORY_BYTES = float(2**60)
+"""The most memory a replica may ask for (1 EiB)."""
+MAX_ENV_NUMBER_DIGITS = 4000
+"""Digits an ``env`` value given as a number may have (Python prints at most 4,300)."""
 
 
 def _field_name(key: Any) -> str:
@@ -198,6 +202,9 @@ def _env(value: Any) -> dict[str, str]:
                                                    "scheduler; rename it")
         if isinstance(item, bool) or not isinstance(item, (str, int, float)):
             raise JobSpecError(f"env.{key}", item, "give a string (or a number)")
+        if isinstance(item, int) and abs(item) >= 10**MAX_ENV_NUMBER_DIGITS:
+            raise JobSpecError(f"env.{key}", _shown(item), "a number this long is refused; "
+                                                         "quote it as a string")
         text = str(item)
         if "\x00" in text:
             raise JobSpecError(f"env.{key}", item, "must not contain NUL characters")
@@ -224,17 +231,18 @@ def parse_memory(value: Any, field_name: str = "resources.memory") -> float:
     if isinstance(value, bool):
         raise JobSpecError(field_name, value, "give bytes or a size like '2GiB'")
     if isinstance(value, (int, float)):
-        number = float(value)
+        number = _as_float(value, field_name, "must be a size between 0 and 1 EiB")
     elif isinstance(value, str) and (match := MEMORY_PATTERN.match(value)):
         unit = match.group(2).lower()
         if unit not in MEMORY_UNITS:
             raise JobSpecError(field_name, value, "unknown unit; use B, K, M, G, T, KiB, "
                                                   "MiB, GiB or TiB")
-        number = float(match.group(1)) * MEMORY_UNITS[unit]
+        number = _as_float(float(match.group(1)), field_name, "must be a size between 0 and 1 EiB")
+        number *= MEMORY_UNITS[unit]
     else:
         raise JobSpecError(field_name, value, "give bytes or a size like '2GiB'")
-    if not math.isfinite(number) or number < 0:
-        raise JobSpecError(field_name, value, "must be a finite size >= 0")
+    if not math.isfinite(number) or number < 0 or number > MAX_MEMORY_BYTES:
+        raise JobSpecError(field_name, _shown(value), "must be a size between 0 and 1 EiB")
     return number
 
 
@@ -255,15 +263,33 @@ def _resources(value: Any) -> ReplicaResources:
     return ReplicaResources(gpu=gpu, cpu=cpu, memory_bytes=memory)
 
 
+def _shown(value: Any) -> Any:
+    """``value`` as an error message shows it: an int too long to print whole (Python
+    prints at most 4,300 digits) is named by its size."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**40:
+        return f"an integer of about {int(abs(value).bit_length() * 0.30103) + 1} digits"
+    return value
+
+
+def _as_float(value: int | float, field_name: str, fix: str) -> float:
+    """``value`` as a float; an int too large for one (309 digits or more) is refused,
+    naming the field, instead of raising OverflowError."""
+    try:
+        return float(value)
+    except OverflowError:
+        raise JobSpecError(field_name, _shown(value), fix) from None
+
+
 def _integer(data: Mapping[str, Any], key: str, default: int, lowest: int) -> int:
     value = data.get(key)
     if value is None:
         return default
     if (isinstance(value, bool) or not isinstance(value, (int, float))
-            or not math.isfinite(value) or value != int(value)):
-        raise JobSpecError(key, value, "give a whole number")
-    if value < lowest or value > 10**6:
-        raise JobSpecError(key, value, f"must be between {lowest} and 1000000")
+            or (isinstance(value, float) and (not math.isfinite(value)
+                                              or value != int(value)))):
+        raise JobSpecError(key, _shown(value), "give a whole number")
+    if value < lowest or value > 10**6:  # exact for ints of any size (no float overflow)
+        raise JobSpecError(key, _shown(value), f"must be between {lowest} and 1000000")
     return int(value)
 
 
@@ -274,9 +300,10 @@ def _number(data: Mapping[str, Any], key: str, default: float, lowest: float,
         return default
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise JobSpecError(prefix + key, value, "give a number")
-    number = float(value)
+    number = _as_float(value, prefix + key, f"must be a finite number in [{lowest}, 1e9]")
     if not math.isfinite(number) or number < lowest or number > 1e9:
-        raise JobSpecError(prefix + key, value, f"must be a finite number in [{lowest}, 1e9]")
+        raise JobSpecError(prefix + key, _shown(value),
+                           f"must be a finite number in [{lowest}, 1e9]")
     return number
 
 

@@ -54,6 +54,12 @@ def test_submit_list_describe_cancel(client, service):
     (json.dumps({k: v for k, v in SPEC.items() if k != "command"}).encode(), 422, "command"),
     (json.dumps({**SPEC, "min_replicas": 5, "max_replicas": 5}).encode(), 422, "min_replicas"),
     (json.dumps({**SPEC, "resources": {"gpu": 3}}).encode(), 422, "min_replicas"),
+    (f'{{"name": "x", "command": "true", "working_dir": "/", "max_replicas": {10**400}}}'
+     .encode(), 422, "max_replicas"),  # 401 digits: float() overflows
+    (f'{{"name": "x", "command": "true", "working_dir": "/", "restart_delay_s": {10**310}}}'
+     .encode(), 422, "restart_delay_s"),
+    (f'{{"name": "x", "command": "true", "working_dir": "/", "resources": {{"memory": '
+     f'{10**309}}}}}'.encode(), 422, "resources.memory"),
 ])
 def test_bad_submissions_name_the_field(client, body, status, field):
     response = client.post("/api/jobs", content=body,

@@ -132,3 +132,9 @@ def test_submit_flags_and_yaml_merge(tmp_path, monkeypatch):
         spec_from_args(submit_args("--env", "NOEQUALS", "--", "python", "t.py"))
     with pytest.raises(JobSpecError, match="command"):
         spec_from_args(submit_args("--name", "x"))
+    huge = tmp_path / "huge.yaml"  # 400 digits: was OverflowError's traceback
+    huge.write_text(f"name: huge\ncommand: python t.py\nworking_dir: .\nmax_replicas: "
+                    f"{'9' * 400}\n")
+    with pytest.raises(JobSpecError, match="max_replicas"):
+        spec_from_args(submit_args(str(huge)))
+    assert main(["submit", "--data-dir", str(tmp_path / "none"), str(huge)]) == 2
