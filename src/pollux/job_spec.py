@@ -184,6 +184,9 @@ def _working_dir(value: Any) -> str:
     if not Path(value).is_absolute():
         raise JobSpecError("working_dir", value, "give an absolute path "
                                                  "(the CLI makes relative paths absolute)")
+    if any(ord(c) < 32 or ord(c) == 127 for c in value):
+        raise JobSpecError("working_dir", value, "must not contain newlines or other "
+                                                 "control characters; rename the directory")
     return value
 
 

@@ -15,7 +15,7 @@ from pollux.backends.base import LaunchRequest, LiveReplica, ReplicaState, Repli
 from pollux.backends.slurm import SlurmBackend
 from pollux.backends.slurm.commands import SlurmCommands
 from pollux.backends.slurm.watch import POLL_CACHE_S
-from pollux.errors import ConfigError
+from pollux.errors import ConfigError, JobSpecError
 from pollux.job_spec import JobSpec
 from pollux.jobenv import RESCALE_EXIT_CODE
 from tests.backends.slurm.cluster import URGENT_PARTITION, SlurmCluster
@@ -207,3 +207,44 @@ def test_bad_options_are_refused_naming_the_field(slurm: SlurmCluster) -> None:
         SlurmBackend("badoptions0001", mode="allocation", allocation_job_id="999999")
     assert [n.name for n in SlurmBackend("badoptions0001", partition="pollux").nodes()] == [
         "n1", "n2", "n3", "n4"]
+
+
+WHERE = """
+import os
+print("replica in", os.getcwd(), "with", os.environ.get("SBATCH_JOB_NAME"), flush=True)
+"""
+
+
+def test_job_input_and_the_servers_environment_cannot_change_a_launchs_options(
+        slurm: SlurmCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # a site's SBATCH_*/SRUN_* variables would beat the directives (command line >
+    # environment > script): the job renamed (no adoption by name), another partition
+    monkeypatch.setenv("SBATCH_JOB_NAME", "renamed")
+    monkeypatch.setenv("SBATCH_PARTITION", URGENT_PARTITION)
+    monkeypatch.setenv("SRUN_JOB_NAME", "renamed-step")
+    odd = tmp_path / "a dir --nodelist=n9 %j"  # a space, an option, a Slurm pattern
+    odd.mkdir()
+    script = odd / "where.py"
+    script.write_text(WHERE)
+    backend = SlurmBackend("slurminput0001", mode="cluster", partition="pollux")
+    spec = JobSpec.from_dict({"name": "job-g", "command": [sys.executable, str(script)],
+                              "working_dir": str(odd), "env": {"SEED": "1"}})
+    launched = backend.launch(LaunchRequest(
+        job_id="job-g", generation=1, spec=spec, allocation=("n1",),
+        checkpoint_dir=str(tmp_path / "job-g" / "checkpoint"),
+        log_dir=str(tmp_path / "job-g" / "logs"), gpu_type="t4"))
+    statuses = wait_states(backend, "job-g", ReplicaState.EXITED)
+    assert [s.exit_code for s in statuses] == [0]
+    log = (tmp_path / "job-g" / "logs" / "replica-0.log").read_text()
+    assert f"replica in {odd} with None" in log, log
+    shown = slurm.scontrol("show", "job", launched[0].handle["slurm_job_id"])
+    assert "JobName=pollux-slurminput00-job-g-g1" in shown and "Partition=pollux" in shown
+    assert "#SBATCH" not in (tmp_path / "job-g" / "logs" / "launch-1.sbatch").read_text()
+    # a job's own env may not set them; a newline in a path is refused at submit
+    bad = {"name": "job-h", "command": ["true"], "working_dir": str(tmp_path)}
+    with pytest.raises(JobSpecError, match="env.SBATCH_ACCOUNT"):
+        backend.validate(JobSpec.from_dict({**bad, "env": {"SBATCH_ACCOUNT": "theirs"}}))
+    with pytest.raises(JobSpecError, match="env.SRUN_CPUS_PER_TASK"):
+        backend.validate(JobSpec.from_dict({**bad, "env": {"SRUN_CPUS_PER_TASK": "64"}}))
+    with pytest.raises(JobSpecError, match="working_dir"):
+        JobSpec.from_dict({**bad, "working_dir": f"{tmp_path}\n#SBATCH --nodelist=n9"})

@@ -47,8 +47,10 @@ from pollux.backends.slurm.recovery import adoptable, recover_allocation, recove
 from pollux.backends.slurm.script import (
     batch_options,
     batch_script,
+    client_environment,
     env_file,
     host_file,
+    is_slurm_input,
     job_environment,
     launch_name,
     log_header,
@@ -203,6 +205,12 @@ class SlurmBackend(Backend):
         if not Path(spec.working_dir).is_dir():
             raise JobSpecError("working_dir", spec.working_dir,
                                "no such directory (it must exist on every Slurm node)")
+        for name, value in spec.env.items():
+            if is_slurm_input(name):
+                raise JobSpecError(f"env.{name}", value, "Slurm's commands read SBATCH_*, "
+                                   "SALLOC_*, SRUN_* and SLURM_* variables as options, so "
+                                   "the slurm backend refuses them in a job's env (the "
+                                   "server's --slurm-* flags set what a launch asks)")
 
     # --- launching --------------------------------------------------------------------
 
@@ -231,15 +239,16 @@ class SlurmBackend(Backend):
                 self.instance_id, request.job_id, request.generation, env.rank), status))
         shared = job_environment(request, loopback)
         for env in envs:
-            write_env_file(env_file(request, env.rank), env.to_env())
+            write_env_file(env_file(request, env.rank), {**shared, **env.to_env()})
+        client = client_environment(self.commands.env)
         commands = [step_command(request, self.instance_id, env.rank, node,
                                  self.allocation_job_id)
                     for env, node in zip(envs, request.allocation)]
         if self.mode == CLUSTER:
-            slurm_id = self._submit(request, name, shared, commands)
+            slurm_id = self._submit(request, name, client, commands)
         else:
             assert self.allocation_job_id is not None
-            self._start_steps(request, shared, commands, replicas)
+            self._start_steps(request, client, commands, replicas)
             slurm_id = self.allocation_job_id
         launch = SlurmLaunch(request.job_id, request.generation, name, self.mode, slurm_id,
                              replicas, submitted_at=time.monotonic())
@@ -247,17 +256,17 @@ class SlurmBackend(Backend):
         return [LaunchedReplica(r.rank, r.node, launch.handle(r, self.instance_id))
                 for r in replicas]
 
-    def _submit(self, request: LaunchRequest, name: str, shared: Mapping[str, str],
+    def _submit(self, request: LaunchRequest, name: str, client: Mapping[str, str],
                 commands: Sequence[Sequence[str]]) -> str:
         hosts = host_file(request)
         hosts.write_text("".join(f"{node}\n" for node in request.allocation))
-        script = batch_script(request, batch_options(request, name, self.partition,
-                                                     self.account),
-                              [(rank, node, command) for rank, (node, command)
-                               in enumerate(zip(request.allocation, commands))])
+        options = batch_options(request, name, self.partition, self.account)
+        script = batch_script(request, [(rank, node, command) for rank, (node, command)
+                                        in enumerate(zip(request.allocation, commands))])
         (Path(request.log_dir) / f"launch-{request.generation}.sbatch").write_text(script)
         try:
-            return self.commands.sbatch(script, {**shared, "SLURM_HOSTFILE": str(hosts)})
+            return self.commands.sbatch(script, {**client, "SLURM_HOSTFILE": str(hosts)},
+                                        options)
         except BackendError as exc:
             try:  # a submission that timed out may have been accepted: never run it twice
                 self.commands.run(["scancel", f"--name={name}"])
@@ -265,7 +274,7 @@ class SlurmBackend(Backend):
                 logger.warning("could not make sure %s is not queued", name)
             raise BackendError(f"sbatch failed: {exc}") from exc
 
-    def _start_steps(self, request: LaunchRequest, shared: Mapping[str, str],
+    def _start_steps(self, request: LaunchRequest, client: Mapping[str, str],
                      commands: Sequence[Sequence[str]], replicas: list[SlurmReplica]) -> None:
         log_dir = Path(request.log_dir)
         try:
@@ -277,7 +286,7 @@ class SlurmBackend(Backend):
                 srun_log = log_dir / f"srun-launch-{request.generation}-r{replica.rank}.out"
                 with open(srun_log, "ab") as out:
                     replica.process = subprocess.Popen(
-                        list(command), cwd=request.spec.working_dir, env=dict(shared),
+                        list(command), cwd=request.spec.working_dir, env=dict(client),
                         stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                         start_new_session=True)
         except OSError as exc:

@@ -1,8 +1,11 @@
 """Slurm's standard commands, run as subprocesses: ``sbatch``, ``srun``, ``scancel``,
 ``squeue --json``, ``sinfo --json`` and ``scontrol``.
 
-Every command inherits the server's environment, so ``SLURM_CONF`` (and every other
-``SLURM_*`` client setting) is honoured as by any Slurm tool. A command that fails
+Every command runs with an allow list of the server's environment
+(:func:`~pollux.backends.slurm.script.client_environment`: ``PATH``, ``HOME``, the
+locale, ``SLURM_CONF``...), so ``SLURM_CONF`` is honoured as by any Slurm tool while no
+``SBATCH_*``, ``SALLOC_*``, ``SRUN_*`` or ``SQUEUE_*`` variable changes what a command
+does. A command that fails
 because the controller cannot be reached (or times out) is retried a few times with a
 short back-off; when it still fails, :class:`SlurmUnavailable` says so, and the backend
 reports "no evidence now" instead of guessing. A command Slurm refuses (bad option,
@@ -13,7 +16,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
 import subprocess
 import time
@@ -21,6 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pollux.backends.slurm.script import client_environment
 from pollux.errors import SlurmCommandError, SlurmUnavailable
 
 logger = logging.getLogger(__name__)
@@ -36,6 +39,12 @@ UNREACHABLE_PATTERNS = (
 )
 """Error text (lower case) that means "the controller is not reachable now"."""
 SLURM_JOB_ID_RE = re.compile(r"^(\d+)")
+HOSTFILE_ENV = "SLURM_HOSTFILE"
+"""The one option variable a launch's ``sbatch`` is given (its task layout)."""
+
+
+def _hostfile(env: Mapping[str, str]) -> dict[str, str]:
+    return {HOSTFILE_ENV: env[HOSTFILE_ENV]} if HOSTFILE_ENV in env else {}
 
 
 @dataclass(frozen=True)
@@ -45,11 +54,12 @@ class SlurmCommands:
     timeout_s: float = DEFAULT_TIMEOUT_S
     retries: int = DEFAULT_RETRIES
     env: Mapping[str, str] | None = None
-    """Environment of every command; None: the server's (so ``SLURM_CONF`` applies)."""
+    """Environment the commands' allow list is taken from; None: the server's."""
 
     def run(self, args: Sequence[str], *, stdin: str | None = None,
             env: Mapping[str, str] | None = None, retries: int | None = None) -> str:
-        """``args``'s standard output; retried while the controller is unreachable."""
+        """``args``'s standard output; retried while the controller is unreachable.
+        ``env``: the whole environment, as given; default: :attr:`env`'s allow list."""
         attempts = 1 + (self.retries if retries is None else retries)
         last = ""
         for attempt in range(attempts):
@@ -59,7 +69,7 @@ class SlurmCommands:
                 done = subprocess.run(
                     list(args), input=stdin, capture_output=True, text=True,
                     timeout=self.timeout_s, check=False,
-                    env=dict(env if env is not None else (self.env or os.environ)))
+                    env=dict(env) if env is not None else client_environment(self.env))
             except subprocess.TimeoutExpired:
                 last = f"{args[0]} timed out after {self.timeout_s:.0f} s"
                 continue
@@ -121,11 +131,13 @@ class SlurmCommands:
 
     # --- acting -----------------------------------------------------------------------
 
-    def sbatch(self, script: str, env: Mapping[str, str]) -> str:
-        """Submit ``script`` (its ``#SBATCH`` lines carry the options) with the job's
-        environment ``env``; returns the Slurm job id. Never retried: a submission that
+    def sbatch(self, script: str, env: Mapping[str, str], options: Sequence[str] = ()) -> str:
+        """Submit ``script`` with ``options`` (on the command line, one argument each)
+        and the client environment ``env`` (its allow list applies, plus
+        ``SLURM_HOSTFILE``); returns the Slurm job id. Never retried: a submission that
         timed out may have been accepted (the backend then finds it by name)."""
-        out = self.run(["sbatch", "--parsable"], stdin=script, env=env, retries=0)
+        out = self.run(["sbatch", "--parsable", *options], stdin=script,
+                       env={**client_environment(env), **_hostfile(env)}, retries=0)
         match = SLURM_JOB_ID_RE.match(out.strip())
         if match is None:
             raise SlurmCommandError(f"sbatch printed no job id: {out.strip()!r}")

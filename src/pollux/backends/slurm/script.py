@@ -34,9 +34,17 @@ NAME_PREFIX = "pollux"
 THREAD_ENV_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
 GLOO_INTERFACE_ENV = "GLOO_SOCKET_IFNAME"
 LOOPBACK_INTERFACE = "lo"
+SLURM_INPUT_PREFIXES = ("SBATCH_", "SALLOC_", "SRUN_", "SLURM_")
+"""Variables Slurm's commands read as options (command line > environment > script):
+none reaches ``sbatch`` or ``srun`` from the server's environment or a job's ``env``."""
 KEPT_SLURM_VARS = ("SLURM_CONF",)
-"""Client settings passed on to a job; every other ``SLURM_*`` variable of the server's
-environment (an allocation's own) is left out, so it cannot change the job's options."""
+"""The Slurm client setting passed on (which cluster to talk to); every other variable
+of :data:`SLURM_INPUT_PREFIXES` is left out, so it cannot change a launch's options."""
+CLIENT_ENV_NAMES = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ", "TMPDIR",
+                    "SLURM_CONF")
+"""The allow list of the environment of Slurm's commands (``sbatch``, ``srun``,
+``squeue``, ...), with ``LC_*``: nothing else of the server's environment reaches them.
+A job's own environment travels in its replicas' environment files instead."""
 
 
 def work_prefix(instance_id: str) -> str:
@@ -58,16 +66,29 @@ def gres_request(gpu_type: str | None, count: int = 1) -> str:
     return f"gpu:{count}" if gpu_type is None else f"gpu:{gpu_type}:{count}"
 
 
+def client_environment(base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment of Slurm's commands: :data:`CLIENT_ENV_NAMES` and ``LC_*`` of
+    ``base`` (default: the server's), nothing else (no ``SBATCH_*``, ``SALLOC_*``,
+    ``SRUN_*``, ``SQUEUE_*``... that would change what a command does)."""
+    source = os.environ if base is None else base
+    return {k: v for k, v in source.items() if k in CLIENT_ENV_NAMES or k.startswith("LC_")}
+
+
+def is_slurm_input(name: str) -> bool:
+    """Whether Slurm's commands would read variable ``name`` as one of their options."""
+    return name.startswith(SLURM_INPUT_PREFIXES) and name not in KEPT_SLURM_VARS
+
+
 def job_environment(request: LaunchRequest, loopback: bool,
                     base: Mapping[str, str] | None = None) -> dict[str, str]:
     """The environment all replicas of a launch share: the server's (less Pollux's and
-    Slurm's own variables), the job's ``env``, thread counts, and gloo's loopback
-    interface when every node is this machine."""
+    Slurm's option variables), the job's ``env``, thread counts, and gloo's loopback
+    interface when every node is this machine. It reaches the replicas through their
+    environment files (:func:`env_file`), never through ``sbatch``'s or ``srun``'s."""
     source = os.environ if base is None else base
     env = {k: v for k, v in source.items()
-           if not k.startswith("POLLUX_")
-           and (not k.startswith("SLURM_") or k in KEPT_SLURM_VARS)}
-    env.update(request.spec.env)
+           if not k.startswith("POLLUX_") and not is_slurm_input(k)}
+    env.update((k, v) for k, v in request.spec.env.items() if not is_slurm_input(k))
     threads = str(max(1, int(request.spec.resources.cpu)))
     for name in THREAD_ENV_VARS:
         if name not in request.spec.env:
@@ -82,9 +103,10 @@ def cpus_per_task(request: LaunchRequest) -> int:
 
 
 def env_file(request: LaunchRequest, rank: int) -> Path:
-    """Where replica ``rank``'s own variables (its launch contract, hints token included)
-    are written for its wrapper: a file only the server's user reads, never a command
-    line that ``ps`` shows every user of the node."""
+    """Where replica ``rank``'s environment (the job's, :func:`job_environment`, and its
+    launch contract, hints token included) is written for its wrapper: a file only the
+    server's user reads, never a command line that ``ps`` shows every user of the node,
+    nor the environment of ``sbatch``/``srun``."""
     return Path(request.log_dir) / f"replica-{rank}.launch-{request.generation}.env"
 
 
@@ -108,7 +130,8 @@ def step_command(request: LaunchRequest, instance_id: str, rank: int, node: str,
              "--distribution=block", f"--cpus-per-task={cpus_per_task(request)}",
              f"--gres={gres_request(request.gpu_type)}",
              f"--job-name={step_name(instance_id, request.job_id, request.generation, rank)}",
-             f"--output={log_dir / f'replica-{rank}.log'}", "--open-mode=append",
+             f"--output={output_pattern(log_dir / f'replica-{rank}.log')}",
+             "--open-mode=append",
              "--kill-on-bad-exit=0", "--quiet"]
     return [*args, *wrapped_step(str(status), str(env_file(request, rank)),
                                  list(request.spec.command))]
@@ -120,12 +143,19 @@ def log_header(request: LaunchRequest, rank: int, node: str, where: str) -> str:
             f"rank {rank} of {len(request.allocation)} on {node} ({where}) ===")
 
 
+def output_pattern(path: Path) -> str:
+    """``path`` as a Slurm output file name: its own ``%`` doubled (Slurm expands
+    ``%j``, ``%u``...; ``%%`` is a literal one)."""
+    return str(path).replace("%", "%%")
+
+
 def batch_options(request: LaunchRequest, name: str, partition: str | None,
                   account: str | None) -> list[str]:
-    """The ``#SBATCH`` options of a launch (cluster mode)."""
+    """The options of a launch's ``sbatch`` (cluster mode), given on its command line
+    (one argument each, never parsed from ``#SBATCH`` lines of the script)."""
     nodes = list(dict.fromkeys(request.allocation))
-    options = [f"--job-name={name}",
-               f"--output={Path(request.log_dir) / f'slurm-launch-{request.generation}-%j.out'}",
+    out = output_pattern(Path(request.log_dir)) + f"/slurm-launch-{request.generation}-%j.out"
+    options = [f"--job-name={name}", f"--output={out}",
                f"--chdir={request.spec.working_dir}", "--no-requeue", "--export=ALL",
                f"--nodes={len(nodes)}", f"--ntasks={len(request.allocation)}",
                f"--nodelist={','.join(nodes)}", "--distribution=arbitrary",
@@ -144,18 +174,21 @@ def host_file(request: LaunchRequest) -> Path:
     return Path(request.log_dir) / f"launch-{request.generation}.hosts"
 
 
-def batch_script(request: LaunchRequest, options: Sequence[str],
+def batch_script(request: LaunchRequest,
                  steps: Sequence[tuple[int, str, Sequence[str]]]) -> str:
-    """The script of a launch's ``sbatch``: ``steps`` are (rank, node, srun command)."""
-    lines = ["#!/bin/bash", *(f"#SBATCH {option}" for option in options),
+    """The script of a launch's ``sbatch``: ``steps`` are (rank, node, srun command).
+    It has no ``#SBATCH`` line (the options are :func:`batch_options`, on ``sbatch``'s
+    command line), and every word from a job or a path is quoted."""
+    lines = ["#!/bin/bash",
              "# one Pollux launch: one step per replica; a requeued run never starts again",
              'if [ "${SLURM_RESTART_COUNT:-0}" -gt 0 ]; then',
              '  echo "pollux: requeued by Slurm; this launch does not run twice" >&2',
              "  exit 1", "fi", "unset SLURM_HOSTFILE SLURM_DISTRIBUTION"]
     for rank, node, command in steps:
         log = Path(request.log_dir) / f"replica-{rank}.log"
-        header = log_header(request, rank, node, "Slurm job $SLURM_JOB_ID")
-        lines.append(f'echo "{header}" >> {shlex.quote(str(log))}')
+        before, _, after = log_header(request, rank, node, "Slurm job @").partition("@")
+        lines.append(f"printf '%s\\n' {shlex.quote(before)}\"$SLURM_JOB_ID\""
+                     f"{shlex.quote(after)} >> {shlex.quote(str(log))}")
         lines.append(f"{shlex.join(command)} &")
     lines += ["wait", ""]
     return "\n".join(lines)
