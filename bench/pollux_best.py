@@ -52,10 +52,12 @@ class Kind:
     variants: dict[str, str]
 
 
-KINDS: dict[str, Kind] = {
+def kinds(shared: Path) -> dict[str, Kind]:
+    """The cluster kinds, with the artifacts under ``shared`` (each artifact's folder)."""
+    return {
     "16x4": Kind(
-        (str(SHARED / "pollux-artifact" / "workloads"),
-         "--traces", str(SHARED / "pollux-artifact" / "traces")),
+        (str(shared / "pollux-artifact" / "workloads"),
+         "--traces", str(shared / "pollux-artifact" / "traces")),
         "paper", {
             "paper": "pollux-paper",
             "paper-x4": "pollux-paper(exploration_factor=4)",
@@ -69,9 +71,9 @@ KINDS: dict[str, Kind] = {
                                            "exploration_factor=4,p=-0.5)",
         }),
     "typed": Kind(
-        (str(SHARED / "sia-artifact" / "workloads" / "philly"),
+        (str(shared / "sia-artifact" / "workloads" / "philly"),
          "--cluster", "aws:6x4,dgx-ext:2x8,rtx:3x8",
-         "--traces", str(SHARED / "sia-artifact" / "traces")),
+         "--traces", str(shared / "sia-artifact" / "traces")),
         "sia", {
             "sia": "sia",
             "paper": "pollux-paper",
@@ -82,7 +84,10 @@ KINDS: dict[str, Kind] = {
                         "max_weight_ratio=2)",
             "pollux": "pollux",
         }),
-}
+    }
+
+
+KINDS = kinds(SHARED)
 
 
 NAN = math.nan
@@ -169,15 +174,17 @@ def qualifies(variant: Pooled, anchor: Pooled) -> tuple[bool, str]:
     return ratios[0] <= 0.9 and ratios[1] <= 1.02 and ratios[2] <= 1.02 and fair, why
 
 
-def run_missing(kind: str, labels: list[str], timeout_s: float) -> None:
-    """Simulate each variant of ``kind`` without stored runs (one process each)."""
+def run_missing(kind: str, labels: list[str], timeout_s: float, shared: Path = SHARED
+                ) -> None:
+    """Simulate each variant of ``kind`` without stored runs (one process each), on the
+    artifacts under ``shared``."""
     folder = RESULTS / kind
     folder.mkdir(parents=True, exist_ok=True)
     for label in labels:
         out = folder / f"{label}.json"
         if canonical_spec(KINDS[kind].variants[label]) in stored_runs(kind):
             continue
-        command = [sys.executable, "-m", "pollux.cli.main", "simulate", *KINDS[kind].args,
+        command = [sys.executable, "-m", "pollux.cli.main", "simulate", *kinds(shared)[kind].args,
                    "--policy", KINDS[kind].variants[label], "--processes", "1",
                    "--json", str(out) + ".part"]
         print(" ".join(command), flush=True)
@@ -204,6 +211,29 @@ def check(kind: str, found: dict[str, Pooled], title: str) -> str | None:
             best = label
     print(f"  -> best qualifying: {best or 'none (the paper objective stays)'}")
     return best
+
+
+def markdown(results: dict[str, dict[str, Pooled]]) -> str:
+    """The rule's tables over the runs measured here, one per cluster kind, as Markdown."""
+    lines = []
+    for kind, found in results.items():
+        spec = KINDS[kind]
+        anchor = found.get(spec.anchor)
+        if anchor is None:
+            continue
+        lines += [f"**{kind}** (anchor `{spec.variants[spec.anchor]}`; pooled over "
+                  f"{anchor.num_jobs:,} jobs of {anchor.num_workloads} workloads)", "",
+                  "| variant | policy spec | avg JCT (s) | p99 JCT (h) | GPU-hours per job "
+                  "| max FTF | against the anchor | passes |", "|---|---|---|---|---|---|---|---|"]
+        for label, figures in sorted(found.items(), key=lambda item: item[1].avg_jct_s):
+            ok, why = qualifies(figures, anchor)
+            ftf = "-" if math.isnan(figures.max_ftf) else f"{figures.max_ftf:.2f}"
+            lines.append(f"| {label} | `{spec.variants[label]}` | {figures.avg_jct_s:,.1f} | "
+                         f"{figures.p99_jct_s / 3600:.3f} | {figures.gpu_hours_per_job:.4f} | "
+                         f"{ftf} | {why} | "
+                         f"{'anchor' if label == spec.anchor else 'yes' if ok else 'no'} |")
+        lines.append("")
+    return "\n".join(lines)
 
 
 def report(kind: str) -> tuple[str | None, dict[str, Pooled]]:
@@ -265,15 +295,24 @@ def main() -> int:
     parser.add_argument("--variants", default=None, help="labels to run (default: all)")
     parser.add_argument("--run", action="store_true", help="simulate the missing variants")
     parser.add_argument("--timeout-s", type=float, default=3600.0, help="per variant")
+    parser.add_argument("--shared", type=Path, default=SHARED, metavar="DIR",
+                        help="the folder holding pollux-artifact/ and sia-artifact/ (--run)")
+    parser.add_argument("--markdown", type=Path, default=None, metavar="PATH",
+                        help="also write the rule's tables as Markdown to PATH (the docs' "
+                             "research pages include it)")
     args = parser.parse_args()
-    kinds = args.kinds.split(",")
+    names = args.kinds.split(",")
     if args.run:
-        for kind in kinds:
+        for kind in names:
             labels = [v for v in (args.variants.split(",") if args.variants
                                   else KINDS[kind].variants) if v in KINDS[kind].variants]
-            run_missing(kind, labels, args.timeout_s)
-    results = {kind: report(kind)[1] for kind in kinds}
+            run_missing(kind, labels, args.timeout_s, args.shared)
+    results = {kind: report(kind)[1] for kind in names}
     plot(results, RESULTS.parent / "pollux_best.png")
+    if args.markdown is not None:
+        args.markdown.parent.mkdir(parents=True, exist_ok=True)
+        args.markdown.write_text(markdown(results))
+        print(f"wrote {args.markdown}")
     return 0
 
 

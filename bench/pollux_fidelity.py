@@ -3,6 +3,7 @@
     python bench/pollux_fidelity.py --processes 4                 # all 24 pairs
     python bench/pollux_fidelity.py --workloads 3,4 --seeds 0     # some of them
     python bench/pollux_fidelity.py --table                       # only print the table
+    python bench/pollux_fidelity.py --table --markdown docs/research/results/pollux-ga-16x4.md
 
 Runs `pollux-ga` (seed = the policy's random seed) on the paper's workloads (16 x 4 GPUs,
 the artifact's traces) in worker processes at nice 19 with one BLAS thread, seed 0 of
@@ -145,7 +146,9 @@ def main() -> int:
     parser.add_argument("--artifact", default=str(ARTIFACT))
     parser.add_argument("--results", default=str(RESULTS))
     parser.add_argument("--table", action="store_true", help="print the table, run nothing")
-    parser.add_argument("--markdown", action="store_true", help="the table as markdown")
+    parser.add_argument("--markdown", nargs="?", const="-", default=None, metavar="PATH",
+                        help="the table as Markdown: printed, or written to PATH (the docs' "
+                             "research pages include it)")
     args = parser.parse_args()
     published = json.loads((Path(args.artifact) / "published-results.json").read_text())
     per_workload: dict[str, float] = published["policies"]["pollux"]["per_workload"]
@@ -169,8 +172,13 @@ def main() -> int:
                 print(f"  {row['workload']} seed {row['seed']}: {row['avg_jct_s']:.1f} s "
                       f"({100 * (row['avg_jct_s'] / ref - 1):+.2f}%), restarts/job "
                       f"{row['restarts_per_job']:.2f}, wall {row['wall_s']:.0f} s", flush=True)
-    if args.markdown:
+    if args.markdown == "-":
         print(markdown_table(results, per_workload, seeds))
+    elif args.markdown is not None:
+        path = Path(args.markdown)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(markdown_table(results, per_workload, seeds) + "\n")
+        print(f"wrote {path}")
     else:
         print_table(results, per_workload, seeds)
     return 0

@@ -5,6 +5,7 @@
     python bench/simulate.py --builtin          # the built-in catalog instead of traces
     python bench/simulate.py --scale            # 2,000 generated jobs on 256 x 8 GPUs
                                                 # (built-in catalog unless --traces)
+    python bench/simulate.py --artifact DIR --markdown docs/research/results/baselines-16x4.md
 
 Prints each run's average JCT next to the published figure, the mean per policy, and the
 wall time of the whole batch (aim: the 16 baseline runs under 60 s on 2 cores). The
@@ -43,6 +44,9 @@ def main() -> int:
     parser.add_argument("--scale", action="store_true",
                         help="run 2,000 generated jobs on 256 nodes x 8 GPUs instead")
     parser.add_argument("--scale-jobs", type=int, default=2000)
+    parser.add_argument("--markdown", type=Path, default=None, metavar="PATH",
+                        help="also write the comparison with the published figures as a "
+                             "Markdown table to PATH (the docs' research pages include it)")
     args = parser.parse_args()
     console = Console(width=max(Console().width, 110))
     artifact = Path(args.artifact)
@@ -89,7 +93,46 @@ def main() -> int:
         console.print(line, highlight=False)
     console.print(f"wall time: {wall:.1f} s for {len(tasks)} runs with {args.processes} "
                   f"process(es)", highlight=False)
+    if args.markdown is not None:
+        args.markdown.parent.mkdir(parents=True, exist_ok=True)
+        args.markdown.write_text(markdown_table(outcomes, published, policies))
+        console.print(f"wrote {args.markdown}", highlight=False)
     return 0
+
+
+def markdown_table(outcomes: list, published: dict, policies: list[str]) -> str:
+    """Average JCT per workload and policy beside the published figure, then the means."""
+    by_key = {(o.record.workload, o.record.policy): o.record.avg_jct_s for o in outcomes}
+    workloads = sorted({w for w, _ in by_key}, key=lambda name: (len(name), name))
+    header = ["workload"]
+    for policy in policies:
+        header += [f"{policy} (s)", "published (s)", "difference"]
+    lines = ["| " + " | ".join(header) + " |", "|---" * len(header) + "|"]
+    sums: dict[str, list[float]] = {p: [] for p in policies}
+    refs: dict[str, list[float]] = {p: [] for p in policies}
+    for workload in workloads:
+        cells = [workload]
+        for policy in policies:
+            ours = by_key.get((workload, policy))
+            ref = published.get(policy, {}).get("per_workload", {}).get(workload)
+            if ours is not None:
+                sums[policy].append(ours)
+            if ref is not None:
+                refs[policy].append(ref)
+            cells += ["-" if ours is None else f"{ours:,.1f}",
+                      "-" if ref is None else f"{ref:,.1f}",
+                      "" if ours is None or ref is None else f"{(ours / ref - 1) * 100:+.3f}%"]
+        lines.append("| " + " | ".join(cells) + " |")
+    cells = ["**mean**"]
+    for policy in policies:
+        ours = sum(sums[policy]) / len(sums[policy]) if sums[policy] else None
+        ref = sum(refs[policy]) / len(refs[policy]) if len(refs[policy]) == len(sums[policy]) \
+            and refs[policy] else None
+        cells += ["-" if ours is None else f"**{ours:,.1f}**",
+                  "-" if ref is None else f"{ref:,.1f}",
+                  "" if ours is None or ref is None else f"{(ours / ref - 1) * 100:+.3f}%"]
+    lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":

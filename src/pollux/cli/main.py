@@ -21,7 +21,11 @@ from pollux import __version__
 from pollux.errors import ConfigError, PolluxError, UnknownPluginError, WorkloadError
 
 EXIT_RUNTIME_ERROR = 1
+"""A runtime failure: the server is unreachable or refused the request, a job ref is
+unknown, a job or a backend failed."""
 EXIT_USAGE_ERROR = 2
+"""A usage error: bad arguments or input (named in the message), or input the server
+refused as invalid (400, 422)."""
 
 COMMAND_MODULES: tuple[str, ...] = (
     "pollux.cli.goodput",
