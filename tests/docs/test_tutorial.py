@@ -38,7 +38,7 @@ def test_tutorial_runs_start_to_finish(tmp_path: Path):
     env.pop("POLLUX_SERVER", None)
     try:
         done = subprocess.run(["bash", "-c", script(page)], cwd=tmp_path, env=env,
-                              capture_output=True, text=True, timeout=300)
+                              capture_output=True, text=True, timeout=540)
     finally:
         pid_file = tmp_path / "server.pid"
         if pid_file.exists():  # the page's last step stops it; a failed step may not get there
