@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.docs.markdown_blocks import blocks
+
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
 API_PACKAGES = ("models", "policies", "sim", "torch", "adaptdl")
@@ -78,6 +80,20 @@ def test_research_figures_come_from_bench_files():
         assert included.parent == DOCS / "research" / "results", match.group(1)
 
 
+def test_python_examples_on_the_pages_run(tmp_path: Path):
+    """Every runnable untitled ``python`` block of a page (titled ones are files, run by
+    the tutorial's and the policy page's own tests), run in order, one process a page."""
+    pages = [p for p in DOCS.rglob("*.md")
+             if any(b.language == "python" and b.title is None and b.run for b in blocks(p))]
+    assert pages  # the goodput model's example at least
+    for page in pages:
+        code = "\n".join(b.text for b in blocks(page)
+                         if b.language == "python" and b.title is None and b.run)
+        run = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
+                             text=True, timeout=120)
+        assert run.returncode == 0, f"{page.relative_to(ROOT)}: {run.stderr[-2000:]}"
+
+
 def _resolve(dotted: str) -> object:
     parts = dotted.split(".")
     for cut in range(len(parts), 0, -1):
@@ -105,14 +121,16 @@ def test_api_reference_renders_every_public_name(tmp_path: Path):
                                                               page))
     (docs / "index.md").write_text("# API\n")
     plugin = next(p for p in config["plugins"] if isinstance(p, dict) and "mkdocstrings" in p)
-    plugin["mkdocstrings"]["handlers"]["python"]["paths"] = [str(ROOT / "src")]
+    python = plugin["mkdocstrings"]["handlers"]["python"]
+    python["paths"] = [str(ROOT / "src")]
+    python["options"]["extensions"] = [str(ROOT / e) for e in python["options"]["extensions"]]
     small = {"site_name": "api", "docs_dir": str(docs), "site_dir": str(tmp_path / "site"),
              "theme": config["theme"], "plugins": [plugin],
              "markdown_extensions": config["markdown_extensions"]}
     (tmp_path / "mkdocs.yml").write_text(yaml.safe_dump(small))
     build = subprocess.run([sys.executable, "-m", "mkdocs", "build", "-q", "-f",
                             str(tmp_path / "mkdocs.yml")], capture_output=True, text=True,
-                           timeout=300, env={"NO_MKDOCS_2_WARNING": "1",
+                           timeout=300, cwd=ROOT, env={"NO_MKDOCS_2_WARNING": "1",
                                              "PATH": "/usr/bin:/bin"})
     assert build.returncode == 0, build.stdout + build.stderr
     for package in API_PACKAGES:
