@@ -5,6 +5,7 @@ cluster, the throughput-based autoscaler and the goodput-aware (Pollux) autoscal
     python bench/autoscale.py --builtin             # the built-in catalog, not the traces
     python bench/autoscale.py --workload workload-3 --bands 0.6:0.78,0.35:0.65
     python bench/autoscale.py --skip-workload
+    python bench/autoscale.py --artifact DIR --markdown docs/research/results/autoscale.md
 
 Every run uses the Pollux policy on nodes of 4 GPUs (up to ``--max-nodes``, 16), a 60 s
 scheduling interval, 120 s to provision a node and the on-demand price of an AWS
@@ -89,6 +90,22 @@ def table(title: str, tasks: list[RunTask], records: list[RunRecord]) -> Table:
     return out
 
 
+def markdown_table(title: str, tasks: list[RunTask], records: list[RunRecord],
+                   base: RunRecord) -> list[str]:
+    """The table as Markdown, with node-hours and JCT against the throughput autoscaler."""
+    lines = [f"**{title}**", "",
+             "| autoscaler | node-hours | cost ($) | avg JCT (h) | makespan (h) | mean nodes "
+             "| peak nodes | node-hours vs throughput | avg JCT vs throughput |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for task, rec in zip(tasks, records):
+        lines.append(f"| {label(task)} | {rec.node_hours:.1f} | {rec.cost:,.0f} | "
+                     f"{rec.avg_jct_s / 3600:.2f} | {rec.makespan_s / 3600:.2f} | "
+                     f"{mean_nodes(rec):.1f} | {max(rec.nodes_over_time.num_billed_nodes)} | "
+                     f"{rec.node_hours / base.node_hours - 1:+.1%} | "
+                     f"{rec.avg_jct_s / base.avg_jct_s - 1:+.1%} |")
+    return [*lines, ""]
+
+
 def verdict(console: Console, base: RunRecord, ours: RunRecord, name: str = "pollux") -> None:
     """Node-hours and average JCT of a Pollux autoscaler run relative to the throughput one."""
     hours = ours.node_hours / base.node_hours - 1
@@ -154,7 +171,11 @@ def main() -> int:
                         help="extra utility bands of the Pollux autoscaler for the single job "
                              "(default 0.35:0.65,0.5:0.8,0.65:0.8; '' for none)")
     parser.add_argument("--processes", type=int, default=min(3, os.cpu_count() or 1))
+    parser.add_argument("--markdown", type=Path, default=None, metavar="PATH",
+                        help="also write the tables as Markdown to PATH (the docs' research "
+                             "pages include it)")
     args = parser.parse_args()
+    written: list[str] = []
     console = Console(width=max(Console().width, 120))
     artifact = Path(args.artifact)
     has_traces = (artifact / "traces").is_dir()
@@ -180,6 +201,8 @@ def main() -> int:
     console.print(table(f"one imagenet job, 1..{args.max_nodes} nodes x {GPUS_PER_NODE} GPUs "
                         f"({source})", tasks, records))
     verdict(console, records[1], records[2])
+    written += markdown_table(f"One imagenet job, 1 to {args.max_nodes} nodes of "
+                              f"{GPUS_PER_NODE} GPUs ({source})", tasks, records, records[1])
     for task, record in zip(tasks[3:], records[3:]):
         verdict(console, records[1], record, label(task))
     throughput = records[1]
@@ -206,8 +229,14 @@ def main() -> int:
         console.print(table(f"{args.workload} ({len(workload)} jobs, traces)", tasks,
                             records))
         verdict(console, records[1], records[2])
+        written += markdown_table(f"{args.workload} ({len(workload)} jobs, traces)", tasks,
+                                  records, records[1])
     console.print(f"wall time: {time.perf_counter() - start:.1f} s; load average at end: "
                   f"{', '.join(f'{x:.2f}' for x in os.getloadavg())}", highlight=False)
+    if args.markdown is not None:
+        args.markdown.parent.mkdir(parents=True, exist_ok=True)
+        args.markdown.write_text("\n".join(written))
+        console.print(f"wrote {args.markdown}", highlight=False)
     return 0
 
 

@@ -17,6 +17,7 @@ Source data: ``1gpu`` (the 1-replica rows of d: a job that has just started) or 
 per (source data, method), pooled over applications and type pairs, and per application.
 
     python bench/hetero_bootstrap.py [--traces ../shared/sia-artifact/traces]
+    python bench/hetero_bootstrap.py --traces DIR --markdown docs/research/results/hetero-bootstrap.md
 """
 
 from __future__ import annotations
@@ -83,6 +84,9 @@ def project_linear(source: ThroughputParams, ratio: float, line_d: tuple[float, 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--traces", default=str(Path("..", "shared", "sia-artifact", "traces")))
+    parser.add_argument("--markdown", type=Path, default=None, metavar="PATH",
+                        help="also write the pooled table as Markdown to PATH (the docs' "
+                             "research pages include it)")
     args = parser.parse_args()
     traces = {(app, t): read_trace_dir(Path(args.traces, app), t) for app in APPS for t in TYPES}
     pooled: dict[tuple[str, str], list[np.ndarray]] = {}
@@ -112,6 +116,8 @@ def main() -> None:
     print("on every placement of the unseen type, and (1-GPU) on its 1-GPU rows only")
     print(f"{'source':<6} {'method':<9} {'median':>7} {'p90':>7} {'1-GPU':>7} {'p90':>7}"
           "   per app (median)")
+    table = ["| source data | projection | median | p90 | median, 1-GPU rows | p90, 1-GPU rows |",
+             "|---|---|---|---|---|---|"]
     for (source_kind, method), errs in pooled.items():
         err = np.concatenate(errs)
         one = np.concatenate(pooled_one[source_kind, method])
@@ -121,6 +127,13 @@ def main() -> None:
         print(f"{source_kind:<6} {method:<9} {np.median(err):7.3f} "
               f"{np.percentile(err, 90):7.3f} {np.median(one):7.3f} "
               f"{np.percentile(one, 90):7.3f}   {apps}")
+        table.append(f"| {source_kind} | {method} | {np.median(err):.3f} | "
+                     f"{np.percentile(err, 90):.3f} | {np.median(one):.3f} | "
+                     f"{np.percentile(one, 90):.3f} |")
+    if args.markdown is not None:
+        args.markdown.parent.mkdir(parents=True, exist_ok=True)
+        args.markdown.write_text("\n".join(table) + "\n")
+        print(f"wrote {args.markdown}")
 
 
 if __name__ == "__main__":

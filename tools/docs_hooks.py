@@ -139,8 +139,8 @@ def rest_markdown() -> str:
     """Every route of the served OpenAPI document: method, path, what it does, body and
     answers."""
     document = openapi_document()
-    lines = [f"Generated from the OpenAPI document of `{document['info']['title']}` "
-             f"{document['info']['version']} (what `GET /openapi.json` serves).", ""]
+    lines = [f"`{document['info']['title']}` {document['info']['version']}: "
+             f"{document['info'].get('description', '')}", ""]
     for path, operations in sorted(document["paths"].items()):
         for method, operation in operations.items():
             lines += [f"### `{method.upper()} {path}`", ""]
