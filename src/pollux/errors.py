@@ -106,6 +106,25 @@ class StoreUnavailableError(StoreError):
                          "changed: retry")
 
 
+class StoreDamagedError(StoreError):
+    """The job store (or one job's record in it) cannot be read: its file is damaged.
+    Retrying does not help; the message names the store and the fix."""
+
+    def __init__(self, path: object, detail: str, job_id: str | None = None) -> None:
+        self.path = path
+        self.detail = detail
+        self.job_id = job_id
+        if job_id is not None:
+            message = (f"the record of job {job_id} in the job store {path} is damaged "
+                       f"({detail}); the other jobs are served. Restore the store from a "
+                       "backup with `pollux server --recover`")
+        else:
+            message = (f"the job store {path} is damaged ({detail}); retrying will not "
+                       "help: stop the server and run `pollux server --recover` (it sets "
+                       "the damaged file aside and restores the newest backup)")
+        super().__init__(message)
+
+
 class BackendError(PolluxError):
     """A backend could not do what it was asked (e.g. a launch failed)."""
 

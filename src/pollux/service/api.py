@@ -4,8 +4,9 @@ Errors are JSON ``{"detail": message, "field": name}``: 400 malformed body (or a
 this server does not answer to), 401 missing or wrong token, 403 a job token used for
 another job (or a foreign Origin), 404 unknown job, 413 body too large, 415 a body that
 is not ``application/json``, 422 a field with a bad value (the field is named; an
-integer too long to read too), 503 the job store is busy (retry), 507 the data
-directory is full (nothing was stored).
+integer too long to read too), 500 the job store (or one job's record) is damaged (the
+message names it and the fix: ``pollux server --recover``), 503 the job store is busy
+(retry), 507 the data directory is full (nothing was stored).
 
 Every request needs the server's token (see :mod:`pollux.service.auth`, which guards
 every route of the app). The hints endpoint instead takes the job's own hints token (or
@@ -28,6 +29,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from pollux import __version__
 from pollux.errors import (
     ConfigError,
+    StoreDamagedError,
     StoreUnavailableError,
     UnknownJobError,
     UnknownPluginError,
@@ -180,6 +182,11 @@ def create_app(service: SchedulerService, auth: ApiAuth,
         response = error_response(503, str(exc), None)
         response.headers["Retry-After"] = "1"
         return response
+
+    @app.exception_handler(StoreDamagedError)
+    async def on_store_damaged(request: Request, exc: StoreDamagedError) -> JSONResponse:
+        # not 503: retrying cannot help; the message names the store and the fix
+        return error_response(500, str(exc), "job" if exc.job_id else "data_dir")
 
     @app.exception_handler(UnknownPluginError)
     async def on_unknown_plugin(request: Request, exc: UnknownPluginError) -> JSONResponse:

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
-from pollux.errors import StoreUnavailableError
+from pollux.errors import StoreDamagedError, StoreUnavailableError
 
 logger = logging.getLogger(__name__)
 
@@ -30,6 +30,8 @@ TRANSIENT_MARKERS = ("locked", "busy")
 """SQLite errors worth retrying: another connection holds a lock for now."""
 FULL_MARKERS = ("full", "no space")
 """SQLite errors of a full disk (SQLITE_FULL, an ENOSPC from the VFS)."""
+DAMAGED_MARKERS = ("malformed", "not a database", "corrupt")
+"""SQLite errors of a damaged file (SQLITE_CORRUPT, SQLITE_NOTADB)."""
 NUM_READERS = 4
 """Read connections at most (each holds two files open: the database and its WAL)."""
 BUSY_TIMEOUT_S = 2.0
@@ -42,6 +44,12 @@ def is_transient(exc: sqlite3.Error) -> bool:
     message = str(exc).lower()
     return isinstance(exc, sqlite3.OperationalError) and any(
         marker in message for marker in TRANSIENT_MARKERS)
+
+
+def is_damaged(exc: sqlite3.Error) -> bool:
+    """A damaged file (SQLITE_CORRUPT, SQLITE_NOTADB): retrying cannot help."""
+    message = str(exc).lower()
+    return any(marker in message for marker in DAMAGED_MARKERS)
 
 
 def is_full(exc: BaseException) -> bool:
@@ -87,6 +95,8 @@ class Database:
             try:
                 return attempt()
             except sqlite3.Error as exc:
+                if is_damaged(exc):
+                    raise StoreDamagedError(self.path, str(exc)) from exc
                 if is_full(exc):
                     raise StoreUnavailableError(self.path, str(exc), full=True) from exc
                 if not is_transient(exc) or paused_s >= self.retry_s:
@@ -131,6 +141,17 @@ class Database:
                 return self._retrying(lambda: body(conn), "read")
             finally:
                 self._readers.put(conn)
+
+    def checkpoint(self) -> None:
+        """Copy the WAL into the database file and empty it (e.g. before a backup)."""
+        self.write_outside_transaction("PRAGMA wal_checkpoint(TRUNCATE)")
+
+    def write_outside_transaction(self, sql: str) -> None:
+        """One statement on the write connection outside a transaction (pragmas)."""
+        def attempt() -> None:
+            with self._write_lock:
+                self._writer.execute(sql).fetchall()
+        self._retrying(attempt, sql)
 
     def _open_reader(self) -> sqlite3.Connection:
         conn = self._connect()

@@ -15,11 +15,18 @@ import json
 import logging
 import secrets
 import sqlite3
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from pollux.errors import ConfigError, JobSpecError, StoreError, UnknownJobError
+from pollux.errors import (
+    ConfigError,
+    JobSpecError,
+    StoreDamagedError,
+    StoreError,
+    UnknownJobError,
+)
 from pollux.job_spec import JobSpec
 from pollux.service.private import make_private_file
 from pollux.service.records import (
@@ -36,6 +43,8 @@ from pollux.service.states import JobState, can_transition
 
 logger = logging.getLogger(__name__)
 
+DAMAGED_EVENT = "damaged"
+"""Kind of the event naming a job whose stored record does not read back."""
 INTENT_KEY = "intent"
 """In a replica's handle: recorded before the backend started it (see
 :meth:`JobStore.begin_launch`), not confirmed since."""
@@ -107,6 +116,8 @@ class JobStore:
             if name == self.path or name.exists():
                 make_private_file(name)
         self.db = Database(self.path, synchronous, retry_s)
+        self._damaged: set[str] = set()
+        """Jobs whose rows were found damaged (reported once per process)."""
 
         def create(cur: sqlite3.Cursor) -> None:
             for statement in SCHEMA.split(";"):
@@ -169,7 +180,47 @@ class JobStore:
             f"SELECT {', '.join(JOB_COLUMNS)} FROM jobs WHERE id=?", (job_id,)).fetchone())
         if row is None:
             raise UnknownJobError(job_id)
-        return job_from_row(row)
+        return self._decode(row)
+
+    def _decode(self, row: Sequence[Any]) -> JobRecord:
+        """A job row as a record; a row that does not read back (broken JSON, an unknown
+        state) raises StoreDamagedError naming the job, after an event saying so (once)."""
+        try:
+            return job_from_row(row)
+        except (ValueError, TypeError, KeyError, AttributeError, JobSpecError) as exc:
+            job_id = str(row[0])
+            self._report_damaged(job_id, f"{type(exc).__name__}: {exc}"[:300])
+            raise StoreDamagedError(self.path, str(exc)[:300], job_id=job_id) from exc
+
+    def _decoded(self, rows: Iterable[Sequence[Any]]) -> list[JobRecord]:
+        """The rows that read back; each damaged one is skipped (see :meth:`_decode`)."""
+        records = []
+        for row in rows:
+            try:
+                records.append(self._decode(row))
+            except StoreDamagedError:
+                continue
+        return records
+
+    def _report_damaged(self, job_id: str, detail: str) -> None:
+        if job_id in self._damaged:
+            return
+        self._damaged.add(job_id)
+        logger.error("job %s: its record in the job store %s is damaged (%s); it is "
+                     "skipped (restore a backup with `pollux server --recover`)", job_id,
+                     self.path, detail)
+
+        def write(cur: sqlite3.Cursor) -> None:
+            seen = cur.execute("SELECT 1 FROM events WHERE job_id=? AND kind=?",
+                               (job_id, DAMAGED_EVENT)).fetchone()
+            if seen is None:
+                self._add_event(cur, job_id, time.time(), DAMAGED_EVENT,
+                                f"the record of job {job_id} is damaged ({detail}); it is "
+                                "skipped in job lists, the dashboard and /metrics")
+        try:
+            self.db.write(write)
+        except StoreError:  # a full or damaged store: the log line has it
+            pass
 
     def find_job(self, ref: str) -> JobRecord:
         """A job by id, or by name when exactly one job (the latest active one) has it."""
@@ -187,7 +238,7 @@ class JobStore:
         row = self.db.read(read)
         if row is None:
             raise UnknownJobError(ref)
-        return job_from_row(row)
+        return self._decode(row)
 
     def list_jobs(self, states: Iterable[JobState] | None = None) -> list[JobRecord]:
         query = f"SELECT {', '.join(JOB_COLUMNS)} FROM jobs"
@@ -200,7 +251,7 @@ class JobStore:
             params = wanted
         rows = self.db.read(lambda conn: conn.execute(query + " ORDER BY seq",
                                                       params).fetchall())
-        return [job_from_row(r) for r in rows]
+        return self._decoded(rows)
 
     def transition(self, job_id: str, target: JobState, now: float, message: str,
                    reason: str | None = None, **updates: Any) -> JobRecord:
@@ -361,8 +412,18 @@ class JobStore:
             "SELECT job_id, generation, rank, node, handle, started_at, exit_code, "
             f"exited_at FROM replicas{where} ORDER BY job_id, generation, rank",
             params).fetchall())
-        return [ReplicaRecord(r[0], r[1], r[2], r[3], json.loads(r[4]), r[5], r[6], r[7])
-                for r in rows]
+        replicas = []
+        for r in rows:
+            try:
+                handle = json.loads(r[4])
+                if not isinstance(handle, dict):
+                    raise ValueError("not an object")
+            except ValueError as exc:
+                logger.error("replica %s of job %s launch %s: damaged handle (%s); skipped",
+                             r[2], r[0], r[1], exc)
+                continue
+            replicas.append(ReplicaRecord(r[0], r[1], r[2], r[3], handle, r[5], r[6], r[7]))
+        return replicas
 
     # --- events -----------------------------------------------------------------------
 
