@@ -38,6 +38,7 @@ CONFIG_FLAGS: Mapping[str, str] = MappingProxyType({
     "advertise_host": "--advertise-address", "autoscaler": "--autoscaler",
     "min_nodes": "--min-nodes", "max_nodes": "--max-nodes",
     "node_price_per_hour": "--node-price",
+    "keep_finished": "--keep-finished", "keep_finished_days": "--keep-finished-days",
 })
 """ServerConfig field -> the flag that sets it (a test checks every field is here or in
 NOT_FLAGS, and that each flag's default is the field's)."""
@@ -102,7 +103,8 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         stop_grace_s=args.stop_grace, backend_options=backend_options_from_args(args),
         advertise_host=args.advertise_address, autoscaler=args.autoscaler,
         min_nodes=args.min_nodes, max_nodes=args.max_nodes,
-        node_price_per_hour=args.node_price,
+        node_price_per_hour=args.node_price, keep_finished=args.keep_finished,
+        keep_finished_days=args.keep_finished_days,
         tls_cert=None if args.tls_cert is None else str(Path(args.tls_cert).resolve()),
         tls_key=None if args.tls_key is None else str(Path(args.tls_key).resolve()))
 
@@ -173,6 +175,15 @@ def add_server_arguments(parser: argparse.ArgumentParser) -> None:
                         metavar="HOST",
                         help="address replicas on other machines use to reach this server "
                              "(hints); default: the bound address (127.0.0.1 for 0.0.0.0)")
+    store = parser.add_argument_group("job store")
+    store.add_argument("--keep-finished", type=int, default=config_default("keep_finished"),
+                       metavar="N",
+                       help="finished jobs kept, the newest; older ones are pruned with "
+                            "their checkpoints and logs (default: %(default)s)")
+    store.add_argument("--keep-finished-days", type=float,
+                       default=config_default("keep_finished_days"), metavar="DAYS",
+                       help="finished jobs are pruned with their files this many days "
+                            "after they finished (default: %(default)s)")
     scaling = parser.add_argument_group("cloud autoscaling")
     scaling.add_argument("--autoscaler", default=config_default("autoscaler"),
                          metavar="{" + ",".join(autoscaler_names()) + "}",

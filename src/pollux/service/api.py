@@ -38,7 +38,12 @@ from pollux.service.auth import ApiAuth, bearer_token, error_response, install_g
 from pollux.service.dashboard import add_dashboard
 from pollux.service.openapi import SUBMIT_OPENAPI, add_offline_docs, add_schemas
 from pollux.service.rate_limit import RateLimit, RateLimiter
-from pollux.service.server import SchedulerService
+from pollux.service.server import (
+    DEFAULT_EVENTS_LISTED,
+    DEFAULT_FINISHED_LISTED,
+    MAX_LISTED,
+    SchedulerService,
+)
 from pollux.service.sessions import Sessions
 
 MAX_BODY_BYTES = 1 << 20
@@ -219,8 +224,12 @@ def create_app(service: SchedulerService, auth: ApiAuth,
         return service.cluster()
 
     @app.get("/api/jobs")
-    def list_jobs() -> list[dict[str, Any]]:
-        return service.list_jobs()
+    def list_jobs(limit: int = Query(DEFAULT_FINISHED_LISTED, ge=0, le=MAX_LISTED),
+                  offset: int = Query(0, ge=0, le=1 << 40)) -> list[dict[str, Any]]:
+        """Every job not finished, and the newest ``limit`` finished jobs after skipping
+        the ``offset`` newest (page through older ones with ``offset``), in submission
+        order."""
+        return service.list_jobs(limit, offset)
 
     @app.post("/api/jobs", status_code=201, openapi_extra=SUBMIT_OPENAPI)
     async def submit(request: Request) -> dict[str, Any]:
@@ -228,8 +237,12 @@ def create_app(service: SchedulerService, auth: ApiAuth,
         return await run_in_threadpool(service.submit, body)  # a store write: off the loop
 
     @app.get("/api/jobs/{ref}")
-    def describe(ref: str) -> dict[str, Any]:
-        return service.describe(ref)
+    def describe(ref: str,
+                 events_limit: int = Query(DEFAULT_EVENTS_LISTED, ge=0, le=MAX_LISTED),
+                 events_offset: int = Query(0, ge=0, le=1 << 40)) -> dict[str, Any]:
+        """The job in detail, with its newest ``events_limit`` events after skipping the
+        ``events_offset`` newest (oldest first)."""
+        return service.describe(ref, events_limit, events_offset)
 
     @app.post("/api/jobs/{ref}/cancel", status_code=202)
     def cancel(ref: str) -> dict[str, Any]:

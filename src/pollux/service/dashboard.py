@@ -29,17 +29,24 @@ METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 STATIC_DIR = Path(__file__).resolve().parent / "static"
 
 
+DASHBOARD_FINISHED_JOBS = 100
+"""Finished jobs the dashboard shows (the newest; every active job too): the page polls
+every 2 s, so its query is bounded however many jobs the store keeps."""
+
+
 def dashboard_view(service: SchedulerService) -> dict[str, Any]:
     now = service.clock()
-    jobs = service.list_jobs()
+    records = service.store.list_recent(DASHBOARD_FINISHED_JOBS)  # one read for all
+    jobs = service.summaries(records)
     samples = {record.id: service.history.models.sample(record, now)
-               for record in service.store.list_jobs()}
+               for record in records if not record.state.is_final}
     for job in jobs:
         sample = samples.get(job["id"])
         job["speedup"] = None if sample is None else sample.speedup
         job["efficiency"] = None if sample is None else sample.efficiency
+    active = [record for record in records if not record.state.is_final]
     return {"time": now, "health": service.health(), "cluster": service.cluster(),
-            "nodes": service.nodes(), "jobs": jobs,
+            "nodes": service.nodes(active), "jobs": jobs,
             "history": samples_as_columns(service.history.cluster())}
 
 

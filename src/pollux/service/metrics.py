@@ -20,7 +20,7 @@ Names (all prefixed ``pollux_``):
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -42,8 +42,12 @@ class ClusterCollector(Collector):
 
     def __init__(self, list_jobs: Callable[[], Sequence[JobRecord]],
                  list_nodes: Callable[[], Sequence[NodeInfo]],
-                 clock: Callable[[], float], models: JobModels | None = None) -> None:
+                 clock: Callable[[], float], models: JobModels | None = None,
+                 count_by_state: Callable[[], Mapping[JobState, int]] | None = None) -> None:
+        """``count_by_state``: the jobs in each state, counted by the store (then
+        ``list_jobs`` need only list the active jobs; else counted from its list)."""
         self.list_jobs = list_jobs
+        self.count_by_state = count_by_state
         self.list_nodes = list_nodes
         self.clock = clock
         self.models = models if models is not None else JobModels()
@@ -53,8 +57,10 @@ class ClusterCollector(Collector):
         nodes = self.list_nodes()
         now = self.clock()
         by_state = GaugeMetricFamily("pollux_jobs", "Jobs in each state", labels=["state"])
+        counts = (None if self.count_by_state is None else self.count_by_state())
         for state in JobState:
-            by_state.add_metric([state.value], sum(r.state is state for r in records))
+            by_state.add_metric([state.value], sum(r.state is state for r in records)
+                                if counts is None else counts.get(state, 0))
         yield by_state
 
         active = [r for r in records if not r.state.is_final]

@@ -73,6 +73,10 @@ class JobEvent:
     time: float
     kind: str
     message: str
+    repeats: int = 0
+    """How many more times the same event happened since (coalesced into this one)."""
+    last_time: float | None = None
+    """When it last happened (None unless repeated)."""
 
 
 JOB_COLUMNS = ("id", "seq", "spec", "state", "reason", "allocation", "target_allocation",

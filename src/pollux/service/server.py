@@ -36,6 +36,8 @@ from pollux.service.allocator import Allocator, AllocatorConfig
 from pollux.service.explain import batch_change_event
 from pollux.service.records import JobRecord
 from pollux.service.recovery import job_dir
+from pollux.service.retention import Pruner, Retention
+from pollux.service.states import ACTIVE_STATES
 from pollux.service.store import JobStore
 from pollux.service.telemetry import History, RoundRecorder
 from pollux.service.views import job_detail, job_summary, node_views
@@ -49,6 +51,12 @@ DEFAULT_PORT = 8470
 POLICY_SEED = 0
 """Seed of the service's policy (the simulator's default seed too)."""
 MAX_LOG_CHUNK_BYTES = 1 << 20
+DEFAULT_FINISHED_LISTED = 500
+"""Finished jobs ``GET /api/jobs`` lists by default (the newest; every active job too)."""
+MAX_LISTED = 10000
+"""The most finished jobs (or events) one page may ask for."""
+DEFAULT_EVENTS_LISTED = 500
+"""Events ``GET /api/jobs/{ref}`` returns by default (the newest)."""
 
 
 def default_data_dir() -> Path:
@@ -101,6 +109,10 @@ class ServerConfig:
     """Autoscaling: the most nodes to ask for (None: the nodes there are at startup)."""
     node_price_per_hour: float = DEFAULT_NODE_PRICE_PER_HOUR
     """Autoscaling: price of a node-hour (shown with the desired size)."""
+    keep_finished: int = Retention.keep_count
+    """Finished jobs kept (the newest); older ones are pruned with their files."""
+    keep_finished_days: float = Retention.keep_s / 86_400.0
+    """Finished jobs are pruned (with their files) this many days after they finished."""
 
     def __post_init__(self) -> None:
         check_autoscaler_name(self.autoscaler)
@@ -123,6 +135,11 @@ class ServerConfig:
             parse_cluster_spec(self.virtual_nodes, field="virtual_nodes")
         if not 0 <= self.port < 65536:
             raise ConfigError("port", self.port, "must be in 0..65535")
+        self.retention()  # checks the bounds
+
+    def retention(self) -> Retention:
+        return Retention(keep_count=self.keep_finished,
+                         keep_s=self.keep_finished_days * 86_400.0)
 
 
 def is_loopback(host: str) -> bool:
@@ -157,8 +174,8 @@ class SchedulerService:
     def __init__(self, store: JobStore, backend: Backend, allocator: Allocator,
                  data_dir: Path, policy_name: str,
                  clock: Callable[[], float] = time.time, autoscaler: str = "none",
-                 history: History | None = None, metrics: ServiceMetrics | None = None
-                 ) -> None:
+                 history: History | None = None, metrics: ServiceMetrics | None = None,
+                 pruner: Pruner | None = None) -> None:
         self.store = store
         self.backend = backend
         self.allocator = allocator
@@ -170,6 +187,8 @@ class SchedulerService:
         """Recent per-round samples of jobs and the cluster (the dashboard's charts)."""
         self.metrics = metrics
         """Prometheus metrics (``/metrics``); None without prometheus_client."""
+        self.pruner = pruner
+        """Removes finished jobs past retention (None: keeps every job)."""
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -183,13 +202,23 @@ class SchedulerService:
         self.allocator.request_round()
         return job_summary(record, self.clock())
 
-    def list_jobs(self) -> list[dict[str, Any]]:
-        now, recovering = self.clock(), self.allocator.recovering_jobs
-        return [job_summary(r, now, r.id in recovering) for r in self.store.list_jobs()]
+    def list_jobs(self, limit: int = DEFAULT_FINISHED_LISTED, offset: int = 0
+                  ) -> list[dict[str, Any]]:
+        """Every job not finished and a page of the finished ones (the newest ``limit``
+        after skipping the ``offset`` newest), in submission order."""
+        return self.summaries(self.store.list_recent(limit, offset))
 
-    def describe(self, ref: str) -> dict[str, Any]:
+    def summaries(self, records: Sequence[JobRecord]) -> list[dict[str, Any]]:
+        now, recovering = self.clock(), self.allocator.recovering_jobs
+        return [job_summary(r, now, r.id in recovering) for r in records]
+
+    def describe(self, ref: str, events_limit: int = DEFAULT_EVENTS_LISTED,
+                 events_offset: int = 0) -> dict[str, Any]:
+        """One job in detail with a page of its events: the newest ``events_limit``
+        after skipping the ``events_offset`` newest, oldest first."""
         record = self.store.find_job(ref)
-        return job_detail(record, self.clock(), self.store.events(record.id),
+        return job_detail(record, self.clock(),
+                          self.store.events(record.id, events_limit, events_offset),
                           self.store.replicas(record.id),
                           record.id in self.allocator.recovering_jobs)
 
@@ -215,8 +244,10 @@ class SchedulerService:
         if event is not None:
             self.store.add_event(job_id, now, "Batch size", event)
 
-    def nodes(self) -> list[dict[str, Any]]:
-        return node_views(self.backend.nodes(), self.store.list_jobs())
+    def nodes(self, records: Sequence[JobRecord] | None = None) -> list[dict[str, Any]]:
+        """Nodes with the jobs holding them (``records``: the active jobs, if read)."""
+        return node_views(self.backend.nodes(),
+                          self.store.list_jobs(ACTIVE_STATES) if records is None else records)
 
     def cluster(self) -> dict[str, Any]:
         """Nodes now and, with an autoscaler, the size it asked for in the latest round;
@@ -261,8 +292,12 @@ class SchedulerService:
                                         args=(self._stop,), name="pollux-allocator",
                                         daemon=True)
         self._thread.start()
+        if self.pruner is not None:
+            self.pruner.start()
 
     def shutdown(self, grace_s: float) -> None:
+        if self.pruner is not None:
+            self.pruner.stop()
         self._stop.set()
         self.allocator.wake()
         if self._thread is not None:
@@ -296,7 +331,8 @@ def build_service(config: ServerConfig, hints_url: str | None,
     policy: Policy = make_policy(config.policy, seed=POLICY_SEED)
     history = History()
     metrics = service_metrics(store, backend, history)
-    recorder = RoundRecorder(history, store.list_jobs, backend.nodes, time.time,
+    recorder = RoundRecorder(history, lambda: store.list_jobs(ACTIVE_STATES),
+                             backend.nodes, time.time,
                              None if metrics is None else metrics.round_duration.observe)
     allocator = Allocator(store, backend, policy, AllocatorConfig(
         data_dir=config.data_dir, interval_s=config.interval_s,
@@ -307,7 +343,9 @@ def build_service(config: ServerConfig, hints_url: str | None,
         autoscaler=autoscaler_for(config, backend.nodes()),
         on_round=recorder)
     return SchedulerService(store, backend, allocator, config.data_dir, policy.name,
-                            autoscaler=config.autoscaler, history=history, metrics=metrics)
+                            autoscaler=config.autoscaler, history=history, metrics=metrics,
+                            pruner=Pruner(store, config.data_dir, config.retention(),
+                                          time.time))
 
 
 def service_metrics(store: JobStore, backend: Backend, history: History
@@ -319,6 +357,7 @@ def service_metrics(store: JobStore, backend: Backend, history: History
         logger.warning("prometheus_client is not installed: no /metrics")
         return None
     metrics = ServiceMetrics()
-    metrics.watch_cluster(ClusterCollector(store.list_jobs, backend.nodes, time.time,
-                                           history.models))
+    metrics.watch_cluster(ClusterCollector(lambda: store.list_jobs(ACTIVE_STATES),
+                                           backend.nodes, time.time, history.models,
+                                           count_by_state=store.count_by_state))
     return metrics

@@ -93,8 +93,18 @@ CREATE TABLE IF NOT EXISTS events (
     message TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS events_by_job ON events(job_id, id);
+CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs(state, seq);
 """
 ADDED_JOB_COLUMNS = (("gpu_type", "TEXT"),)
+ADDED_EVENT_COLUMNS = (("repeats", "INTEGER NOT NULL DEFAULT 0"), ("last_time", "REAL"))
+"""Columns added to ``events`` later: how often an event was repeated (coalesced) and
+when it last was."""
+COALESCE_WINDOW = 4
+"""An event repeating one of its job's last this-many events (same kind and message)
+is coalesced into it (a count and the last time) instead of being added: a job whose
+batch size flips between two values adds two events, not one a second."""
+STATE_KINDS = frozenset(state.value for state in JobState)
+"""Event kinds of state changes: never coalesced (each is one step of the history)."""
 """Columns added to ``jobs`` after its first release: (name, SQL type), added to a store
 created before them when it is opened."""
 
@@ -123,10 +133,11 @@ class JobStore:
             for statement in SCHEMA.split(";"):
                 if statement.strip():
                     cur.execute(statement)
-            present = {row[1] for row in cur.execute("PRAGMA table_info(jobs)")}
-            for column, sql_type in ADDED_JOB_COLUMNS:
-                if column not in present:
-                    cur.execute(f"ALTER TABLE jobs ADD COLUMN {column} {sql_type}")
+            for table, added in (("jobs", ADDED_JOB_COLUMNS), ("events", ADDED_EVENT_COLUMNS)):
+                present = {row[1] for row in cur.execute(f"PRAGMA table_info({table})")}
+                for column, sql_type in added:
+                    if column not in present:
+                        cur.execute(f"ALTER TABLE {table} ADD COLUMN {column} {sql_type}")
         self.db.write(create)
 
     def close(self) -> None:
@@ -252,6 +263,36 @@ class JobStore:
         rows = self.db.read(lambda conn: conn.execute(query + " ORDER BY seq",
                                                       params).fetchall())
         return self._decoded(rows)
+
+    def list_recent(self, finished_limit: int, finished_offset: int = 0) -> list[JobRecord]:
+        """Every job not finished, and a page of the finished ones: the newest
+        ``finished_limit`` after skipping the ``finished_offset`` newest; in submission
+        order, as :meth:`list_jobs`. Bounded however many finished jobs the store holds."""
+        columns = ", ".join(JOB_COLUMNS)
+        final = tuple(s.value for s in JobState if s.is_final)
+        marks = ", ".join("?" * len(final))
+
+        def read(conn: sqlite3.Connection) -> list[Any]:
+            active = conn.execute(f"SELECT {columns} FROM jobs WHERE state NOT IN ({marks})",
+                                  final).fetchall()
+            finished = conn.execute(
+                f"SELECT {columns} FROM jobs WHERE state IN ({marks}) ORDER BY seq DESC "
+                "LIMIT ? OFFSET ?", (*final, max(0, finished_limit),
+                                     max(0, finished_offset))).fetchall()
+            return sorted(active + finished, key=lambda row: row[1])
+        return self._decoded(self.db.read(read))
+
+    def count_by_state(self) -> dict[JobState, int]:
+        """How many jobs are in each state (a state no job is in: 0)."""
+        rows = self.db.read(lambda conn: conn.execute(
+            "SELECT state, COUNT(*) FROM jobs GROUP BY state").fetchall())
+        counts = dict.fromkeys(JobState, 0)
+        for state, count in rows:
+            try:
+                counts[JobState(state)] += int(count)
+            except ValueError:  # a damaged row: skipped where it is read
+                continue
+        return counts
 
     def transition(self, job_id: str, target: JobState, now: float, message: str,
                    reason: str | None = None, **updates: Any) -> JobRecord:
@@ -430,17 +471,73 @@ class JobStore:
     @staticmethod
     def _add_event(cur: sqlite3.Cursor, job_id: str, now: float, kind: str,
                    message: str) -> None:
+        if kind not in STATE_KINDS:
+            recent = cur.execute("SELECT id, kind, message FROM events WHERE job_id=? "
+                                 "ORDER BY id DESC LIMIT ?",
+                                 (job_id, COALESCE_WINDOW)).fetchall()
+            for event_id, recent_kind, recent_message in recent:
+                if recent_kind == kind and recent_message == message:
+                    cur.execute("UPDATE events SET repeats=repeats+1, last_time=? WHERE id=?",
+                                (now, event_id))
+                    return
         cur.execute("INSERT INTO events(job_id, time, kind, message) VALUES (?, ?, ?, ?)",
                     (job_id, now, kind, message))
 
     def add_event(self, job_id: str, now: float, kind: str, message: str) -> None:
         self.db.write(lambda cur: self._add_event(cur, job_id, now, kind, message))
 
-    def events(self, job_id: str) -> list[JobEvent]:
+    def events(self, job_id: str, limit: int | None = None, offset: int = 0
+               ) -> list[JobEvent]:
+        """The job's events, oldest first; with ``limit``, the newest ``limit`` after
+        skipping the ``offset`` newest."""
+        def read(conn: sqlite3.Connection) -> list[Any]:
+            if limit is None:
+                return conn.execute(
+                    "SELECT job_id, time, kind, message, repeats, last_time FROM events "
+                    "WHERE job_id=? ORDER BY id", (job_id,)).fetchall()
+            rows = conn.execute(
+                "SELECT job_id, time, kind, message, repeats, last_time FROM events "
+                "WHERE job_id=? ORDER BY id DESC LIMIT ? OFFSET ?",
+                (job_id, max(0, limit), max(0, offset))).fetchall()
+            return rows[::-1]
+        return [JobEvent(*r) for r in self.db.read(read)]
+
+    def count_events(self, job_id: str) -> int:
+        return int(self.db.read(lambda conn: conn.execute(
+            "SELECT COUNT(*) FROM events WHERE job_id=?", (job_id,)).fetchone()[0]))
+
+    # --- retention --------------------------------------------------------------------
+
+    def finished_to_prune(self, now: float, keep_count: int, keep_s: float,
+                          batch: int) -> list[str]:
+        """Up to ``batch`` finished jobs past retention: finished more than ``keep_s``
+        ago, or older than the newest ``keep_count`` finished ones; oldest first."""
+        final = tuple(s.value for s in JobState if s.is_final)
+        marks = ", ".join("?" * len(final))
         rows = self.db.read(lambda conn: conn.execute(
-            "SELECT job_id, time, kind, message FROM events WHERE job_id=? ORDER BY id",
-            (job_id,)).fetchall())
-        return [JobEvent(*r) for r in rows]
+            f"SELECT id FROM jobs WHERE state IN ({marks}) AND (COALESCE(finished_at, "
+            f"updated_at) < ? OR seq NOT IN (SELECT seq FROM jobs WHERE state IN ({marks}) "
+            "ORDER BY seq DESC LIMIT ?)) ORDER BY seq LIMIT ?",
+            (*final, now - keep_s, *final, max(0, keep_count), batch)).fetchall())
+        return [str(row[0]) for row in rows]
+
+    def delete_jobs(self, job_ids: Sequence[str]) -> int:
+        """Delete finished jobs with their replicas and events (a job not finished, or
+        gone, is left alone), in one transaction; returns how many were deleted."""
+        final = tuple(s.value for s in JobState if s.is_final)
+
+        def write(cur: sqlite3.Cursor) -> int:
+            deleted = 0
+            for job_id in job_ids:
+                row = cur.execute("SELECT state FROM jobs WHERE id=?", (job_id,)).fetchone()
+                if row is None or row[0] not in final:
+                    continue
+                cur.execute("DELETE FROM events WHERE job_id=?", (job_id,))
+                cur.execute("DELETE FROM replicas WHERE job_id=?", (job_id,))
+                cur.execute("DELETE FROM jobs WHERE id=?", (job_id,))
+                deleted += 1
+            return deleted
+        return self.db.write(write)
 
 
 def _is_intent(handle: str) -> bool:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -84,7 +85,8 @@ def job_detail(record: JobRecord, now: float, events: Sequence[JobEvent],
         "launches": record.num_launches,
         "hints": None if record.hints is None else dict(record.hints),
         "hints_updated_at": record.hints_updated_at,
-        "events": [{"time": e.time, "kind": e.kind, "message": e.message} for e in events],
+        "events": [{"time": e.time, "kind": e.kind, "message": event_message(e)}
+                   for e in events],
         "replicas_of_launch": [
             {"rank": r.rank, "node": r.node, "generation": r.generation,
              "started_at": r.started_at, "exit_code": r.exit_code, "exited_at": r.exited_at,
@@ -96,6 +98,15 @@ def job_detail(record: JobRecord, now: float, events: Sequence[JobEvent],
         detail["slurm_job_id"] = launches.get(record.num_launches, {}).get("slurm_job_id")
         detail["slurm_launches"] = [{"generation": g, **ids} for g, ids in sorted(launches.items())]
     return detail
+
+
+def event_message(event: JobEvent) -> str:
+    """An event's message, saying how often it repeated (coalesced) and when last."""
+    if not event.repeats or event.last_time is None:
+        return event.message
+    last = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(event.last_time))
+    times = "once more" if event.repeats == 1 else f"{event.repeats} more times"
+    return f"{event.message} (repeated {times}, last at {last} UTC)"
 
 
 def slurm_ids(replica: ReplicaRecord) -> dict[str, Any]:

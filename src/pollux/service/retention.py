@@ -1,0 +1,114 @@
+"""Retention: how long finished jobs stay in the store, and their pruning.
+
+A finished job (Succeeded, Failed, Cancelled) is kept while it is among the newest
+``keep_count`` finished jobs and finished less than ``keep_s`` ago (``pollux server
+--keep-finished``, ``--keep-finished-days``); past either bound its directory
+(checkpoints, logs) is removed first, then its rows (the job, its replicas and events) in
+one transaction, so a crash in between leaves a job whose files are gone, never files
+whose job is gone (which the start-up check reads as a lost store). A directory that
+cannot be removed keeps its job (logged), to be tried again at the next pruning.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from pollux.errors import ConfigError, StoreError
+from pollux.service.recovery import job_dir
+from pollux.service.store import JobStore
+
+logger = logging.getLogger(__name__)
+
+PRUNE_BATCH = 500
+"""Jobs deleted per store transaction (a short write: the API's writes wait behind it)."""
+
+
+@dataclass(frozen=True)
+class Retention:
+    keep_count: int = 10_000
+    """Finished jobs kept at most (the newest)."""
+    keep_s: float = 30 * 86_400.0
+    """Finished jobs kept at most this long after they finished."""
+    interval_s: float = 600.0
+    """How often the server prunes (and once at start)."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.keep_count, int) or not 0 <= self.keep_count <= 10**9:
+            raise ConfigError("keep_finished", self.keep_count,
+                              "give a whole number of jobs, 0..1000000000")
+        if not 0 <= self.keep_s <= 1e11:
+            raise ConfigError("keep_finished_days", self.keep_s / 86_400.0,
+                              "give a number of days >= 0")
+        if not self.interval_s > 0:
+            raise ConfigError("interval_s", self.interval_s, "must be > 0 seconds")
+
+
+def prune_finished(store: JobStore, data_dir: Path, now: float, retention: Retention,
+                   batch: int = PRUNE_BATCH) -> list[str]:
+    """Remove the finished jobs past ``retention`` (files, then rows); returns their ids."""
+    pruned: list[str] = []
+    stuck: set[str] = set()
+    while True:
+        candidates = [job_id for job_id in store.finished_to_prune(
+            now, retention.keep_count, retention.keep_s, batch + len(stuck))
+            if job_id not in stuck][:batch]
+        if not candidates:
+            return pruned
+        removable = []
+        for job_id in candidates:
+            directory = job_dir(data_dir, job_id)
+            try:
+                if directory.is_symlink():
+                    directory.unlink()
+                elif directory.exists():
+                    shutil.rmtree(directory)
+                removable.append(job_id)
+            except OSError as exc:
+                logger.warning("job %s not pruned: cannot remove %s (%s)", job_id,
+                               directory, exc)
+                stuck.add(job_id)
+        if removable:
+            store.delete_jobs(removable)
+            pruned.extend(removable)
+
+
+class Pruner:
+    """Prunes in a thread of its own: at start, then every ``retention.interval_s``."""
+
+    def __init__(self, store: JobStore, data_dir: Path, retention: Retention,
+                 clock: Callable[[], float]) -> None:
+        self.store = store
+        self.data_dir = data_dir
+        self.retention = retention
+        self.clock = clock
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def run_once(self) -> list[str]:
+        try:
+            pruned = prune_finished(self.store, self.data_dir, self.clock(), self.retention)
+        except StoreError as exc:  # a busy, full or damaged store: next time
+            logger.warning("pruning finished jobs failed (%s); trying again later", exc)
+            return []
+        if pruned:
+            logger.info("pruned %d finished jobs past retention (%s ...)", len(pruned),
+                        ", ".join(pruned[:5]))
+        return pruned
+
+    def start(self) -> None:
+        def loop() -> None:
+            while not self._stop.is_set():
+                self.run_once()
+                self._stop.wait(self.retention.interval_s)
+        self._thread = threading.Thread(target=loop, name="pollux-retention", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
