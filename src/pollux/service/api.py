@@ -223,13 +223,13 @@ def create_app(service: SchedulerService, auth: ApiAuth,
     def cluster() -> dict[str, Any]:
         return service.cluster()
 
-    @app.get("/api/jobs")
+    @app.get("/api/jobs", response_model=list[dict[str, Any]])
     def list_jobs(limit: int = Query(DEFAULT_FINISHED_LISTED, ge=0, le=MAX_LISTED),
-                  offset: int = Query(0, ge=0, le=1 << 40)) -> list[dict[str, Any]]:
+                  offset: int = Query(0, ge=0, le=1 << 40)) -> Response:
         """Every job not finished, and the newest ``limit`` finished jobs after skipping
         the ``offset`` newest (page through older ones with ``offset``), in submission
         order."""
-        return service.list_jobs(limit, offset)
+        return JSONResponse(service.list_jobs(limit, offset))  # plain JSON: no re-encoding
 
     @app.post("/api/jobs", status_code=201, openapi_extra=SUBMIT_OPENAPI)
     async def submit(request: Request) -> dict[str, Any]:

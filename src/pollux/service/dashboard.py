@@ -17,7 +17,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 from fastapi import FastAPI, Request
-from fastapi.responses import FileResponse, Response
+from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 
 from pollux.service.openapi import STATIC_PREFIX
@@ -29,7 +29,7 @@ METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 STATIC_DIR = Path(__file__).resolve().parent / "static"
 
 
-DASHBOARD_FINISHED_JOBS = 100
+DASHBOARD_FINISHED_JOBS = 50
 """Finished jobs the dashboard shows (the newest; every active job too): the page polls
 every 2 s, so its query is bounded however many jobs the store keeps."""
 
@@ -67,12 +67,12 @@ def add_dashboard(app: FastAPI, service: SchedulerService) -> None:
         code = request.app.state.sessions.create_login()
         return {"path": f"/?{urlencode({LOGIN_QUERY: code})}", "expires_in_s": LOGIN_TTL_S}
 
-    @app.get("/api/dashboard", tags=["dashboard"])
-    def overview() -> dict[str, Any]:
+    @app.get("/api/dashboard", tags=["dashboard"], response_model=dict[str, Any])
+    def overview() -> Response:
         """Everything the dashboard's page shows but one job's details, in one request:
         health, cluster size, nodes with the jobs holding their slots, jobs (with their
         speedup and efficiency now) and the cluster's history."""
-        return dashboard_view(service)
+        return JSONResponse(dashboard_view(service))  # plain JSON: no re-encoding
 
     @app.get("/api/cluster/history", tags=["dashboard"])
     def cluster_history() -> dict[str, Any]:

@@ -51,7 +51,7 @@ DEFAULT_PORT = 8470
 POLICY_SEED = 0
 """Seed of the service's policy (the simulator's default seed too)."""
 MAX_LOG_CHUNK_BYTES = 1 << 20
-DEFAULT_FINISHED_LISTED = 500
+DEFAULT_FINISHED_LISTED = 100
 """Finished jobs ``GET /api/jobs`` lists by default (the newest; every active job too)."""
 MAX_LISTED = 10000
 """The most finished jobs (or events) one page may ask for."""
