@@ -125,6 +125,16 @@ class StoreDamagedError(StoreError):
         super().__init__(message)
 
 
+class StartupError(PolluxError):
+    """The server cannot start: one line naming the path, what is wrong and the fix."""
+
+    def __init__(self, path: object, problem: str, fix: str) -> None:
+        self.path = path
+        self.problem = problem
+        self.fix = fix
+        super().__init__(f"cannot start: {path}: {problem}; {fix}")
+
+
 class BackendError(PolluxError):
     """A backend could not do what it was asked (e.g. a launch failed)."""
 

@@ -39,6 +39,7 @@ CONFIG_FLAGS: Mapping[str, str] = MappingProxyType({
     "min_nodes": "--min-nodes", "max_nodes": "--max-nodes",
     "node_price_per_hour": "--node-price",
     "keep_finished": "--keep-finished", "keep_finished_days": "--keep-finished-days",
+    "recover": "--recover",
 })
 """ServerConfig field -> the flag that sets it (a test checks every field is here or in
 NOT_FLAGS, and that each flag's default is the field's)."""
@@ -104,7 +105,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         advertise_host=args.advertise_address, autoscaler=args.autoscaler,
         min_nodes=args.min_nodes, max_nodes=args.max_nodes,
         node_price_per_hour=args.node_price, keep_finished=args.keep_finished,
-        keep_finished_days=args.keep_finished_days,
+        keep_finished_days=args.keep_finished_days, recover=args.recover,
         tls_cert=None if args.tls_cert is None else str(Path(args.tls_cert).resolve()),
         tls_key=None if args.tls_key is None else str(Path(args.tls_key).resolve()))
 
@@ -184,6 +185,10 @@ def add_server_arguments(parser: argparse.ArgumentParser) -> None:
                        default=config_default("keep_finished_days"), metavar="DAYS",
                        help="finished jobs are pruned with their files this many days "
                             "after they finished (default: %(default)s)")
+    store.add_argument("--recover", action="store_true",
+                       help="the job store was lost or damaged: set it aside, restore its "
+                            "newest backup (<data dir>/backups) and move the directories of "
+                            "jobs it lacks to <data dir>/lost, then start")
     scaling = parser.add_argument_group("cloud autoscaling")
     scaling.add_argument("--autoscaler", default=config_default("autoscaler"),
                          metavar="{" + ",".join(autoscaler_names()) + "}",

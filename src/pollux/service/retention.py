@@ -14,11 +14,12 @@ from __future__ import annotations
 import logging
 import shutil
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from pollux.errors import ConfigError, StoreError
+from pollux.errors import ConfigError, PolluxError, StoreError
 from pollux.service.recovery import job_dir
 from pollux.service.store import JobStore
 
@@ -81,7 +82,11 @@ class Pruner:
     """Prunes in a thread of its own: at start, then every ``retention.interval_s``."""
 
     def __init__(self, store: JobStore, data_dir: Path, retention: Retention,
-                 clock: Callable[[], float]) -> None:
+                 clock: Callable[[], float], backup: Callable[[], object] | None = None,
+                 backup_interval_s: float = 3600.0) -> None:
+        """``backup``: called every ``backup_interval_s`` too (the store's backups)."""
+        self.backup = backup
+        self.backup_interval_s = backup_interval_s
         self.store = store
         self.data_dir = data_dir
         self.retention = retention
@@ -102,9 +107,17 @@ class Pruner:
 
     def start(self) -> None:
         def loop() -> None:
+            backed_up = time.monotonic()  # the start made one
             while not self._stop.is_set():
                 self.run_once()
-                self._stop.wait(self.retention.interval_s)
+                if (self.backup is not None
+                        and time.monotonic() - backed_up >= self.backup_interval_s):
+                    backed_up = time.monotonic()
+                    try:
+                        self.backup()
+                    except PolluxError as exc:
+                        logger.warning("the job store's backup failed: %s", exc)
+                self._stop.wait(min(self.retention.interval_s, self.backup_interval_s))
         self._thread = threading.Thread(target=loop, name="pollux-retention", daemon=True)
         self._thread.start()
 

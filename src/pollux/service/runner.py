@@ -4,6 +4,7 @@ on SIGINT/SIGTERM."""
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import logging
@@ -15,9 +16,9 @@ from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
-from pollux.errors import ConfigError, PolluxError
+from pollux.errors import ConfigError, PolluxError, StartupError
 from pollux.service.local_socket import SOCKET_FILE, bind_local_socket
-from pollux.service.private import make_private_dir, make_private_file, new_token
+from pollux.service.private import TOKEN_FILE, make_private_dir, make_private_file, new_token
 from pollux.service.server import ServerConfig, build_service, is_loopback
 
 logger = logging.getLogger(__name__)
@@ -34,13 +35,33 @@ class ServerShutdown(BaseException):  # noqa: N818 - a signal, not an error
     """Raised by the SIGTERM/SIGINT handler to unwind into a graceful shutdown."""
 
 
+def unwritable(path: Path, what: str, exc: OSError) -> StartupError:
+    """The one-line start-up error of an OSError on ``path``, with the fix for its cause."""
+    reason = exc.strerror or str(exc)
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        fix = f"free space in {path.parent} (or give another --data-dir) and start again"
+    elif exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+        fix = ("give --data-dir a directory this user can write (the data directory holds "
+               "the job store, the lock and the token)")
+    else:
+        fix = "fix the path or give another --data-dir, and start again"
+    return StartupError(path, f"cannot {what} ({reason})", fix)
+
+
 @contextmanager
 def data_dir_lock(data_dir: Path) -> Iterator[None]:
     """Hold an exclusive lock on the data directory (one server per directory). A new
     directory is private to the user: the job store holds the jobs' hints tokens."""
-    make_private_dir(data_dir)
-    make_private_file(data_dir / "server.lock")
-    handle = open(data_dir / "server.lock", "w")  # noqa: SIM115 - held for the lifetime
+    lock = data_dir / "server.lock"
+    try:
+        make_private_dir(data_dir)
+    except OSError as exc:
+        raise unwritable(data_dir, "create the data directory", exc) from exc
+    try:
+        make_private_file(lock)
+        handle = open(lock, "w")  # noqa: SIM115 - held for the lifetime
+    except OSError as exc:
+        raise unwritable(lock, "create the lock file", exc) from exc
     try:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -83,7 +104,12 @@ def run_server(config: ServerConfig, ready: Callable[[str], None] | None = None)
 
     with data_dir_lock(config.data_dir):
         if not config.token:  # a token always: a new one at every start, in the data dir
-            token, token_path = new_token(config.data_dir)
+            try:
+                token, token_path = new_token(config.data_dir)
+            except OSError as exc:  # e.g. a full disk: leave no half-written token behind
+                (config.data_dir / f"{TOKEN_FILE}.tmp").unlink(missing_ok=True)
+                raise unwritable(config.data_dir / TOKEN_FILE, "write the API token",
+                                 exc) from exc
             config = replace(config, token=token, token_file=str(token_path))
         sock = socket.socket(socket.AF_INET6 if ":" in config.host else socket.AF_INET)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -106,7 +132,13 @@ def run_server(config: ServerConfig, ready: Callable[[str], None] | None = None)
         if advertised and ":" in advertised:
             advertised = f"[{advertised}]"  # IPv6
         hints_base = f"{scheme}://{advertised}:{port}" if advertised else url
-        service = build_service(config, f"{hints_base}/api/jobs/{{job_id}}/hints")
+        try:
+            service = build_service(config, f"{hints_base}/api/jobs/{{job_id}}/hints")
+        except BaseException:  # e.g. a damaged store: nothing listens, nothing is left
+            sock.close()
+            local_sock.close()
+            (config.data_dir / SOCKET_FILE).unlink(missing_ok=True)
+            raise
         assert config.token is not None
         app = create_app(service, ApiAuth(config.token, allowed_hosts_for(
             config.host, config.advertise_host), secure_cookie=bool(config.tls_cert),
@@ -129,7 +161,11 @@ def run_server(config: ServerConfig, ready: Callable[[str], None] | None = None)
                     for sig in (signal.SIGINT, signal.SIGTERM)}
         try:
             service.start()
-            write_server_file(config, url)
+            try:
+                write_server_file(config, url)
+            except OSError as exc:
+                raise unwritable(config.data_dir / SERVER_FILE, "write the server file",
+                                 exc) from exc
             logger.info("pollux server on %s (policy %s, data %s)", url, config.policy,
                         config.data_dir)
             if ready is not None:

@@ -39,6 +39,7 @@ from pollux.service.recovery import job_dir
 from pollux.service.retention import Pruner, Retention
 from pollux.service.states import ACTIVE_STATES
 from pollux.service.store import JobStore
+from pollux.service.store_check import backup, keep_instance_id, open_checked_store
 from pollux.service.telemetry import History, RoundRecorder
 from pollux.service.views import job_detail, job_summary, node_views
 
@@ -111,6 +112,9 @@ class ServerConfig:
     """Autoscaling: price of a node-hour (shown with the desired size)."""
     keep_finished: int = Retention.keep_count
     """Finished jobs kept (the newest); older ones are pruned with their files."""
+    recover: bool = False
+    """Before starting: set the job store aside, restore its newest backup and move the
+    directories of jobs it lacks to ``<data dir>/lost`` (:mod:`pollux.service.store_check`)."""
     keep_finished_days: float = Retention.keep_s / 86_400.0
     """Finished jobs are pruned (with their files) this many days after they finished."""
 
@@ -320,8 +324,8 @@ def autoscaler_for(config: ServerConfig, nodes: Sequence[NodeInfo]) -> Autoscale
 def build_service(config: ServerConfig, hints_url: str | None,
                   backend: Backend | None = None) -> SchedulerService:
     """Store, backend, policy and allocation loop for ``config`` (no HTTP)."""
-    store = JobStore(config.data_dir / "pollux.db")
-    instance_id = store.meta_setdefault("instance_id", os.urandom(8).hex())
+    store = open_checked_store(config.data_dir, recover=config.recover)
+    instance_id = keep_instance_id(store, config.data_dir)
     if backend is None:
         options = dict(config.backend_options)
         if config.backend == "local":
@@ -345,7 +349,8 @@ def build_service(config: ServerConfig, hints_url: str | None,
     return SchedulerService(store, backend, allocator, config.data_dir, policy.name,
                             autoscaler=config.autoscaler, history=history, metrics=metrics,
                             pruner=Pruner(store, config.data_dir, config.retention(),
-                                          time.time))
+                                          time.time,
+                                          backup=lambda: backup(store, config.data_dir)))
 
 
 def service_metrics(store: JobStore, backend: Backend, history: History

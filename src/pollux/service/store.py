@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import secrets
 import sqlite3
 import time
@@ -113,10 +114,14 @@ class JobStore:
     """SQLite job store; safe to share between the API threads and the allocation loop."""
 
     def __init__(self, path: Path | str, synchronous: str = "FULL",
-                 retry_s: float = 5.0) -> None:
+                 retry_s: float = 5.0, jobs_dir: Path | None = None) -> None:
         """``synchronous``: SQLite's durability level; FULL survives power loss, OFF
         (tests only) survives a process crash but not an OS crash. ``retry_s``: how long
-        a write hitting a transient error ("database is locked") is retried."""
+        a write hitting a transient error ("database is locked") is retried.
+        ``jobs_dir``: where each job's directory is made when it is accepted; an id
+        whose directory exists already is never given (it belonged to a job this store
+        lost)."""
+        self.jobs_dir = jobs_dir
         if synchronous not in ("FULL", "NORMAL", "OFF"):
             raise ConfigError("synchronous", synchronous, "choose FULL, NORMAL or OFF")
         self.path = Path(path)
@@ -178,13 +183,32 @@ class JobStore:
                      JobState.PENDING.value, token, now, now))
                 seq = int(cur.lastrowid or 0)
                 job_id = f"{spec.name}-{seq}"
-                if not cur.execute("SELECT 1 FROM jobs WHERE name=?", (job_id,)).fetchone():
+                if not (cur.execute("SELECT 1 FROM jobs WHERE name=?", (job_id,)).fetchone()
+                        or (self.jobs_dir is not None
+                            and os.path.lexists(self.jobs_dir / job_id))):
                     break
                 cur.execute("DELETE FROM jobs WHERE seq=?", (seq,))
             cur.execute("UPDATE jobs SET id=? WHERE seq=?", (job_id, seq))
             self._add_event(cur, job_id, now, "submitted", f"accepted as {job_id}")
             return job_id
-        return self.get_job(self.db.write(write))
+        job_id = self.db.write(write)
+        if self.jobs_dir is not None:  # after the commit: a directory always has its job
+            try:
+                self.jobs_dir.mkdir(mode=0o700, exist_ok=True)
+                (self.jobs_dir / job_id).mkdir(mode=0o700)
+            except OSError as exc:  # e.g. a full disk: its first launch makes it
+                logger.warning("job %s: cannot make its directory now (%s)", job_id, exc)
+        return self.get_job(job_id)
+
+    def continue_sequence_past(self, seq: int) -> None:
+        """Make the next job's sequence number greater than ``seq``."""
+        def write(cur: sqlite3.Cursor) -> None:
+            row = cur.execute("SELECT seq FROM sqlite_sequence WHERE name='jobs'").fetchone()
+            if row is None:
+                cur.execute("INSERT INTO sqlite_sequence(name, seq) VALUES ('jobs', ?)", (seq,))
+            elif int(row[0]) < seq:
+                cur.execute("UPDATE sqlite_sequence SET seq=? WHERE name='jobs'", (seq,))
+        self.db.write(write)
 
     def get_job(self, job_id: str) -> JobRecord:
         row = self.db.read(lambda conn: conn.execute(
