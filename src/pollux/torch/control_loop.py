@@ -19,7 +19,12 @@ from typing import TYPE_CHECKING, Protocol
 
 from pollux.models import GoodputFunction, GradientStats, JobHints
 from pollux.torch.batch_decider import BatchDecider
-from pollux.torch.batch_size import BatchConfig, BatchLimits, carried_batch_config
+from pollux.torch.batch_size import (
+    BatchConfig,
+    BatchLimits,
+    carried_batch_config,
+    initial_batch_config,
+)
 from pollux.torch.control import Agreement, StopWatch, agree
 from pollux.torch.gradient_noise import GradientNoiseEstimator
 
@@ -75,7 +80,7 @@ class ControlLoop:
         """Steps handed out by the loader (counted by it: an evaluation loader's too)."""
         self._steps_at_last_sync = 0
 
-    def _propose(self, model: DrivenModel) -> Agreement:
+    def _propose(self, model: DrivenModel | None) -> Agreement:
         """Rank 0's decisions at an agreement point."""
         loader = self.loader
         job = loader.job
@@ -93,12 +98,17 @@ class ControlLoop:
         # the refit interval): the batch size may then adapt within a second or so
         profiler.maybe_refit(force=not measured and key is not None
                              and profiler.steps_at(key) >= needed)
-        raw = model.noise.raw().tolist()  # the one host read of the device statistics
         stats = None
-        if raw[3] >= job_config.min_noise_updates:
-            stats = GradientNoiseEstimator.stats_from_raw(raw, loader.init_batch_size)
-        chosen = self._decider.decide(loader.limits, profiler.params, stats, job.num_nodes,
-                                      job.num_replicas, current, measured)
+        if model is None:  # nothing measured: the initial configuration, kept
+            chosen = current if current is not None else initial_batch_config(
+                loader.limits, job.num_replicas)
+        else:
+            raw = model.noise.raw().tolist()  # the one host read of the device statistics
+            if raw[3] >= job_config.min_noise_updates:
+                stats = GradientNoiseEstimator.stats_from_raw(raw, loader.init_batch_size)
+            chosen = self._decider.decide(loader.limits, profiler.params, stats,
+                                          job.num_nodes, job.num_replicas, current,
+                                          measured)
         steps = self.steps_done - self._steps_at_last_sync
         elapsed = time.monotonic() - self._last_sync_time
         if steps > 0 and elapsed > 0:
@@ -112,17 +122,20 @@ class ControlLoop:
         return Agreement(stop=False, save_checkpoint=save, batch_config=chosen,
                          next_sync_steps=next_steps, grad_stats=stats)
 
-    def synchronize(self, model: DrivenModel) -> bool:
+    def synchronize(self, model: DrivenModel | None) -> bool:
         """Run an agreement point; returns True when the batch configuration changed.
 
-        Does not return when a stop was requested: checkpoints and exits instead.
+        Does not return when a stop was requested: checkpoints and exits instead. With
+        no model (a loader iterated without one), nothing is measured and nothing
+        reported: the batch configuration stays the initial one.
         """
         loader = self.loader
         job = loader.job
         proposal = self._propose(model) if job.rank == 0 else None
         agreement = agree(job.control_group, rank=job.rank,
                           stop_requested=job.stop_requested.is_set(), proposal=proposal)
-        model.set_grad_stats(agreement.grad_stats)
+        if model is not None:
+            model.set_grad_stats(agreement.grad_stats)
         self.next_sync_steps = agreement.next_sync_steps
         self._last_sync_time = time.monotonic()
         self._steps_at_last_sync = self.steps_done
@@ -138,7 +151,8 @@ class ControlLoop:
                                                         job.num_replicas))
         loader.batch_config = agreement.batch_config
         loader.config_replicas = job.num_replicas
-        if job.rank == 0 and getattr(loader, "trains", None) is not False:  # not evaluation
+        if (model is not None and job.rank == 0
+                and getattr(loader, "trains", None) is not False):  # not evaluation
             self._report(model, urgent=changed)
         return changed
 

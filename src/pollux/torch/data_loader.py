@@ -29,6 +29,7 @@ from pollux.errors import ConfigError
 from pollux.torch.batch_size import BatchConfig, BatchLimits
 from pollux.torch.control_loop import ControlLoop
 from pollux.torch.elastic_sampler import ElasticSampler, IndexArray, StepPlan, plan_step
+from pollux.torch.passes import PassLog, PassMark, PassStart
 from pollux.torch.profiler import MicroStepTiming
 
 if TYPE_CHECKING:
@@ -108,9 +109,12 @@ class AdaptiveDataLoader:
         training loader; False: an evaluation loader, which runs forward passes only;
         None: not iterated yet). An evaluation loader reports no hints."""
         self._handed_out = 0
-        self._handed_epoch = -1
-        """Micro-batches of the steps completed in epoch ``_handed_epoch`` by this
-        process (for ``len``)."""
+        """Micro-batches of the steps completed in this pass by this process (for
+        ``len``)."""
+        self.mark: PassMark | None = None
+        """Where this loader's latest pass stands (:mod:`pollux.torch.passes`; None: no
+        pass yet)."""
+        self._noted_no_model = False
         self._control = ControlLoop(self)
         job.checkpoint.register(f"pollux/loader/{self.name}", self)
 
@@ -149,16 +153,16 @@ class AdaptiveDataLoader:
         return self.batch_config.total(self.job.num_replicas)
 
     def __len__(self) -> int:
-        """Micro-batches of this epoch on this rank: those of the steps completed so far
-        in this epoch plus those the rest of the epoch takes with the current configuration
-        (before iterating: the whole epoch). Equal to the iterations of a pass when the
-        batch size does not change during it."""
+        """Micro-batches of this pass on this rank: those of the steps completed so far
+        in it plus those the rest of it takes with the current configuration (between
+        passes: a whole pass, or the rest of the pass a restart resumes). Equal to the
+        iterations of a pass when the batch size does not change during it."""
         config = self.batch_config or BatchConfig(
             math.ceil(self.init_batch_size / self.job.num_replicas))
-        remaining = (self.sampler.num_samples if self.sampler.epoch != self.job.epoch
-                     else self.sampler.remaining)
-        handed = self._handed_out if self._handed_epoch == self.job.epoch else 0
-        return handed + self._micro_batches_for(remaining, config)
+        mark = self.mark
+        if mark is None or mark.ended:
+            return self._micro_batches_for(self.sampler.num_samples, config)
+        return self._handed_out + self._micro_batches_for(self.sampler.remaining, config)
 
     def _micro_batches_for(self, samples: int, config: BatchConfig) -> int:
         """Micro-batches on this rank for ``samples`` samples of an epoch (as
@@ -196,7 +200,9 @@ class AdaptiveDataLoader:
                 "batch_config": None if config is None else [config.local_bsz,
                                                              config.accum_steps],
                 "config_replicas": self.config_replicas,
-                "epoch_padding": self.epoch_padding}
+                "epoch_padding": self.epoch_padding,
+                "pass": None if self.mark is None else self.mark.to_state(),
+                "trains": self.trains}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.sampler.load_state_dict(state["sampler"])
@@ -205,19 +211,27 @@ class AdaptiveDataLoader:
                                                                     int(config[1]))
         self.config_replicas = int(state.get("config_replicas", 0))
         self.epoch_padding = int(state.get("epoch_padding", 0))
+        self.mark = PassMark.from_state(state.get("pass"))
+        trains = state.get("trains")
+        self.trains = None if trains is None else bool(trains)
 
     # -- agreement ---------------------------------------------------------------------
 
-    def _model(self) -> DrivenModel:
-        if self.job.model is None:
-            raise ConfigError("AdaptiveDataParallel", None, "wrap the model with "
-                              "AdaptiveDataParallel(..., job=job) before iterating the loader")
+    def _model(self) -> DrivenModel | None:
+        """The model that drives the job; None (noted once) when no model was wrapped:
+        the loader hands out every batch at its initial size, without adaptation."""
+        if self.job.model is None and not self._noted_no_model:
+            self._noted_no_model = True
+            logger.warning("loader %r is iterated with no AdaptiveDataParallel model: "
+                           "batch size fixed at %d, nothing measured (wrap the model with "
+                           "AdaptiveDataParallel(..., job=job) to adapt)", self.name,
+                           self.init_batch_size)
         return self.job.model
 
     # -- iteration ---------------------------------------------------------------------
 
     def _plan_rest_of_epoch(self, config: BatchConfig,
-                            model: DrivenModel) -> tuple[list[StepPlan], set[int]]:
+                            model: DrivenModel | None) -> tuple[list[StepPlan], set[int]]:
         """The steps left in this epoch, and which of them keep their gradient for the
         noise measurement of one replica (:meth:`AdaptiveDataParallel.wants_probe`).
         With ``drop_last``, the last incomplete step is left out."""
@@ -226,13 +240,14 @@ class AdaptiveDataLoader:
         position = self.sampler.position
         order = self.sampler.order
         # only a loader that adapts its batch size needs the noise
-        may_probe = self.limits.adaptive and config.accum_steps == 0
+        may_probe = model is not None and self.limits.adaptive and config.accum_steps == 0
         while position < self.sampler.num_samples:
             plan = plan_step(order, position, self.job.num_replicas, config.local_bsz,
                              config.accum_steps)
             if not plan.regular and self.drop_last:
                 break
-            if may_probe and plan.regular and model.wants_probe(steps_ahead=len(plans)):
+            if (may_probe and model is not None and plan.regular
+                    and model.wants_probe(steps_ahead=len(plans))):
                 probes.add(len(plans))
             plans.append(plan)
             position = plan.end
@@ -245,24 +260,57 @@ class AdaptiveDataLoader:
                                            **self._loader_kwargs)
 
     def __iter__(self) -> Iterator[Any]:
+        """One pass: full, or the rest of the pass a restart resumes, or empty when a
+        restarted script replays a pass that had ended (:mod:`pollux.torch.passes`)."""
         job = self.job
         model = self._model()
+        scope, index = PassLog.of(job).begin()
+        start = PassStart.FRESH if self.mark is None else self.mark.start_of(scope, index)
+        if start is PassStart.REPLAY:
+            logger.debug("loader %r: pass %d ended before the restart; replayed empty",
+                         self.name, index)
+            return
+        trained = False
+        if start is PassStart.FRESH:
+            self.sampler.start_pass(job.epoch)
+            self.epoch_padding = 0
+            self._handed_out = 0
+        else:
+            assert self.mark is not None
+            trained = self.mark.trained
+            logger.info("loader %r: resuming its pass at sample %d of %d", self.name,
+                        self.sampler.position, self.sampler.num_samples)
+        self.mark = PassMark(scope, index, ended=False, trained=trained)
         job.current_dataloader = self
+        ended = False
         try:
             yield from self._iterate(model)
+            ended = True
+        except GeneratorExit:  # a break (or the loop's iterator dropped): the pass ends
+            ended = True
+            raise
         finally:
             job.current_dataloader = None
             self._control.stop_watch.settle()
+            if ended:
+                self._end_pass()
 
-    def _iterate(self, model: DrivenModel) -> Iterator[Any]:
+    def _end_pass(self) -> None:
+        mark = self.mark
+        assert mark is not None
+        self.mark = PassMark(mark.scope, mark.index, ended=True, trained=mark.trained)
+        if mark.trained and mark.scope is None:  # a plain loop: the epoch ends with it
+            self.job.finish_epoch()
+
+    def _trained_now(self) -> None:
+        mark = self.mark
+        if mark is not None and not mark.trained:
+            self.mark = PassMark(mark.scope, mark.index, mark.ended, trained=True)
+
+    def _iterate(self, model: DrivenModel | None) -> Iterator[Any]:
         job = self.job
-        if self.sampler.epoch != job.epoch:
-            self.epoch_padding = 0
-        self.sampler.set_epoch(job.epoch)
         epoch = self.sampler.epoch
-        if self._handed_epoch != epoch:
-            self._handed_epoch, self._handed_out = epoch, 0
-        profiling = job.rank == 0
+        profiling = job.rank == 0 and model is not None
         clock = job.profiler.clock
         self._control.synchronize(model)
         while self.sampler.remaining > 0:
@@ -287,10 +335,14 @@ class AdaptiveDataLoader:
                 step_batch = plan.total_batch_size
                 for micro in range(num_micro):
                     last = micro == num_micro - 1
-                    steps_before = model.optimizer_steps
-                    start = clock.mark() if profile_step else None
                     data = next(batches)
                     self._current = (epoch, plan, micro, config)
+                    if model is None:  # no model to tell training from evaluation
+                        yield data
+                        self._trained_now()
+                        continue
+                    steps_before = model.optimizer_steps
+                    start = clock.mark() if profile_step else None
                     model.begin_micro_step(micro, num_micro, config.local_bsz, step_batch,
                                            self.init_batch_size, plan.regular,
                                            profile_step and last, probe=probe)
@@ -300,6 +352,8 @@ class AdaptiveDataLoader:
                     trained = (model.optimizer_steps > steps_before if last
                                else model.has_pending_gradients)
                     self.trains = bool(self.trains) or trained
+                    if trained:
+                        self._trained_now()
                     if start is not None and trained:
                         job.profiler.record(MicroStepTiming(
                             key=key, optimizer_step=last, start=start, end=clock.mark(),

@@ -146,6 +146,13 @@ class ElasticSampler:
         self.position = 0
         self._order: IndexArray | None = None
 
+    def start_pass(self, epoch: int) -> None:
+        """Begin a full pass over ``epoch``'s order: the cursor goes back to 0."""
+        if epoch != self.epoch:
+            self._order = None
+        self.epoch = int(epoch)
+        self.position = 0
+
     def set_epoch(self, epoch: int) -> None:
         """Move to ``epoch``; the cursor restarts at 0 unless it already is this epoch."""
         if epoch != self.epoch:

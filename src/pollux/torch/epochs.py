@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, cast
 
 from pollux.errors import ConfigError
+from pollux.torch.passes import PassLog
 
 if TYPE_CHECKING:
     from pollux.torch.data_loader import AdaptiveDataLoader
@@ -18,16 +19,22 @@ def remaining_epochs_until(num_epochs: int, job: JobContext) -> Iterator[int]:
 
     After a restart mid-epoch, that epoch is yielded again and the data loader continues
     from its cursor. When every epoch is done, a final checkpoint is saved, so a finished
-    job relaunched by mistake ends at once.
+    job relaunched by mistake ends at once. Inside this loop only it moves the epoch
+    (a training pass does in a plain loop: :mod:`pollux.torch.passes`).
 
     >>> for epoch in remaining_epochs_until(30, job):  # doctest: +SKIP
     ...     train_one_epoch(epoch)
     """
     if num_epochs < 0:
         raise ConfigError("num_epochs", num_epochs, "must be >= 0")
-    while job.epoch < num_epochs:
-        yield job.epoch
-        job.finish_epoch()
+    log = PassLog.of(job)
+    log.epoch_loops += 1
+    try:
+        while job.epoch < num_epochs:
+            yield job.epoch
+            job.finish_epoch()
+    finally:
+        log.epoch_loops -= 1
     job.checkpoint.save()
 
 
