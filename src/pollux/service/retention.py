@@ -13,20 +13,55 @@ from __future__ import annotations
 
 import logging
 import shutil
+import sqlite3
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from pollux.errors import ConfigError, PolluxError, StoreError
 from pollux.service.recovery import job_dir
+from pollux.service.states import JobState
 from pollux.service.store import JobStore
 
 logger = logging.getLogger(__name__)
 
 PRUNE_BATCH = 500
 """Jobs deleted per store transaction (a short write: the API's writes wait behind it)."""
+
+
+FINAL = tuple(state.value for state in JobState if state.is_final)
+
+
+def finished_to_prune(store: JobStore, now: float, keep_count: int, keep_s: float,
+                      batch: int) -> list[str]:
+    """Up to ``batch`` finished jobs past retention: finished more than ``keep_s`` ago,
+    or older than the newest ``keep_count`` finished ones; oldest first."""
+    marks = ", ".join("?" * len(FINAL))
+    rows = store.db.read(lambda conn: conn.execute(
+        f"SELECT id FROM jobs WHERE state IN ({marks}) AND (COALESCE(finished_at, "
+        f"updated_at) < ? OR seq NOT IN (SELECT seq FROM jobs WHERE state IN ({marks}) "
+        "ORDER BY seq DESC LIMIT ?)) ORDER BY seq LIMIT ?",
+        (*FINAL, now - keep_s, *FINAL, max(0, keep_count), batch)).fetchall())
+    return [str(row[0]) for row in rows]
+
+
+def delete_jobs(store: JobStore, job_ids: Sequence[str]) -> int:
+    """Delete finished jobs with their replicas and events (a job not finished, or gone,
+    is left alone), in one transaction; returns how many were deleted."""
+    def write(cur: sqlite3.Cursor) -> int:
+        deleted = 0
+        for job_id in job_ids:
+            row = cur.execute("SELECT state FROM jobs WHERE id=?", (job_id,)).fetchone()
+            if row is None or row[0] not in FINAL:
+                continue
+            cur.execute("DELETE FROM events WHERE job_id=?", (job_id,))
+            cur.execute("DELETE FROM replicas WHERE job_id=?", (job_id,))
+            cur.execute("DELETE FROM jobs WHERE id=?", (job_id,))
+            deleted += 1
+        return deleted
+    return store.db.write(write)
 
 
 @dataclass(frozen=True)
@@ -55,8 +90,8 @@ def prune_finished(store: JobStore, data_dir: Path, now: float, retention: Reten
     pruned: list[str] = []
     stuck: set[str] = set()
     while True:
-        candidates = [job_id for job_id in store.finished_to_prune(
-            now, retention.keep_count, retention.keep_s, batch + len(stuck))
+        candidates = [job_id for job_id in finished_to_prune(
+            store, now, retention.keep_count, retention.keep_s, batch + len(stuck))
             if job_id not in stuck][:batch]
         if not candidates:
             return pruned
@@ -74,7 +109,7 @@ def prune_finished(store: JobStore, data_dir: Path, now: float, retention: Reten
                                directory, exc)
                 stuck.add(job_id)
         if removable:
-            store.delete_jobs(removable)
+            delete_jobs(store, removable)
             pruned.extend(removable)
 
 

@@ -41,6 +41,7 @@ from pollux.service.records import (
 )
 from pollux.service.sqlite_db import Database
 from pollux.service.states import JobState, can_transition
+from pollux.service.store_schema import create_schema
 
 logger = logging.getLogger(__name__)
 
@@ -50,56 +51,6 @@ INTENT_KEY = "intent"
 """In a replica's handle: recorded before the backend started it (see
 :meth:`JobStore.begin_launch`), not confirmed since."""
 
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS jobs (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT,
-    id TEXT UNIQUE NOT NULL,
-    name TEXT NOT NULL,
-    spec TEXT NOT NULL,
-    state TEXT NOT NULL,
-    reason TEXT,
-    allocation TEXT NOT NULL DEFAULT '[]',
-    target_allocation TEXT,
-    num_launches INTEGER NOT NULL DEFAULT 0,
-    num_failures INTEGER NOT NULL DEFAULT 0,
-    num_rescales INTEGER NOT NULL DEFAULT 0,
-    cancel_requested INTEGER NOT NULL DEFAULT 0,
-    hints TEXT,
-    hints_updated_at REAL,
-    hints_token TEXT NOT NULL,
-    attained_service_s REAL NOT NULL DEFAULT 0,
-    submitted_at REAL NOT NULL,
-    started_at REAL,
-    finished_at REAL,
-    updated_at REAL NOT NULL,
-    gpu_type TEXT
-);
-CREATE TABLE IF NOT EXISTS replicas (
-    job_id TEXT NOT NULL REFERENCES jobs(id),
-    generation INTEGER NOT NULL,
-    rank INTEGER NOT NULL,
-    node TEXT NOT NULL,
-    handle TEXT NOT NULL,
-    started_at REAL NOT NULL,
-    exit_code INTEGER,
-    exited_at REAL,
-    PRIMARY KEY (job_id, generation, rank)
-);
-CREATE TABLE IF NOT EXISTS events (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    job_id TEXT NOT NULL REFERENCES jobs(id),
-    time REAL NOT NULL,
-    kind TEXT NOT NULL,
-    message TEXT NOT NULL
-);
-CREATE INDEX IF NOT EXISTS events_by_job ON events(job_id, id);
-CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs(state, seq);
-"""
-ADDED_JOB_COLUMNS = (("gpu_type", "TEXT"),)
-ADDED_EVENT_COLUMNS = (("repeats", "INTEGER NOT NULL DEFAULT 0"), ("last_time", "REAL"))
-"""Columns added to ``events`` later: how often an event was repeated (coalesced) and
-when it last was."""
 COALESCE_WINDOW = 4
 """An event repeating one of its job's last this-many events (same kind and message)
 is coalesced into it (a count and the last time) instead of being added: a job whose
@@ -134,16 +85,7 @@ class JobStore:
         self._damaged: set[str] = set()
         """Jobs whose rows were found damaged (reported once per process)."""
 
-        def create(cur: sqlite3.Cursor) -> None:
-            for statement in SCHEMA.split(";"):
-                if statement.strip():
-                    cur.execute(statement)
-            for table, added in (("jobs", ADDED_JOB_COLUMNS), ("events", ADDED_EVENT_COLUMNS)):
-                present = {row[1] for row in cur.execute(f"PRAGMA table_info({table})")}
-                for column, sql_type in added:
-                    if column not in present:
-                        cur.execute(f"ALTER TABLE {table} ADD COLUMN {column} {sql_type}")
-        self.db.write(create)
+        self.db.write(create_schema)
 
     def close(self) -> None:
         self.db.close()
@@ -529,39 +471,6 @@ class JobStore:
     def count_events(self, job_id: str) -> int:
         return int(self.db.read(lambda conn: conn.execute(
             "SELECT COUNT(*) FROM events WHERE job_id=?", (job_id,)).fetchone()[0]))
-
-    # --- retention --------------------------------------------------------------------
-
-    def finished_to_prune(self, now: float, keep_count: int, keep_s: float,
-                          batch: int) -> list[str]:
-        """Up to ``batch`` finished jobs past retention: finished more than ``keep_s``
-        ago, or older than the newest ``keep_count`` finished ones; oldest first."""
-        final = tuple(s.value for s in JobState if s.is_final)
-        marks = ", ".join("?" * len(final))
-        rows = self.db.read(lambda conn: conn.execute(
-            f"SELECT id FROM jobs WHERE state IN ({marks}) AND (COALESCE(finished_at, "
-            f"updated_at) < ? OR seq NOT IN (SELECT seq FROM jobs WHERE state IN ({marks}) "
-            "ORDER BY seq DESC LIMIT ?)) ORDER BY seq LIMIT ?",
-            (*final, now - keep_s, *final, max(0, keep_count), batch)).fetchall())
-        return [str(row[0]) for row in rows]
-
-    def delete_jobs(self, job_ids: Sequence[str]) -> int:
-        """Delete finished jobs with their replicas and events (a job not finished, or
-        gone, is left alone), in one transaction; returns how many were deleted."""
-        final = tuple(s.value for s in JobState if s.is_final)
-
-        def write(cur: sqlite3.Cursor) -> int:
-            deleted = 0
-            for job_id in job_ids:
-                row = cur.execute("SELECT state FROM jobs WHERE id=?", (job_id,)).fetchone()
-                if row is None or row[0] not in final:
-                    continue
-                cur.execute("DELETE FROM events WHERE job_id=?", (job_id,))
-                cur.execute("DELETE FROM replicas WHERE job_id=?", (job_id,))
-                cur.execute("DELETE FROM jobs WHERE id=?", (job_id,))
-                deleted += 1
-            return deleted
-        return self.db.write(write)
 
 
 def _is_intent(handle: str) -> bool:
