@@ -108,7 +108,8 @@ def _resolve(dotted: str) -> object:
 
 
 def test_api_reference_renders_every_public_name(tmp_path: Path):
-    """Builds the Python API pages alone (mkdocstrings, as the site does) and finds a
+    """Builds the Python API pages alone (mkdocstrings, as the site does, --strict: a
+    docstring that breaks the site fails here) and finds a
     rendered entry for every name in each package's ``__all__``."""
     pytest.importorskip("mkdocstrings")
     pytest.importorskip("torch")
@@ -128,7 +129,7 @@ def test_api_reference_renders_every_public_name(tmp_path: Path):
              "theme": config["theme"], "plugins": [plugin],
              "markdown_extensions": config["markdown_extensions"]}
     (tmp_path / "mkdocs.yml").write_text(yaml.safe_dump(small))
-    build = subprocess.run([sys.executable, "-m", "mkdocs", "build", "-q", "-f",
+    build = subprocess.run([sys.executable, "-m", "mkdocs", "build", "-q", "--strict", "-f",
                             str(tmp_path / "mkdocs.yml")], capture_output=True, text=True,
                            timeout=300, cwd=ROOT, env={"NO_MKDOCS_2_WARNING": "1",
                                              "PATH": "/usr/bin:/bin"})
