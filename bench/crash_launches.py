@@ -85,8 +85,9 @@ def main() -> None:
                     server, workdir, args.jobs, args.kills, args.seed, args.max_pause_s,
                     work_s=args.work_s, timeout_s=3600.0,
                     resources=None if cluster is None else {"gpu": 1},
-                    left_running=lambda d=data_dir: marked_processes(
-                        MARKER_ENV, str(instance_id(d))))
+                    left_running=(lambda d=data_dir: marked_processes(
+                        MARKER_ENV, str(instance_id(d)))) if cluster is None
+                    else cluster.live_jobs)
                 results[name] = report.summary()
             except AssertionError as exc:  # e.g. a job never ended
                 results[name] = {"error": str(exc)[:500]}
