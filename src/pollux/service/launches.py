@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from pollux.backends.base import Backend, LaunchRequest, ReplicaState, ReplicaStatus, rank_order
 from pollux.cluster_spec import allocation_gpu_type
-from pollux.errors import BackendError, MixedGpuTypesError
+from pollux.errors import BackendError, MixedGpuTypesError, StoreError
 from pollux.jobenv import CORRUPT_CHECKPOINT_EXIT_CODE, RESCALE_EXIT_CODE
 from pollux.policies.base import Allocation
 from pollux.resources import DEFAULT_GPU_TYPE
@@ -149,7 +149,11 @@ class LaunchSupervisor:
         except Exception as exc:  # noqa: BLE001 - whatever it was, nothing was started
             if not isinstance(exc, BackendError):
                 logger.exception("job %s: the backend's launch raised", record.id)
-            self.store.abandon_launch(record.id, generation)
+            try:  # best effort: an intent left behind is settled as lost at a restart
+                self.store.abandon_launch(record.id, generation)
+            except StoreError as store_exc:
+                logger.warning("job %s: cannot forget the intents of launch %d: %s",
+                               record.id, generation, store_exc)
             self._failed_launch(record, f"launch failed: {exc}", now)
             return
         self.store.confirm_launch(record.id, generation, [
