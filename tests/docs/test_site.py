@@ -48,6 +48,15 @@ def test_readme_is_short_and_starts_with_the_setup_commands():
     assert "mkdocs build --strict" in ci
 
 
+def test_readme_links_lead_to_files():
+    text = (ROOT / "README.md").read_text()
+    links = re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", text)
+    assert links
+    for link in links:
+        if "://" not in link:
+            assert (ROOT / link).exists(), link
+
+
 def test_docs_do_not_point_outside_the_repository():
     for path in [ROOT / "README.md", *DOCS.rglob("*.md")]:
         text = path.read_text()
