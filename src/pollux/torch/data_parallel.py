@@ -29,8 +29,15 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
+from pollux.errors import ConfigError
 from pollux.models import GradientStats
 from pollux.torch.adam_scale import AdamGainScale, AdamPreconditioner
+from pollux.torch.fsdp import (
+    ShardedGradients,
+    ShardedModelState,
+    ShardedOptimizerState,
+    is_fully_sharded,
+)
 from pollux.torch.gradient_noise import GradientNoiseEstimator
 from pollux.torch.gradient_norms import (
     GradientNormCollector,
@@ -70,6 +77,9 @@ class AdaptiveDataParallel(DistributedDataParallel):
     precision. The model is moved to ``job.device``; model, optimizer, scheduler and
     scaler are checkpointed by the job and restored here on restart.
 
+    A module sharded with ``torch.distributed.fsdp.fully_shard`` (FSDP2) is taken as it
+    is (not wrapped in DDP): see :mod:`pollux.torch.fsdp`.
+
     >>> model = AdaptiveDataParallel(net, optimizer, lr_scheduler, job=job)  # doctest: +SKIP
     >>> model.noise_scale(), model.progress  # after some steps  # doctest: +SKIP
     (812.5, 1040.3)
@@ -80,18 +90,36 @@ class AdaptiveDataParallel(DistributedDataParallel):
                  job: JobContext, grad_scaler: Any = None, name: str | None = None,
                  **ddp_kwargs: Any) -> None:
         job.check_model_name(name)
+        sharded = is_fully_sharded(module)
+        if sharded and ddp_kwargs:
+            raise ConfigError("AdaptiveDataParallel keyword arguments", sorted(ddp_kwargs),
+                              "a module sharded with fully_shard takes no DDP arguments")
         module = module.to(job.device)
         checkpoint = job.checkpoint
         prefix = "pollux" if name is None else f"pollux/models/{name}"
-        checkpoint.register(f"{prefix}/model", module)
-        checkpoint.register(f"{prefix}/optimizer", optimizer)
+        self._bypass_patches = False
+        if sharded:
+            checkpoint.register(f"{prefix}/model", ShardedModelState(module))
+            checkpoint.register(f"{prefix}/optimizer",
+                                ShardedOptimizerState(module, optimizer, self._set_bypass))
+        else:
+            checkpoint.register(f"{prefix}/model", module)
+            checkpoint.register(f"{prefix}/optimizer", optimizer)
         if lr_scheduler is not None:
             checkpoint.register(f"{prefix}/lr_scheduler", lr_scheduler)
         if grad_scaler is not None:
             checkpoint.register(f"{prefix}/grad_scaler", grad_scaler)
-        if job.device.type == "cuda":
-            ddp_kwargs.setdefault("device_ids", [job.device.index])
-        super().__init__(module, **ddp_kwargs)
+        if sharded:  # FSDP synchronizes the gradients itself: no DDP underneath
+            torch.nn.Module.__init__(self)
+            self.module = module
+            world = dist.group.WORLD
+            assert world is not None  # init_process_group made it
+            self.process_group = world
+            self.require_backward_grad_sync = True
+        else:
+            if job.device.type == "cuda":
+                ddp_kwargs.setdefault("device_ids", [job.device.index])
+            super().__init__(module, **ddp_kwargs)
         self.job = job
         self.optimizer = optimizer
         self.lr_scheduler = lr_scheduler
@@ -114,8 +142,15 @@ class AdaptiveDataParallel(DistributedDataParallel):
         self._pair = GradientPair()
         self.grad_stats: GradientStats | None = None
         """Host copy of the gradient statistics at the initial batch (from agreements)."""
-        self.register_comm_hook(self._norms, comm_hook)
-        if isinstance(self.scaling_rule, AdamGainScale):  # noise of Adam's steps
+        self._sharded: ShardedGradients | None = None
+        """The FSDP2 side (None: DDP)."""
+        if sharded:
+            self._sharded = ShardedGradients(module, self._step, world_size=self._world,
+                                             process_group=self.process_group,
+                                             mark=job.profiler.clock.mark)
+        else:
+            self.register_comm_hook(self._norms, comm_hook)
+        if isinstance(self.scaling_rule, AdamGainScale) and not sharded:  # Adam's steps
             self._norms.preconditioner = AdamPreconditioner(optimizer)
         self._patch_optimizer()
         if grad_scaler is not None:
@@ -196,7 +231,9 @@ class AdaptiveDataParallel(DistributedDataParallel):
         step.init_batch_size = init_batch_size
         step.mark_compute_end = mark_compute_end
         sync = index == num_micro_steps - 1
-        if self.require_backward_grad_sync != sync:
+        if self._sharded is not None:  # one replica: the shards are the whole gradient
+            self._sharded.set_sync(sync or self._world == 1)
+        elif self.require_backward_grad_sync != sync:
             self.require_backward_grad_sync = sync
         if index == 0:
             step.reset_norms()
@@ -206,8 +243,9 @@ class AdaptiveDataParallel(DistributedDataParallel):
                             and self._trainer.optimizer_steps % self._noise_interval == 0)
             step.weight_steps = self._noise_interval
         elif index == 1 and self._world == 1 and step.collect:
-            step.first_micro_sqr = self._norms.params_sqr(self.module.parameters(),
-                                                          self.job.device)
+            step.first_micro_sqr = (
+                self._sharded.local_sqr() if self._sharded is not None
+                else self._norms.params_sqr(self.module.parameters(), self.job.device))
         if len(self.job.models) > 1:  # a GAN's other model follows these micro-steps
             begin_followers_micro_step(self, index, num_micro_steps, local_bsz,
                                        step_batch_size, init_batch_size, regular, probe)
@@ -236,15 +274,22 @@ class AdaptiveDataParallel(DistributedDataParallel):
 
     def _fold_gradient_stats(self) -> None:
         step = self._step
+        sharded = self._sharded
+        if sharded is not None:
+            sharded.average_micro_steps()
         if self._world == 1 and step.num_micro == 1:
             if step.pair or self._pair.holding:
-                grads = self._norms.step_gradients(self.module.parameters())
+                grads = (sharded.local_grads() if sharded is not None
+                         else self._norms.step_gradients(self.module.parameters()))
                 batch = step.step_batch or step.local_bsz or 0
                 m0 = step.init_batch_size or batch
                 self._pair.observe(grads, batch, step.pair, self._loss_scale_sqr(),
                                    self.noise, scale=batch / max(m0, 1) * self._probe_interval)
             return
-        self._norms.fold(self.noise, self._loss_scale_sqr())
+        if sharded is not None:
+            sharded.fold(self.noise, self._loss_scale_sqr())
+        else:
+            self._norms.fold(self.noise, self._loss_scale_sqr())
 
     def set_grad_stats(self, stats: GradientStats | None) -> None:
         """Use these statistics (agreed across ranks) for gains and learning rates."""
@@ -267,7 +312,14 @@ class AdaptiveDataParallel(DistributedDataParallel):
 
     # -- optimizer and scaler patches ----------------------------------------------------------
 
+    def _set_bypass(self, bypass: bool) -> None:
+        """While True, the optimizer's step and zero_grad run unpatched (the state-dict
+        helpers of an FSDP checkpoint step once, with zero gradients, to create state)."""
+        self._bypass_patches = bypass
+
     def _optimizer_step(self, original: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        if self._bypass_patches:
+            return original(*args, **kwargs)
         if self.accumulating:
             return None
         self._fold_gradient_stats()
@@ -302,7 +354,7 @@ class AdaptiveDataParallel(DistributedDataParallel):
             return adp._optimizer_step(original_step, *args, **kwargs)
 
         def zero_grad(opt: Any, *args: Any, **kwargs: Any) -> Any:
-            if adp._step.grads_pending:  # keep accumulated gradients
+            if adp._step.grads_pending and not adp._bypass_patches:  # keep accumulated
                 return None
             return original_zero_grad(*args, **kwargs)
 
@@ -341,6 +393,8 @@ class AdaptiveDataParallel(DistributedDataParallel):
     def forward(self, *inputs: Any, **kwargs: Any) -> Any:
         if self.training and torch.is_grad_enabled():
             self._step.grads_pending = True
+        if self._sharded is not None:
+            return self.module(*inputs, **kwargs)
         return super().forward(*inputs, **kwargs)
 
     def zero_grad(self, set_to_none: bool = True) -> None:
