@@ -1,0 +1,134 @@
+"""AdaptiveStrategy in this process: the module's loader adapts, every sample is trained
+once per epoch, Lightning's counters match the agent's, a finished job relaunched ends at
+once, and bad set-ups are refused by name (the loss against Lightning's own strategy, and
+rescaling under the scheduler: test_lightning_e2e.py)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from collections import Counter
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+pl = pytest.importorskip("lightning.pytorch")
+torch = pytest.importorskip("torch")
+
+from pollux.errors import ConfigError  # noqa: E402
+from pollux.integrations.lightning import AdaptiveStrategy, scaling_rule_for  # noqa: E402
+from pollux.torch.adam_scale import AdamGainScale  # noqa: E402
+from pollux.torch.scaling_rules import AdaScale  # noqa: E402
+
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:.*does not have many workers:UserWarning"),
+    pytest.mark.filterwarnings("ignore:.*treespec, LeafSpec.*:FutureWarning"),
+    pytest.mark.filterwarnings("ignore:The `srun` command is available:UserWarning"),
+    pytest.mark.filterwarnings("ignore:.*litlogger:UserWarning"),
+    pytest.mark.filterwarnings("ignore:.*smaller than the logging interval:UserWarning"),
+    pytest.mark.filterwarnings("ignore:.*LightningModule.*eval mode:UserWarning"),
+]
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "lightning_classifier.py"
+NUM_TRAIN = 1024
+
+
+def example() -> ModuleType:
+    if "lightning_classifier" not in sys.modules:
+        spec = importlib.util.spec_from_file_location("lightning_classifier", EXAMPLE)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["lightning_classifier"] = module
+        spec.loader.exec_module(module)
+    return sys.modules["lightning_classifier"]
+
+
+class Observer(pl.Callback):
+    """What the agent and Lightning say at the end of the fit (before teardown)."""
+
+    def __init__(self) -> None:
+        self.seen: dict[str, Any] = {}
+
+    def on_train_end(self, trainer: Any, pl_module: Any) -> None:
+        strategy = trainer.strategy
+        model = strategy.adaptive_model
+        self.seen = {"global_step": trainer.global_step, "epoch": trainer.current_epoch,
+                     "optimizer_steps": model.optimizer_steps, "rule": model.scaling_rule,
+                     "batch_size": strategy.train_loader.loader.current_batch_size,
+                     "noise_scale": model.noise_scale(), "job_epoch": strategy.job.epoch}
+
+
+def fit(tmp_path: Path | None, epochs: int, *, plain: bool = False,
+        observer: Observer | None = None, **strategy_kwargs: Any) -> Any:
+    ex = example()
+    pl.seed_everything(0, verbose=False)
+    train, val = ex.synthetic_data(NUM_TRAIN, 1024, seed=0)
+    module = ex.Regressor(train, val, batch_size=16, lr=0.005)
+    strategy: Any = "auto"
+    if not plain:
+        import pollux.torch as pt
+
+        strategy = AdaptiveStrategy(
+            checkpoint_dir=str(tmp_path),
+            config=pt.AgentConfig(control_interval_s=0.05, log_level=None),
+            **{"max_batch_size": 256, "local_bsz_bounds": (8, 128), **strategy_kwargs})
+    trainer = pl.Trainer(max_epochs=epochs, accelerator="cpu", strategy=strategy,
+                         logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                         enable_model_summary=False, num_sanity_val_steps=0,
+                         callbacks=[observer] if observer is not None else None)
+    trainer.fit(module)
+    return trainer, module, ex.evaluate(module)
+
+
+def per_epoch(history: list[dict[str, Any]]) -> dict[int, Counter[int]]:
+    epochs: dict[int, Counter[int]] = {}
+    for record in history:
+        epochs.setdefault(record["epoch"], Counter()).update(record["indices"])
+    return epochs
+
+
+def test_one_process_adapts_and_counts_every_sample_once_per_epoch(
+        tmp_path: Path) -> None:
+    observer = Observer()
+    trainer, module, loss = fit(tmp_path, 2, observer=observer)
+    seen = observer.seen
+    assert seen["batch_size"] > 16, seen  # adapted from the initial batch
+    assert isinstance(seen["rule"], AdamGainScale) and seen["noise_scale"] is not None
+    assert seen["global_step"] == seen["optimizer_steps"] == trainer.global_step > 0
+    assert seen["epoch"] == seen["job_epoch"] == 2
+    counts = per_epoch(module.samples.history)
+    assert sorted(counts) == [0, 1]
+    assert all(c == Counter(range(NUM_TRAIN)) for c in counts.values())
+
+    # relaunched after the end: restores and trains nothing more
+    again, _, loss_again = fit(tmp_path, 2)
+    assert again.global_step == trainer.global_step and loss_again == loss
+
+
+def test_scaling_rule_follows_the_optimizer() -> None:
+    params = [torch.nn.Parameter(torch.zeros(2))]
+    assert isinstance(scaling_rule_for(torch.optim.AdamW(params)), AdamGainScale)
+    assert isinstance(scaling_rule_for(torch.optim.SGD(params, lr=0.1)), AdaScale)
+
+
+@pytest.mark.parametrize(("kwargs", "field"), [
+    ({"max_batch_size": 0}, "max_batch_size"),
+    ({"max_batch_size": 64, "local_bsz_bounds": (0, 8)}, "local_bsz_bounds"),
+    ({"max_batch_size": None, "local_bsz_bounds": (1, 8)}, "local_bsz_bounds"),
+])
+def test_bad_bounds_are_refused_by_name(kwargs: dict[str, Any], field: str) -> None:
+    with pytest.raises(ConfigError, match=field):
+        AdaptiveStrategy(**kwargs)
+
+
+def test_lightning_accumulation_is_refused(tmp_path: Path) -> None:
+    ex = example()
+    train, val = ex.synthetic_data(64, 16, seed=0)
+    trainer = pl.Trainer(max_epochs=1, accelerator="cpu", logger=False,
+                         enable_checkpointing=False, enable_progress_bar=False,
+                         accumulate_grad_batches=2,
+                         strategy=AdaptiveStrategy(checkpoint_dir=str(tmp_path)))
+    with pytest.raises(ConfigError, match="accumulate_grad_batches"):
+        trainer.fit(ex.Regressor(train, val, batch_size=8, lr=0.01))
