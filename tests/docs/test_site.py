@@ -48,6 +48,17 @@ def test_readme_is_short_and_starts_with_the_setup_commands():
     assert "mkdocs build --strict" in ci
 
 
+def test_changelog_says_when_each_deprecated_name_goes():
+    from pollux.policies.registry import DEPRECATED_NAMES
+
+    text = (ROOT / "CHANGELOG.md").read_text()
+    deprecated = text.split("### Deprecated", 1)[1].split("\n## ", 1)[0]
+    for old, new in DEPRECATED_NAMES.items():
+        entry = next((line for line in deprecated.split("\n- ") if f"`{old}`" in line), None)
+        assert entry is not None, f"CHANGELOG.md: no Deprecated entry for {old!r}"
+        assert f"`{new}`" in entry and re.search(r"Removed in \d+\.\d+\.\d+", entry), entry
+
+
 def test_readme_links_lead_to_files():
     text = (ROOT / "README.md").read_text()
     links = re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", text)
