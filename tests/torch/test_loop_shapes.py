@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from pollux.jobenv import RESCALE_EXIT_CODE
+from pollux.torch.job import JobContext
 from tests.torch.launcher import WORKERS, Replicas
 from tests.torch.loop_scripts import APIS, Script, evaluate, train_step
 from tests.torch.test_adaptdl_api import LAUNCH_VARIABLES
@@ -153,6 +154,18 @@ def test_a_loader_with_no_model_trains_at_its_batch_size_with_a_note(
     script.close()
 
 
+def framework_epochs(job: object, num_epochs: int) -> Iterator[int]:
+    """A framework's own epoch loop (a Trainer's): it starts again at the restored epoch
+    and moves the epoch itself, inside ``epoch_scope``."""
+    from pollux.torch.epochs import epoch_scope
+
+    assert isinstance(job, JobContext)
+    with epoch_scope(job):
+        while job.epoch < num_epochs:
+            yield job.epoch
+            job.finish_epoch()
+
+
 def stopped_run(api: str, shape: str, stop_at: tuple[int, str, int] | None,
                 seen: dict[tuple[int, str], Counter[int]],
                 batches: dict[tuple[int, str], int]) -> None:
@@ -163,7 +176,8 @@ def stopped_run(api: str, shape: str, stop_at: tuple[int, str, int] | None,
     model, optimizer = script.model()
     train = script.loader(NUM_SAMPLES, BATCH, shuffle=True)
     valid = script.loader(NUM_SAMPLES, EVAL_BATCH)
-    epochs = range(3) if shape == "plain" else script.epochs(3)
+    epochs = {"plain": lambda: iter(range(3)), "epochs": lambda: script.epochs(3),
+              "framework": lambda: framework_epochs(script.job, 3)}[shape]()
 
     def run(loader: object, epoch: int, name: str, training: bool) -> None:
         key = (epoch, name)
@@ -192,6 +206,7 @@ def stopped_run(api: str, shape: str, stop_at: tuple[int, str, int] | None,
     ("adaptdl", "plain", (2, "valid-a", 2)),
     ("torch", "epochs", (1, "valid-b", 1)),
     ("adaptdl", "epochs", (1, "train", 4)),
+    ("torch", "framework", (2, "train", 3)),
 ])
 def test_a_stopped_loop_resumes_with_every_sample_once_per_pass(
         checkpoints: Path, api: str, shape: str, stop_at: tuple[int, str, int]) -> None:

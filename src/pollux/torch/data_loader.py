@@ -19,15 +19,24 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Iterator, Sized
+from collections.abc import Generator, Iterator, Sized
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch.utils.data
+from torch.utils.data import default_collate
 
 from pollux.errors import ConfigError
 from pollux.torch.batch_size import BatchConfig, BatchLimits
 from pollux.torch.control_loop import ControlLoop
+from pollux.torch.data_sources import (
+    Step,
+    StreamReader,
+    check_stream_options,
+    draw_order,
+    planned_steps,
+    stream_steps,
+)
 from pollux.torch.elastic_sampler import ElasticSampler, IndexArray, StepPlan, plan_step
 from pollux.torch.passes import PassLog, PassMark, PassStart
 from pollux.torch.profiler import MicroStepTiming
@@ -37,6 +46,7 @@ if TYPE_CHECKING:
     from pollux.torch.roles import DrivenModel
 
 logger = logging.getLogger(__name__)
+
 
 
 @dataclass(frozen=True)
@@ -67,7 +77,9 @@ class AdaptiveDataLoader:
     """Data loader over an elastic, seeded, checkpointed sample order.
 
     Extra keyword arguments go to :class:`torch.utils.data.DataLoader` (``num_workers``,
-    ``collate_fn``, ``pin_memory``, ...); ``sampler``/``batch_sampler`` are the agent's.
+    ``collate_fn``, ``pin_memory``, ...). A ``sampler=`` draws each epoch's order (rank
+    0's, checkpointed); an ``IterableDataset`` is read as a stream (see
+    :mod:`pollux.torch.data_sources` for both); ``batch_sampler`` is the agent's.
     ``shuffle`` (default False, as in PyTorch) draws a new seeded order every epoch;
     ``drop_last`` (default False) drops the epoch's last, incomplete optimizer step (fewer
     samples than the total batch) instead of spreading it over the replicas.
@@ -81,19 +93,29 @@ class AdaptiveDataLoader:
     def __init__(self, dataset: Any, batch_size: int, shuffle: bool = False, *,
                  job: JobContext, seed: int = 0, name: str | None = None,
                  drop_last: bool = False, **loader_kwargs: Any) -> None:
-        if not isinstance(dataset, Sized):
+        if "batch_sampler" in loader_kwargs:
+            raise ConfigError("batch_sampler", loader_kwargs["batch_sampler"],
+                              "the agent decides the batches; give a sampler= instead")
+        custom_sampler = loader_kwargs.pop("sampler", None)
+        streaming = isinstance(dataset, torch.utils.data.IterableDataset) or (
+            not isinstance(dataset, Sized) and hasattr(dataset, "__iter__"))
+        if not streaming and not isinstance(dataset, Sized):
             raise ConfigError("dataset", type(dataset).__name__, "give a map-style data set "
-                              "with __len__ and __getitem__")
-        for key in ("sampler", "batch_sampler"):
-            if key in loader_kwargs:
-                raise ConfigError(key, loader_kwargs[key], "the agent decides this; remove it")
+                              "(__len__ and __getitem__) or an IterableDataset")
+        if streaming:
+            check_stream_options(shuffle, custom_sampler, loader_kwargs)
         self.job = job
         self.dataset: Any = dataset
         self.init_batch_size = int(batch_size)
         self.drop_last = bool(drop_last)
         self.limits = BatchLimits(self.init_batch_size, self.init_batch_size,
                                   (1, self.init_batch_size), accumulation=False)
-        self.sampler = ElasticSampler(len(dataset), shuffle=shuffle, seed=seed)
+        self.custom_sampler: Any = custom_sampler
+        """The ``sampler=`` given (rank 0 draws each epoch's order from it), or None."""
+        self.sampler: ElasticSampler | StreamReader = (
+            StreamReader(dataset, loader_kwargs.get("collate_fn") or default_collate)
+            if streaming else ElasticSampler(len(dataset), shuffle=shuffle, seed=seed))
+        """The cursor: into the epoch order of a map-style data set, or into a stream."""
         self.name = job.new_loader_name(name)
         self.batch_config: BatchConfig | None = None
         self.config_replicas = 0
@@ -159,10 +181,21 @@ class AdaptiveDataLoader:
         iterations of a pass when the batch size does not change during it."""
         config = self.batch_config or BatchConfig(
             math.ceil(self.init_batch_size / self.job.num_replicas))
+        sampler = self.sampler
+        if isinstance(sampler, StreamReader):
+            if not isinstance(self.dataset, Sized):
+                raise TypeError("an AdaptiveDataLoader over an IterableDataset without "
+                                "__len__ has no len()")
+            total = len(self.dataset)
+            remaining = max(total - sampler.position, 0)
+        else:
+            total, remaining = sampler.num_samples, sampler.remaining
+            if self.custom_sampler is not None and not sampler.drawn:
+                total = len(self.custom_sampler)
         mark = self.mark
         if mark is None or mark.ended:
-            return self._micro_batches_for(self.sampler.num_samples, config)
-        return self._handed_out + self._micro_batches_for(self.sampler.remaining, config)
+            return self._micro_batches_for(total, config)
+        return self._handed_out + self._micro_batches_for(remaining, config)
 
     def _micro_batches_for(self, samples: int, config: BatchConfig) -> int:
         """Micro-batches on this rank for ``samples`` samples of an epoch (as
@@ -196,7 +229,9 @@ class AdaptiveDataLoader:
 
     def state_dict(self) -> dict[str, Any]:
         config = self.batch_config
-        return {"sampler": self.sampler.state_dict(),
+        sampler = self.sampler
+        return {"sampler": (sampler.state_dict(self.job.current_dataloader is self)
+                            if isinstance(sampler, StreamReader) else sampler.state_dict()),
                 "batch_config": None if config is None else [config.local_bsz,
                                                              config.accum_steps],
                 "config_replicas": self.config_replicas,
@@ -230,35 +265,6 @@ class AdaptiveDataLoader:
 
     # -- iteration ---------------------------------------------------------------------
 
-    def _plan_rest_of_epoch(self, config: BatchConfig,
-                            model: DrivenModel | None) -> tuple[list[StepPlan], set[int]]:
-        """The steps left in this epoch, and which of them keep their gradient for the
-        noise measurement of one replica (:meth:`AdaptiveDataParallel.wants_probe`).
-        With ``drop_last``, the last incomplete step is left out."""
-        plans: list[StepPlan] = []
-        probes: set[int] = set()
-        position = self.sampler.position
-        order = self.sampler.order
-        # only a loader that adapts its batch size needs the noise
-        may_probe = model is not None and self.limits.adaptive and config.accum_steps == 0
-        while position < self.sampler.num_samples:
-            plan = plan_step(order, position, self.job.num_replicas, config.local_bsz,
-                             config.accum_steps)
-            if not plan.regular and self.drop_last:
-                break
-            if (may_probe and model is not None and plan.regular
-                    and model.wants_probe(steps_ahead=len(plans))):
-                probes.add(len(plans))
-            plans.append(plan)
-            position = plan.end
-        return plans, probes
-
-    def _torch_loader(self, plans: list[StepPlan]) -> torch.utils.data.DataLoader[Any]:
-        rank = self.job.rank
-        batches = [batch.tolist() for plan in plans for batch in plan.batches[rank]]
-        return torch.utils.data.DataLoader(self.dataset, batch_sampler=batches,
-                                           **self._loader_kwargs)
-
     def __iter__(self) -> Iterator[Any]:
         """One pass: full, or the rest of the pass a restart resumes, or empty when a
         restarted script replays a pass that had ended (:mod:`pollux.torch.passes`)."""
@@ -271,15 +277,23 @@ class AdaptiveDataLoader:
                          self.name, index)
             return
         trained = False
+        sampler = self.sampler
         if start is PassStart.FRESH:
-            self.sampler.start_pass(job.epoch)
+            if isinstance(sampler, StreamReader):
+                sampler.start(job.epoch, resume=False)
+            else:
+                order = (None if self.custom_sampler is None else
+                         draw_order(self.custom_sampler, job.epoch, job, len(self.dataset)))
+                sampler.start_pass(job.epoch, order)
             self.epoch_padding = 0
             self._handed_out = 0
         else:
             assert self.mark is not None
             trained = self.mark.trained
-            logger.info("loader %r: resuming its pass at sample %d of %d", self.name,
-                        self.sampler.position, self.sampler.num_samples)
+            if isinstance(sampler, StreamReader):
+                sampler.start(sampler.epoch, resume=True)
+            logger.info("loader %r: resuming its pass at sample %d", self.name,
+                        sampler.position)
         self.mark = PassMark(scope, index, ended=False, trained=trained)
         job.current_dataloader = self
         ended = False
@@ -292,6 +306,8 @@ class AdaptiveDataLoader:
         finally:
             job.current_dataloader = None
             self._control.stop_watch.settle()
+            if isinstance(sampler, StreamReader):
+                sampler.close()
             if ended:
                 self._end_pass()
 
@@ -307,29 +323,53 @@ class AdaptiveDataLoader:
         if mark is not None and not mark.trained:
             self.mark = PassMark(mark.scope, mark.index, mark.ended, trained=True)
 
+    def _steps(self, config: BatchConfig,
+               model: DrivenModel | None) -> Generator[Step, None, None]:
+        """The steps left in this pass with ``config``; a step keeps its gradient for the
+        noise measurement of one replica (a probe) when the loader adapts its batch size
+        and :meth:`AdaptiveDataParallel.wants_probe` says so."""
+        job = self.job
+        may_probe = model is not None and self.limits.adaptive and config.accum_steps == 0
+        wants_probe = model.wants_probe if may_probe and model is not None else None
+        sampler = self.sampler
+        if isinstance(sampler, StreamReader):
+            return stream_steps(sampler, job.rank, job.num_replicas, config,
+                                self.drop_last, wants_probe)
+        return planned_steps(sampler, self.dataset, self._loader_kwargs, job.rank,
+                             job.num_replicas, config, self.drop_last, wants_probe)
+
+    def _pass_over(self) -> bool:
+        sampler = self.sampler
+        if isinstance(sampler, StreamReader):
+            return sampler.exhausted
+        return sampler.remaining <= 0
+
     def _iterate(self, model: DrivenModel | None) -> Iterator[Any]:
         job = self.job
         epoch = self.sampler.epoch
         profiling = job.rank == 0 and model is not None
         clock = job.profiler.clock
         self._control.synchronize(model)
-        while self.sampler.remaining > 0:
+        while not self._pass_over():
             config = self.batch_config
             assert config is not None
-            plans, probes = self._plan_rest_of_epoch(config, model)
-            batches = iter(self._torch_loader(plans))
+            steps = self._steps(config, model)
             steps_since_sync = 0
             reconfigured = False
             key = (job.num_nodes, job.num_replicas, config.local_bsz)
             warmup = job.config.profile_warmup_steps
-            for step_number, plan in enumerate(plans):
+            step_number = 0
+            while True:
                 stopping = self._control.stop_watch.poll(job.stop_requested.is_set())
                 if stopping or steps_since_sync >= self._control.next_sync_steps:
                     steps_since_sync = 0
                     if self._control.synchronize(model):
                         reconfigured = True
                         break
-                probe = step_number in probes
+                step = next(steps, None)
+                if step is None:
+                    break
+                plan, probe, batches = step
                 profile_step = profiling and plan.regular and step_number >= warmup
                 num_micro = plan.num_micro_steps
                 step_batch = plan.total_batch_size
@@ -362,13 +402,16 @@ class AdaptiveDataLoader:
                 self._handed_out += num_micro
                 self.epoch_padding += plan.num_padding
                 steps_since_sync += 1
+                step_number += 1
                 self._control.steps_done += 1
-            del batches
+            steps.close()
             if not reconfigured:
                 break
-        if self.sampler.remaining > 0:  # drop_last: the incomplete last step is skipped
+        sampler = self.sampler
+        if isinstance(sampler, ElasticSampler) and sampler.remaining > 0:
+            # drop_last: the incomplete last step is skipped
             config = self.batch_config
             assert config is not None
-            self.sampler.commit(plan_step(self.sampler.order, self.sampler.position,
-                                          job.num_replicas, config.local_bsz,
-                                          config.accum_steps))
+            sampler.commit(plan_step(sampler.order, sampler.position, job.num_replicas,
+                                     config.local_bsz, config.accum_steps))
+

@@ -145,10 +145,20 @@ class ElasticSampler:
         self.epoch = 0
         self.position = 0
         self._order: IndexArray | None = None
+        self.drawn = False
+        """Whether the current order was drawn by a custom sampler (and is checkpointed)."""
 
-    def start_pass(self, epoch: int) -> None:
-        """Begin a full pass over ``epoch``'s order: the cursor goes back to 0."""
-        if epoch != self.epoch:
+    def start_pass(self, epoch: int, order: IndexArray | None = None) -> None:
+        """Begin a full pass over ``epoch``'s order (``order`` when given: one drawn by a
+        custom sampler, then checkpointed with the cursor): the cursor goes back to 0."""
+        if order is not None:
+            if order.ndim != 1 or order.size < 1:
+                raise ConfigError("sampler", f"{order.size} indices",
+                                  "a sampler must yield at least one index per epoch")
+            self._order = order.astype(np.int64)
+            self.num_samples = int(order.size)
+            self.drawn = True
+        elif epoch != self.epoch or self.drawn:
             self._order = None
         self.epoch = int(epoch)
         self.position = 0
@@ -184,10 +194,19 @@ class ElasticSampler:
         self.position = step.end
 
     def state_dict(self) -> dict[str, Any]:
-        return {"epoch": self.epoch, "position": self.position,
-                "num_samples": self.num_samples, "seed": self.seed, "shuffle": self.shuffle}
+        state: dict[str, Any] = {"epoch": self.epoch, "position": self.position,
+                                 "num_samples": self.num_samples, "seed": self.seed,
+                                 "shuffle": self.shuffle}
+        if self.drawn:
+            state["order"] = self.order.copy()
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        if state.get("order") is not None:
+            self.epoch = int(state["epoch"])
+            self.start_pass(self.epoch, np.asarray(state["order"], dtype=np.int64))
+            self.position = int(state["position"])
+            return
         for key in ("num_samples", "seed", "shuffle"):
             if key in state and state[key] != getattr(self, key):
                 raise ConfigError(f"sampler.{key}", state[key],

@@ -1,8 +1,10 @@
 """``remaining_epochs_until``: the epoch loop that resumes where a restarted job stopped;
-``current_epoch`` and ``current_dataloader`` for code deep in a training loop."""
+``epoch_scope`` for a framework's own epoch loop; ``current_epoch`` and
+``current_dataloader`` for code deep in a training loop."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, cast
 
@@ -27,15 +29,33 @@ def remaining_epochs_until(num_epochs: int, job: JobContext) -> Iterator[int]:
     """
     if num_epochs < 0:
         raise ConfigError("num_epochs", num_epochs, "must be >= 0")
-    log = PassLog.of(job)
-    log.epoch_loops += 1
-    try:
+    with epoch_scope(job):
         while job.epoch < num_epochs:
             yield job.epoch
             job.finish_epoch()
+    job.checkpoint.save()
+
+
+@contextlib.contextmanager
+def epoch_scope(job: JobContext) -> Iterator[None]:
+    """Inside, the passes over the job's loaders are counted within the job's epoch and
+    never move it: the caller does (``job.finish_epoch()``), as
+    :func:`remaining_epochs_until` does. For a framework's own epoch loop that starts
+    again at the restored epoch after a restart (a ``Trainer``), so that its first pass
+    resumes the one in progress instead of being taken for a replay of the run's first
+    pass (:mod:`pollux.torch.passes`).
+
+    >>> with epoch_scope(job):  # doctest: +SKIP
+    ...     while job.epoch < num_epochs:
+    ...         train_one_epoch(loader)
+    ...         job.finish_epoch()
+    """
+    log = PassLog.of(job)
+    log.epoch_loops += 1
+    try:
+        yield
     finally:
         log.epoch_loops -= 1
-    job.checkpoint.save()
 
 
 def current_epoch(job: JobContext) -> int:
