@@ -46,8 +46,9 @@ def test_pollux_variables_win() -> None:
                          num_nodes=2, master_addr="10.0.0.1", master_port=2900,
                          checkpoint_dir="/ck", hints_target="http://s/h", hints_token="t",
                          num_restarts=3).to_env()
-    launch = read_launch_environment({**env, "RANK": "0", "WORLD_SIZE": "1"})
-    assert launch.source is LaunchSource.POLLUX
+    launch = read_launch_environment({**env, "RANK": "2", "WORLD_SIZE": "4",
+                                      "MASTER_PORT": "2900", "TORCHELASTIC_RUN_ID": "tr"})
+    assert launch.source is LaunchSource.POLLUX and launch.job_id == "j1"
     assert (launch.rank, launch.num_replicas, launch.num_nodes, launch.node_rank) == (2, 4, 2, 1)
     assert (launch.master_addr, launch.master_port) == ("10.0.0.1", 2900)
     assert (launch.checkpoint_dir, launch.hints_target, launch.hints_token,

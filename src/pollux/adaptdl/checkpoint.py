@@ -20,8 +20,11 @@ replicas' copies differ, ``sync()``; create it with a unique name and call
 Each state becomes one entry of the agent's checkpoint (:class:`pollux.torch.
 CheckpointManager`), so it is written whenever the agent checkpoints (periodically,
 before a rescale, after SIGTERM, at the end of training): ``sync()`` runs on every
-replica, then rank 0's ``save()`` is kept. A state may be created before
-``init_process_group``; it joins the checkpoint when the job exists.
+replica, then rank 0's ``save()`` is kept. As in AdaptDL, none of this needs
+``init_process_group``: a state may be created, loaded (:func:`load_state` reads the
+checkpoint the job would restart from) and saved (:func:`save_all_states` writes a new
+checkpoint that keeps everything else of the last one) before it, and joins the job's
+checkpoint when the job exists. A name already taken is refused when the state is made.
 """
 
 from __future__ import annotations
@@ -30,6 +33,8 @@ import io
 from typing import IO, TYPE_CHECKING, Any
 
 from pollux.adaptdl.default_job import DEFAULT_JOB
+from pollux.torch.checkpoint import CheckpointManager, latest_valid_checkpoint
+from pollux.torch.launch import effective_checkpoint_dir, read_launch_environment
 
 if TYPE_CHECKING:
     from pollux.torch.job import JobContext
@@ -62,12 +67,16 @@ class _StateEntry:
 class State:
     """A named piece of user state, saved in the job's checkpoints (see the module).
 
-    Raises ``ValueError`` when another state already has ``name``.
+    Raises ``ValueError`` when another state already has ``name`` (as AdaptDL does).
     """
 
     def __init__(self, name: str) -> None:
         if not isinstance(name, str) or not name:
             raise ValueError(f"invalid State name={name!r}: give a non-empty string")
+        if name in DEFAULT_JOB.states:
+            raise ValueError(f"invalid State name={name!r}: a State with this name already "
+                             "exists in this process; give each State its own name")
+        DEFAULT_JOB.states[name] = self
         self.name = name
         self._entry: _StateEntry | None = None
         DEFAULT_JOB.when_bound(self._bind)
@@ -88,29 +97,81 @@ class State:
         every replica at the same point, so collectives are allowed here)."""
 
 
-def _entry(state: State, what: str) -> _StateEntry:
-    DEFAULT_JOB.require(f"adaptdl.checkpoint.{what}")
-    if state._entry is None:
-        raise ValueError(f"invalid state={state!r}: it was not created with "
-                         "State.__init__(name); call super().__init__(name) in its __init__")
-    return state._entry
+def _check(state: Any, what: str) -> State:
+    if not isinstance(state, State) or not hasattr(state, "_entry"):
+        raise ValueError(f"invalid state={state!r} for adaptdl.checkpoint.{what}: give a "
+                         "State created with State.__init__(name) (call "
+                         "super().__init__(name) in its __init__)")
+    return state
+
+
+def early_states() -> dict[str, Any]:
+    """Before ``init_process_group``: the entries of the checkpoint the job would restart
+    from (empty when there is none or checkpointing is off), read once."""
+    if DEFAULT_JOB.early_states is None:
+        directory = effective_checkpoint_dir()
+        found = None if directory is None else latest_valid_checkpoint(directory)
+        DEFAULT_JOB.early_states = {} if found is None else dict(found[1]["states"])
+    return DEFAULT_JOB.early_states
 
 
 def load_state(state: State) -> bool:
     """Load ``state`` from the checkpoint the job restarted from; returns True when it was
     saved there (False on a fresh start, and ``state`` is left as it is)."""
-    entry = _entry(state, "load_state")
-    if entry.saved is None:
+    _check(state, "load_state")
+    if DEFAULT_JOB.job is None:
+        saved = early_states().get(STATE_PREFIX + state.name)
+    else:
+        assert state._entry is not None  # bound when the job was made
+        saved, state._entry.saved = state._entry.saved, None
+    if saved is None:
         return False
-    state.load(io.BytesIO(entry.saved))
-    entry.saved = None
+    state.load(io.BytesIO(saved))
     return True
 
 
+class _Kept:
+    """An entry of the last checkpoint written again as it was."""
+
+    def __init__(self) -> None:
+        self.value: Any = None
+
+    def state_dict(self) -> Any:
+        return self.value
+
+    def load_state_dict(self, value: Any) -> None:
+        self.value = value
+
+
+def _save_before_init() -> str | None:
+    """AdaptDL's ``save_all_states`` with no job yet: every state syncs, and rank 0
+    writes a new checkpoint with the states replaced and every other entry kept."""
+    launch = read_launch_environment()
+    directory = effective_checkpoint_dir(launch=launch)
+    states = list(DEFAULT_JOB.states.values())
+    if directory is None or launch.rank != 0:
+        for state in states:
+            state.sync()
+        return directory
+    manager = CheckpointManager(directory, rank=0)
+    ours = {STATE_PREFIX + state.name for state in states}
+    for name in early_states():
+        if name not in ours:
+            manager.register(name, _Kept())
+    for state in states:
+        manager.register(STATE_PREFIX + state.name, _StateEntry(state, 0))
+    manager.save()
+    DEFAULT_JOB.early_states = None  # read the new checkpoint next time
+    return directory
+
+
 def save_all_states() -> str | None:
-    """Checkpoint the whole job now (every replica, at the same point); returns the
-    checkpoint directory (None when checkpointing is off)."""
-    job = DEFAULT_JOB.require("adaptdl.checkpoint.save_all_states")
+    """Checkpoint every state now (every replica, at the same point); returns the
+    checkpoint directory (None when checkpointing is off). With a job, this is the job's
+    whole checkpoint; before ``init_process_group``, see :func:`_save_before_init`."""
+    job = DEFAULT_JOB.job
+    if job is None:
+        return _save_before_init()
     job.checkpoint.save()
     return job.launch.checkpoint_dir
 
@@ -119,5 +180,5 @@ def save_state(state: State, checkpoint_dir: Any = None, sync: bool = True) -> N
     """Save ``state``: under Pollux every state lives in the job's one checkpoint, so this
     checkpoints the job (every replica, at the same point). ``checkpoint_dir`` is the
     job's and ``sync`` is always done (AdaptDL's arguments, kept for the call shape)."""
-    _entry(state, "save_state")
+    _check(state, "save_state")
     save_all_states()

@@ -1,7 +1,8 @@
 """``adaptdl.collective``: reductions and broadcasts of picklable Python objects.
 
 Every replica calls these functions in the same order (they are collectives over the
-job's control group, made by ``init_process_group``). Meant for small objects (metrics,
+job's control group, made by ``init_process_group``, or by :func:`initialize` for a
+script that needs only these collectives). Meant for small objects (metrics,
 decisions, a port number); use ``torch.distributed`` for tensors.
 
 >>> from pollux.adaptdl import collective
@@ -20,6 +21,7 @@ from typing import Any
 
 import torch.distributed as dist
 
+from pollux.adaptdl import process_group
 from pollux.adaptdl.default_job import DEFAULT_JOB
 
 ReduceFn = Callable[[Any, Any], Any]
@@ -28,6 +30,33 @@ ReduceFn = Callable[[Any, Any], Any]
 def default_reduce_fn(a: Any, b: Any) -> Any:
     """``a + b`` (AdaptDL's default: numbers add up, lists concatenate)."""
     return a + b
+
+
+def initialize(master_addr: str | None = None, master_port: int | None = None,
+               replica_rank: int | None = None, num_replicas: int | None = None) -> None:
+    """Join the job so that these collectives work, without ``init_process_group``
+    (AdaptDL's ``initialize``); blocks until every replica has called it.
+
+    Each argument left out is read from the launch environment (``adaptdl.env``:
+    Pollux's, torchrun's or AdaptDL's variables); any given one names the launch
+    explicitly and wins over them. It makes the process's default job on gloo, as
+    ``adaptdl.torch.init_process_group("gloo")`` would, so call one of the two, once
+    (a second call raises ``RuntimeError``, as in AdaptDL).
+    """
+    given = (master_addr, master_port, replica_rank, num_replicas)
+    if all(value is None for value in given):
+        process_group.join("gloo", None, None)
+        return
+    from pollux.adaptdl import env
+
+    rank = env.replica_rank() if replica_rank is None else int(replica_rank)
+    replicas = env.num_replicas() if num_replicas is None else int(num_replicas)
+    port = env.master_port() if master_port is None else int(master_port)
+    if replicas > 1 and port == 0:
+        raise ValueError("invalid master_port=0: several replicas need the rank-0 "
+                         "replica's port (give master_port= or set ADAPTDL_MASTER_PORT)")
+    process_group.join("gloo", process_group.explicit_environ(
+        master_addr or env.master_addr(), port, rank, replicas), None)
 
 
 def _gather(value: Any, what: str) -> list[Any]:

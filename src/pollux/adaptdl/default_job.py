@@ -37,6 +37,11 @@ class DefaultJob:
         """The AdaptDL-shaped data loader being iterated now (None between loops)."""
         self.in_epoch_loop = False
         """Whether ``remaining_epochs_until`` is being iterated."""
+        self.states: dict[str, Any] = {}
+        """Every ``adaptdl.checkpoint.State`` by its (unique) name."""
+        self.early_states: dict[str, Any] | None = None
+        """Before ``init_process_group``: the states of the checkpoint the job would
+        restart from, read once (None: not read yet)."""
         self._counts: dict[str, int] = {}
         self._pending: list[Any] = []
 
@@ -65,6 +70,7 @@ class DefaultJob:
             raise RuntimeError("init_process_group was already called in this process "
                                "(call adaptdl.torch.destroy_process_group() first)")
         self.job = job
+        self.early_states = None
         pending, self._pending = self._pending, []
         for bind in pending:
             bind(job)
@@ -74,6 +80,8 @@ class DefaultJob:
         self.job = None
         self.current_loader = None
         self.in_epoch_loop = False
+        self.states = {}
+        self.early_states = None
         self._counts = {}
         self._pending = []
 

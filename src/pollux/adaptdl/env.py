@@ -1,10 +1,11 @@
-"""``adaptdl.env``: where this replica sits in its job, read from the Pollux launch.
+"""``adaptdl.env``: where this replica sits in its job, read from the launch.
 
 Same functions as AdaptDL's, answered from the launcher's environment as the agent reads
 it (:func:`pollux.torch.read_launch_environment`: the Pollux scheduler's ``POLLUX_*``
-variables, torchrun's, or a single process), or from the job once
-``init_process_group`` has run (then :func:`checkpoint_path` is the directory the agent
-really uses, including the standalone default ``./pollux-checkpoints/<script>``).
+variables, then torchrun's, then AdaptDL's own ``ADAPTDL_*``, else a single process), or
+from the job once ``init_process_group`` has run (then :func:`checkpoint_path` is the
+directory the agent really uses, including the standalone default
+``./pollux-checkpoints/<script>``).
 
 >>> from pollux.adaptdl import env
 >>> env.replica_rank(), env.num_replicas()  # a single process  # doctest: +SKIP
@@ -16,7 +17,12 @@ from __future__ import annotations
 import os
 
 from pollux.adaptdl.default_job import DEFAULT_JOB
-from pollux.torch.launch import LaunchEnvironment, read_launch_environment
+from pollux.torch.launch import (
+    ADAPTDL_SUPERVISOR_URL,
+    LaunchEnvironment,
+    effective_checkpoint_dir,
+    read_launch_environment,
+)
 
 SHARE_DIR = "POLLUX_SHARE_DIR"
 """A directory every replica of the job can read and write (data sets, artifacts)."""
@@ -30,8 +36,11 @@ def _launch() -> LaunchEnvironment:
 
 
 def checkpoint_path() -> str | None:
-    """The job's checkpoint directory, or None when checkpointing is off."""
-    return _launch().checkpoint_dir
+    """The job's checkpoint directory (``POLLUX_CHECKPOINT_DIR``, else
+    ``ADAPTDL_CHECKPOINT_PATH``, else ``./pollux-checkpoints/<script>``), or None when
+    checkpointing is off (``POLLUX_CHECKPOINT_DIR=""``)."""
+    job = DEFAULT_JOB.job
+    return job.launch.checkpoint_dir if job is not None else effective_checkpoint_dir()
 
 
 def share_path() -> str | None:
@@ -41,9 +50,16 @@ def share_path() -> str | None:
 
 
 def job_id() -> str:
-    """The job's id: the scheduler's, ``TORCHELASTIC_RUN_ID`` under torchrun, ``local``
-    for a single process (AdaptDL: None outside its cluster)."""
+    """The job's id: the scheduler's, else ``ADAPTDL_JOB_ID``, else
+    ``TORCHELASTIC_RUN_ID`` under torchrun, else ``local`` (AdaptDL: None outside its
+    cluster)."""
     return _launch().job_id
+
+
+def get_job_name() -> str:
+    """The job's name, as AdaptDL's TensorBoard tutorial names its log directory: the
+    job's id (:func:`job_id`)."""
+    return job_id()
 
 
 def master_addr() -> str:
@@ -76,10 +92,10 @@ def num_restarts() -> int:
     return _launch().num_restarts
 
 
-def supervisor_url() -> None:
-    """AdaptDL's Kubernetes supervisor: none under Pollux (the scheduler hands the
-    rendezvous address to every replica)."""
-    return None
+def supervisor_url() -> str | None:
+    """AdaptDL's Kubernetes supervisor (``ADAPTDL_SUPERVISOR_URL``), which Pollux never
+    sets: its scheduler hands the rendezvous address to every replica."""
+    return os.environ.get(ADAPTDL_SUPERVISOR_URL) or None
 
 
 def adaptdl_sched_version() -> None:

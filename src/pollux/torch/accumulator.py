@@ -64,18 +64,22 @@ class AccumulatorStates:
 
         return job.part(cls, make)
 
-    def attach(self, name: str, accumulator: Accumulator) -> dict[str, float] | None:
-        """Track ``accumulator`` under ``name`` (replacing an older one); returns its
-        restored values when the checkpoint holds them for the current epoch."""
+    def attach(self, name: str, accumulator: Accumulator) -> dict[str, Any] | None:
+        """Track ``accumulator`` under ``name`` (replacing an older one); returns what
+        the checkpoint saved for it (``epoch``, ``values`` and, when the accumulator kept
+        any, ``extra``), or None."""
         self._live[name] = accumulator
-        saved = self._restored.pop(name, None)
-        if saved is None or saved["epoch"] != self._job.epoch:
-            return None
-        return dict(saved["values"])
+        return self._restored.pop(name, None)
 
     def state_dict(self) -> dict[str, Any]:
-        return {name: {"epoch": acc.written_epoch, "values": acc.reduced_for_checkpoint()}
-                for name, acc in self._live.items()}
+        states: dict[str, Any] = {}
+        for name, acc in self._live.items():
+            record = {"epoch": acc.written_epoch, "values": acc.reduced_for_checkpoint()}
+            extra = acc.extra_state()
+            if extra is not None:
+                record["extra"] = extra
+            states[name] = record
+        return states
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self._restored = dict(state)
@@ -109,9 +113,11 @@ class Accumulator(MutableMapping[str, float]):
         self._synced: dict[str, float] | None = None
         self.written_epoch = job.epoch
         """The epoch of the last write (a checkpoint restores the values in that epoch)."""
-        restored = AccumulatorStates.of(job).attach(self.name, self)
-        if restored is not None:
-            self._local = self._share_of(restored)
+        saved = AccumulatorStates.of(job).attach(self.name, self)
+        if saved is not None:
+            self.load_extra_state(saved.get("extra"))
+            if self.restores_values_of(int(saved["epoch"])):
+                self._local = self._share_of(dict(saved["values"]))
 
     # -- the mapping ------------------------------------------------------------------------
 
@@ -170,6 +176,18 @@ class Accumulator(MutableMapping[str, float]):
 
     def reduced_for_checkpoint(self) -> dict[str, float]:
         return self.reduced()
+
+    def restores_values_of(self, epoch: int) -> bool:
+        """Whether values saved by a checkpoint in ``epoch`` (of their last write) are
+        restored: only in that same epoch (overridable)."""
+        return epoch == self.job.epoch
+
+    def extra_state(self) -> Any:
+        """More state saved beside the values (None: nothing; for subclasses)."""
+        return None
+
+    def load_extra_state(self, extra: Any) -> None:
+        """Restore what :meth:`extra_state` saved (None when nothing was)."""
 
     def _share_of(self, reduced: dict[str, float]) -> dict[str, float]:
         """This replica's part of saved totals: sums on rank 0, means and maxima on all."""

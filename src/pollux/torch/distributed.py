@@ -24,12 +24,12 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from pollux import jobenv
 from pollux.errors import ConfigError
 from pollux.torch.job import AgentConfig, JobContext
 from pollux.torch.launch import (
     LaunchEnvironment,
     LaunchSource,
+    effective_checkpoint_dir,
     read_launch_environment,
     standalone_checkpoint_dir,
 )
@@ -142,9 +142,8 @@ def init_process_group(
                      else dist.new_group(backend="gloo", timeout=timeout))
     if checkpoint_dir is not None:
         launch = _with_checkpoint_dir(launch, os.fspath(checkpoint_dir) or None)
-    elif launch.checkpoint_dir is None and jobenv.CHECKPOINT_DIR not in (
-            os.environ if environ is None else environ):
-        launch = _with_checkpoint_dir(launch, standalone_checkpoint_dir())
+    else:
+        launch = _with_checkpoint_dir(launch, effective_checkpoint_dir(environ, launch))
     return JobContext(launch, device=device, backend=chosen, control_group=control_group,
                       config=cfg, install_signal_handler=install_signal_handler,
                       owns_process_group=created)

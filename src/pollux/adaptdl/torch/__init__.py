@@ -8,20 +8,21 @@
 
 :func:`init_process_group` makes the process's default job
 (:mod:`pollux.adaptdl.default_job`) that every other name here uses. It works under
-the Pollux scheduler, under ``torchrun`` and as a single process; a job launched by
-AdaptDL's own scheduler is not supported (use ``pollux submit``).
+the Pollux scheduler, under ``torchrun``, with AdaptDL's standalone variables
+(``ADAPTDL_REPLICA_RANK``, ``ADAPTDL_NUM_REPLICAS``, ``ADAPTDL_MASTER_ADDR``,
+``ADAPTDL_MASTER_PORT``, ...) and as a single process; a job launched by AdaptDL's own
+Kubernetes scheduler is not supported (use ``pollux submit``).
 """
 
 from __future__ import annotations
 
-import atexit
-import os
-
 from pollux.adaptdl.default_job import DEFAULT_JOB
+from pollux.adaptdl.process_group import destroy_process_group, init_process_group
 from pollux.adaptdl.torch.accumulator import Accumulator
 from pollux.adaptdl.torch.data import (
     AdaptiveDataLoader,
     AdaptiveDataLoaderMixin,
+    ElasticSampler,
     current_dataloader,
 )
 from pollux.adaptdl.torch.epoch import current_epoch, finished_epochs, remaining_epochs_until
@@ -34,68 +35,7 @@ from pollux.adaptdl.torch.scaling_rules import (
     ScalingRuleBase,
     SqrtScale,
 )
-from pollux.jobenv import CHECKPOINT_DIR
-from pollux.torch import distributed
-from pollux.torch.job import AgentConfig, JobContext
-
-ADAPTDL_CHECKPOINT_PATH = "ADAPTDL_CHECKPOINT_PATH"
-"""AdaptDL's checkpoint variable, honoured when ``POLLUX_CHECKPOINT_DIR`` is unset."""
-
-
-def _environ(init_method: str | None, world_size: int | None,
-             rank: int | None) -> dict[str, str] | None:
-    """torchrun's variables from AdaptDL's explicit ``init_method="tcp://host:port"``."""
-    if init_method is None:
-        return None
-    if not init_method.startswith("tcp://") or world_size is None or rank is None:
-        raise ValueError(f"invalid init_method={init_method!r}: give 'tcp://host:port' "
-                         "with world_size= and rank= (or none of them)")
-    host, _, port = init_method[len("tcp://"):].partition("?")[0].rpartition(":")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("POLLUX_")
-           or k == CHECKPOINT_DIR}
-    env.update(RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank),
-               MASTER_ADDR=host, MASTER_PORT=port)
-    return env
-
-
-def init_process_group(backend: str | None = None, init_method: str | None = None,
-                       world_size: int | None = None, rank: int | None = None, *,
-                       config: AgentConfig | None = None) -> JobContext:
-    """Join the job and make it this process's default job; returns it (AdaptDL returns
-    nothing; the native API takes it explicitly).
-
-    ``backend``: ``"gloo"`` or ``"nccl"`` (None: NCCL with CUDA, else gloo). Without
-    ``init_method``, the launcher's environment says where the job is (Pollux, torchrun,
-    or a single process); ``init_method="tcp://host:port"`` with ``world_size`` and
-    ``rank`` names it explicitly. Checkpoints go to ``POLLUX_CHECKPOINT_DIR``, else
-    ``ADAPTDL_CHECKPOINT_PATH``, else ``./pollux-checkpoints/<script>``. The job is
-    closed (checkpoint writes flushed, group left) when the process exits.
-    """
-    if DEFAULT_JOB.job is not None:
-        raise RuntimeError("init_process_group was already called in this process")
-    checkpoint_dir = None
-    if CHECKPOINT_DIR not in os.environ and os.environ.get(ADAPTDL_CHECKPOINT_PATH):
-        checkpoint_dir = os.environ[ADAPTDL_CHECKPOINT_PATH]
-    job = distributed.init_process_group(backend, checkpoint_dir=checkpoint_dir,
-                                         config=config,
-                                         environ=_environ(init_method, world_size, rank))
-    DEFAULT_JOB.set(job)
-    atexit.register(_close_at_exit, job)
-    return job
-
-
-def _close_at_exit(job: JobContext) -> None:
-    if DEFAULT_JOB.job is job:
-        destroy_process_group()
-
-
-def destroy_process_group() -> None:
-    """Close the default job (flush, leave the group) and forget it: a later
-    :func:`init_process_group` starts a new one (tests do this)."""
-    job = DEFAULT_JOB.job
-    DEFAULT_JOB.clear()
-    if job is not None:
-        job.close()
+from pollux.torch.job import JobContext
 
 
 def default_job() -> JobContext:
@@ -110,6 +50,7 @@ __all__ = [
     "AdaptiveDataLoader",
     "AdaptiveDataLoaderMixin",
     "AdaptiveDataParallel",
+    "ElasticSampler",
     "LEGWScale",
     "LinearScale",
     "ScalingRuleBase",

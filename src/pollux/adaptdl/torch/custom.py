@@ -175,9 +175,11 @@ class AdaptiveDataLoaderHelper:
         epoch = job.epoch
         self.sampler.epoch = epoch
         DEFAULT_JOB.current_loader = self.owner if self.owner is not None else self
+        job.current_dataloader = cast(Any, DEFAULT_JOB.current_loader)  # the same answer
         try:
             yield
         finally:
+            job.current_dataloader = None
             self.current_index = 0
             self.end_index = 0
             self._loop_local_bsz = 0

@@ -26,13 +26,20 @@ from pollux.adaptdl.torch.custom import (
     loader_name,
     write_loader_scalars,
 )
+from pollux.adaptdl.torch.sampler import ElasticSampler
 from pollux.torch.data_loader import AdaptiveDataLoader as NativeLoader
 
 if TYPE_CHECKING:
     from pollux.torch.job import JobContext
 
+__all__ = ["AdaptiveDataLoader", "AdaptiveDataLoaderMixin", "ElasticSampler",
+           "current_dataloader"]
+
+
 def current_dataloader() -> Any:
-    """The AdaptDL-shaped loader being iterated now, or None."""
+    """The loader being iterated now, the very object the user made (AdaptDL returns its
+    helper, ``loader._elastic``, whose public attributes the loader has too), or None;
+    ``pollux.torch.current_dataloader(job)`` answers the same object."""
     return DEFAULT_JOB.current_loader
 
 
@@ -199,9 +206,22 @@ class AdaptiveDataLoader(AdaptiveDataLoaderMixin):
                                "AdaptiveDataLoader before starting another")
         DEFAULT_JOB.current_loader = self
         try:
-            yield from native
+            for batch in native:
+                # pollux.torch.current_dataloader(job) answers the loader the user made,
+                # too (its other attributes are the native loader's: see __getattr__)
+                native.job.current_dataloader = cast(NativeLoader, self)
+                yield batch
         finally:
             DEFAULT_JOB.current_loader = None
+
+    def __getattr__(self, name: str) -> Any:
+        """What this loader does not define is the native loader's (``batch_info``,
+        ``sampler``, ...), once the job exists."""
+        elastic = self.__dict__.get("_elastic")
+        native = getattr(elastic, "native", None)
+        if native is None or name.startswith("__"):
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        return getattr(native, name)
 
     def __len__(self) -> int:
         """Batches this replica gets per epoch with the current batch size."""

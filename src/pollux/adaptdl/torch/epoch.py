@@ -8,8 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from pollux.adaptdl.checkpoint import early_states
 from pollux.adaptdl.default_job import DEFAULT_JOB
 from pollux.torch import epochs
+
+JOB_STATE = "pollux/job"
+"""The checkpoint entry of the job's epoch counter (:class:`pollux.torch.JobContext`)."""
 
 
 def remaining_epochs_until(epoch: int) -> Iterator[int]:
@@ -35,5 +39,11 @@ def current_epoch() -> int | None:
 
 
 def finished_epochs() -> int:
-    """Epochs finished so far (restored after a restart)."""
-    return DEFAULT_JOB.require("finished_epochs").epoch
+    """Epochs finished so far (restored after a restart). Before ``init_process_group``,
+    the count in the checkpoint the job would restart from (0 without one), as AdaptDL
+    reads it."""
+    job = DEFAULT_JOB.job
+    if job is not None:
+        return job.epoch
+    saved = early_states().get(JOB_STATE)
+    return int(saved["epoch"]) if isinstance(saved, dict) and "epoch" in saved else 0
