@@ -207,21 +207,11 @@ class AdaptiveDataLoader(AdaptiveDataLoaderMixin):
         DEFAULT_JOB.current_loader = self
         try:
             for batch in native:
-                # pollux.torch.current_dataloader(job) answers the loader the user made,
-                # too (its other attributes are the native loader's: see __getattr__)
-                native.job.current_dataloader = cast(NativeLoader, self)
+                # pollux.torch.current_dataloader(job) answers the loader the user made
+                native.job.current_dataloader = self
                 yield batch
         finally:
             DEFAULT_JOB.current_loader = None
-
-    def __getattr__(self, name: str) -> Any:
-        """What this loader does not define is the native loader's (``batch_info``,
-        ``sampler``, ...), once the job exists."""
-        elastic = self.__dict__.get("_elastic")
-        native = getattr(elastic, "native", None)
-        if native is None or name.startswith("__"):
-            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-        return getattr(native, name)
 
     def __len__(self) -> int:
         """Batches this replica gets per epoch with the current batch size."""
