@@ -8,6 +8,7 @@ themselves are written in the tests, as a user writes them.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -64,13 +65,15 @@ class Script:
 
         return adl.AdaptiveDataParallel(net, optimizer), optimizer
 
-    def loader(self, num_samples: int, batch_size: int, shuffle: bool = False) -> Any:
+    def loader(self, num_samples: int, batch_size: int, shuffle: bool = False,
+               sampler: Any = None) -> Any:
         data = dataset(num_samples)
         if self.api == "torch":
             import pollux.torch as pt
 
+            extra = {} if sampler is None else {"sampler": sampler}
             return pt.AdaptiveDataLoader(data, batch_size=batch_size, shuffle=shuffle,
-                                         job=self.job)
+                                         job=self.job, **extra)
         import pollux.adaptdl.torch as adl
 
         return adl.AdaptiveDataLoader(data, batch_size=batch_size, shuffle=shuffle)
@@ -91,6 +94,21 @@ class Script:
             import pollux.adaptdl.torch as adl
 
             adl.destroy_process_group()
+
+
+class UnseededPermutations:
+    """A sampler whose every order is a fresh random permutation, different in every
+    process: the replicas agree only because rank 0's order is sent to all."""
+
+    def __init__(self, num_samples: int) -> None:
+        self.num_samples = num_samples
+
+    def __len__(self) -> int:
+        return self.num_samples
+
+    def __iter__(self) -> Iterator[int]:
+        generator = torch.Generator().manual_seed(int.from_bytes(os.urandom(8), "little"))
+        return iter(torch.randperm(self.num_samples, generator=generator).tolist())
 
 
 def train_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer,

@@ -237,11 +237,15 @@ def test_a_stopped_loop_resumes_with_every_sample_once_per_pass(
     assert resumed == expected  # ended passes replay empty, the stopped one resumes
 
 
-@pytest.mark.parametrize(("api", "replicas"), [("torch", (2, 1)), ("adaptdl", (1, 2))])
+@pytest.mark.parametrize(("api", "replicas", "sampler"), [
+    ("torch", (2, 1), True),  # an unseeded custom sampler: rank 0's order, checkpointed
+    ("adaptdl", (1, 2), False),
+])
 def test_sigterm_in_a_plain_loop_resumes_with_every_sample_once_per_epoch(
-        tmp_path: Path, api: str, replicas: tuple[int, int]) -> None:
+        tmp_path: Path, api: str, replicas: tuple[int, int], sampler: bool) -> None:
     ckpt = tmp_path / "ckpt"
-    argv = [str(WORKERS / "plain_loop.py"), "--api", api]
+    argv = [str(WORKERS / "plain_loop.py"), "--api", api,
+            *(["--unseeded-sampler"] if sampler else [])]
     first = Replicas(argv, replicas[0], checkpoint_dir=ckpt, log_dir=tmp_path / "logs")
     wait_until_ready(first)
     first.signal(signal.SIGTERM)  # in the middle of epoch 1
