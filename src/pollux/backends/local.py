@@ -5,14 +5,19 @@ multi-node placement is exercised, or as typed virtual nodes declared with a clu
 (``virtual_nodes="aws:2x2,rtx:1x4"``), so heterogeneous placement is too. A slot is a GPU (``CUDA_VISIBLE_DEVICES`` set to that
 one device) when the machine has GPUs, else a CPU slot (``CUDA_VISIBLE_DEVICES`` empty,
 ``OMP_NUM_THREADS`` set to the replica's cpu count unless the job sets it). Each replica
-appends its output to ``<log_dir>/replica-<rank>.log``. Each replica runs under the
-exit-status wrapper (:mod:`pollux.backends.exit_status`), which records how it ended
-beside the log, so a restarted server knows what finished while it was down; while the
-wrapper cannot write that record (a full disk) the replica is UNKNOWN, never failed.
+appends its output to ``<log_dir>/replica-<rank>.log``, within its log budget
+(:mod:`pollux.backends.replica_log`: the newest output kept, never the disk's reserve
+for the job store). Each replica runs under the exit-status wrapper
+(:mod:`pollux.backends.exit_status`), which records how it ended beside the log, so a
+restarted server knows what finished while it was down; while the wrapper cannot write
+that record (a full disk) the replica is UNKNOWN, never failed.
 
 A graceful stop sends SIGTERM to each replica's first process (the wrapper passes it on;
 the agent checkpoints and exits 75; wrapper scripts should ``exec`` the trainer); a forced stop, and the exit
-of a replica's first process, SIGKILL the whole process group. Every replica carries
+of a replica's first process, SIGKILL its whole process tree: the wrapper is the
+subreaper of what the command leaves behind (:mod:`pollux.backends.supervisor`), and
+every process of a replica carries ``POLLUX_LOCAL_REPLICA`` (a token of its own), so
+one started with ``setsid`` is found and killed too. Every replica carries
 ``POLLUX_LOCAL_BACKEND_ID`` in its environment, so a restarted server finds the
 replicas of a dead predecessor even if it died before recording them.
 """
@@ -38,13 +43,22 @@ from pollux.backends.base import (
     ReplicaState,
     ReplicaStatus,
 )
-from pollux.backends.exit_status import exit_status_path, status_pending, wrapped_command
+from pollux.backends.exit_status import (
+    check_fallback_dir,
+    exit_status_path,
+    fallback_dir,
+    status_pending,
+    wrapped_command,
+)
 from pollux.backends.processes import (
     is_alive,
+    kill_group_but,
+    kill_marked,
     marked_processes,
     process_start_ticks,
     signal_group,
 )
+from pollux.backends.replica_log import DEFAULT_LOG_BUDGET_BYTES, check_log_budget
 from pollux.cluster_spec import parse_cluster_spec
 from pollux.errors import BackendError, ConfigError, JobSpecError
 from pollux.job_spec import JobSpec
@@ -57,12 +71,18 @@ MARKER_ENV = "POLLUX_LOCAL_BACKEND_ID"
 SESSION_ENV = "POLLUX_LOCAL_BACKEND_SESSION"
 """Set on every replica to a token of the backend object that launched it, so that a
 recovery running alongside new launches stops only the replicas of earlier servers."""
+REPLICA_ENV = "POLLUX_LOCAL_REPLICA"
+"""Set on every replica to a random token of its own: every process of the replica,
+one that left its process group and session included, is found by it and ended."""
 THREAD_ENV_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
 LOOPBACK_INTERFACE = "lo"
 GLOO_INTERFACE_ENV = "GLOO_SOCKET_IFNAME"
 """Set to the loopback interface (unless the job or the server's environment sets it):
 the replicas of a local job talk to each other on this machine only, so gloo's sockets
 need not listen on the network (its rendezvous store listens on 127.0.0.1 already)."""
+FORCE_WAIT_S = 3.0
+"""How long a forced stop leaves a replica's wrapper to end what escaped its process
+group before the whole group, wrapper included, is SIGKILLed."""
 KILL_WAIT_S = 10.0
 """How long recovery waits for SIGKILLed processes to disappear."""
 
@@ -102,6 +122,10 @@ class _Replica:
     slots: tuple[int, ...]
     process: subprocess.Popen[bytes]
     status_path: Path
+    token: str = ""
+    """The replica's :data:`REPLICA_ENV` value."""
+    forced_at: float | None = None
+    """``time.monotonic()`` of a forced stop (the wrapper then ends the tree)."""
     exit_code: int | None = None
 
 
@@ -113,11 +137,24 @@ class LocalBackend(Backend):
 
     def __init__(self, instance_id: str, num_nodes: int = 1, slots_per_node: int | None = None,
                  device: str = "auto", gpu_ids: Sequence[str] | None = None,
-                 master_addr: str = "127.0.0.1", virtual_nodes: str | None = None) -> None:
+                 master_addr: str = "127.0.0.1", virtual_nodes: str | None = None,
+                 log_budget_bytes: int = DEFAULT_LOG_BUDGET_BYTES) -> None:
         """``num_nodes`` virtual nodes of ``slots_per_node`` slots each, or the typed
         virtual nodes of ``virtual_nodes``, a cluster spec such as ``aws:2x2,rtx:1x4``
         (:mod:`pollux.cluster_spec`: two ``aws`` nodes of 2 slots, one ``rtx`` node of
-        4), named ``<type>-<i>``."""
+        4), named ``<type>-<i>``. ``log_budget_bytes``: each replica's log budget."""
+        try:
+            check_log_budget(log_budget_bytes)
+        except ValueError as exc:
+            raise ConfigError("log_budget", log_budget_bytes, str(exc)) from None
+        self.log_budget_bytes = log_budget_bytes
+        self.fallback_dir = fallback_dir()
+        problem = check_fallback_dir(self.fallback_dir)
+        if problem is not None:
+            raise ConfigError("exit status fallback dir", str(self.fallback_dir),
+                              f"{problem}: it keeps replicas' exit statuses when the disk "
+                              "is full; remove it, or set XDG_RUNTIME_DIR to a private "
+                              "(0700) directory of yours")
         if device not in ("auto", "gpu", "cpu"):
             raise ConfigError("device", device, "choose auto, gpu or cpu")
         if num_nodes < 1:
@@ -208,6 +245,7 @@ class LocalBackend(Backend):
         env.update(agent_env)
         env[MARKER_ENV] = self.instance_id
         env[SESSION_ENV] = self.session
+        env[REPLICA_ENV] = os.urandom(12).hex()
         if self.use_gpus:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(self._devices[node][s] for s in slots)
         else:
@@ -257,7 +295,9 @@ class LocalBackend(Backend):
                   f"{request.generation}, rank {rank} of {len(request.allocation)} on {node} "
                   f"(slots {list(slots)}) ===\n")
         try:
-            with open(log_path, "ab", buffering=0) as log:
+            descriptor = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT
+                                 | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            with open(descriptor, "ab", buffering=0) as log:
                 try:
                     log.write(header.encode())
                 except OSError:  # a full disk: the header is not worth a failed launch
@@ -265,14 +305,16 @@ class LocalBackend(Backend):
                 status_path = exit_status_path(log_path.parent, request.generation, rank)
                 status_path.unlink(missing_ok=True)
                 process = subprocess.Popen(
-                    wrapped_command(status_path, list(request.spec.command)),
+                    wrapped_command(status_path, list(request.spec.command), log=log_path,
+                                    log_budget_bytes=self.log_budget_bytes,
+                                    fallback=self.fallback_dir),
                     cwd=request.spec.working_dir, env=env,
                     stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                     start_new_session=True)
         except OSError:
             self._used_slots[node].difference_update(slots)
             raise
-        return _Replica(rank, node, slots, process, status_path)
+        return _Replica(rank, node, slots, process, status_path, env[REPLICA_ENV])
 
     # --- watching and stopping --------------------------------------------------------
 
@@ -283,8 +325,12 @@ class LocalBackend(Backend):
                 code = replica.process.poll()
                 if code is not None:
                     replica.exit_code = code
-                    self._free_slots(replica)
                     signal_group(replica.process.pid, signal.SIGKILL)  # stragglers
+                    kill_marked(REPLICA_ENV, replica.token)  # and what left the group
+                    self._free_slots(replica)
+            if (replica.exit_code is None and replica.forced_at is not None
+                    and time.monotonic() - replica.forced_at > FORCE_WAIT_S):
+                signal_group(replica.process.pid, signal.SIGKILL)  # the wrapper is stuck
             if replica.exit_code is not None:
                 state = ReplicaState.EXITED
             elif status_pending(replica.status_path):
@@ -298,8 +344,10 @@ class LocalBackend(Backend):
         for replica in self._jobs.get(job_id, []):
             if replica.exit_code is not None:
                 continue
-            if force:
-                signal_group(replica.process.pid, signal.SIGKILL)
+            if force:  # all but the wrapper: it ends what escaped, then exits -9
+                replica.forced_at = replica.forced_at or time.monotonic()
+                kill_group_but(replica.process.pid, replica.process.pid)
+                kill_marked(REPLICA_ENV, replica.token, spared=replica.process.pid)
             else:
                 try:
                     replica.process.send_signal(signal.SIGTERM)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+from collections.abc import Callable
 from pathlib import Path
 
 PROC = Path("/proc")
@@ -64,3 +65,50 @@ def signal_group(pgid: int, sig: signal.Signals) -> None:
         os.killpg(pgid, sig)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live processes of process group ``pgid`` (from /proc)."""
+    if not PROC.is_dir():
+        return []
+    found = []
+    for entry in PROC.iterdir():
+        if entry.name.isdigit():
+            fields = _stat_fields(int(entry.name))
+            if fields is not None and len(fields) > 2 and fields[0] != "Z" \
+                    and fields[2] == str(pgid):
+                found.append(int(entry.name))
+    return sorted(found)
+
+
+def kill_group_but(pgid: int, spared: int, rounds: int = 5) -> int:
+    """SIGKILL every process of group ``pgid`` except ``spared`` (a replica's wrapper,
+    left to end what escaped the group and record the status); how many."""
+    return _kill_rounds(lambda: [p for p in group_members(pgid) if p != spared], rounds)
+
+
+def kill_marked(env_name: str, value: str, rounds: int = 5, spared: int | None = None
+                ) -> int:
+    """SIGKILL every live process of this user whose environment has ``env_name=value``
+    (those that left their process group: ``setsid``, daemons) but ``spared``, again
+    while new ones appear (a fork meanwhile); how many were killed. An empty ``value``
+    matches none."""
+    if not value:
+        return 0
+    return _kill_rounds(lambda: [p for p in marked_processes(env_name, value)
+                                 if p != spared], rounds)
+
+
+def _kill_rounds(find: Callable[[], list[int]], rounds: int) -> int:
+    num_killed = 0
+    for _ in range(rounds):
+        found = find()
+        if not found:
+            break
+        for pid in found:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                num_killed += 1
+            except (ProcessLookupError, PermissionError):
+                pass
+    return num_killed

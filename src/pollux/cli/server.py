@@ -22,6 +22,7 @@ from typing import Any
 
 from pollux.backends.registry import backend_names
 from pollux.errors import ConfigError
+from pollux.job_spec import parse_memory
 from pollux.policies.autoscaling import autoscaler_names
 from pollux.service.private import TOKEN_FILE
 from pollux.service.runner import run_server
@@ -39,7 +40,7 @@ CONFIG_FLAGS: Mapping[str, str] = MappingProxyType({
     "min_nodes": "--min-nodes", "max_nodes": "--max-nodes",
     "node_price_per_hour": "--node-price",
     "keep_finished": "--keep-finished", "keep_finished_days": "--keep-finished-days",
-    "recover": "--recover",
+    "recover": "--recover", "log_budget_bytes": "--log-budget",
 })
 """ServerConfig field -> the flag that sets it (a test checks every field is here or in
 NOT_FLAGS, and that each flag's default is the field's)."""
@@ -82,6 +83,14 @@ def backend_options_from_args(args: argparse.Namespace) -> dict[str, Any]:
                else {"gpu_type_prefix": args.ray_gpu_type_prefix})}
 
 
+def log_budget(text: str) -> int:
+    """``--log-budget``'s bytes: a number of bytes or a size such as ``64MiB``."""
+    try:
+        return int(parse_memory(text, "--log-budget"))
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(exc.fix) from None
+
+
 def token_from_args(args: argparse.Namespace) -> str | None:
     """The token of ``--token-file``, else of ``$POLLUX_TOKEN`` (then removed from this
     process's environment); a token on the command line is refused."""
@@ -106,6 +115,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         min_nodes=args.min_nodes, max_nodes=args.max_nodes,
         node_price_per_hour=args.node_price, keep_finished=args.keep_finished,
         keep_finished_days=args.keep_finished_days, recover=args.recover,
+        log_budget_bytes=args.log_budget,
         tls_cert=None if args.tls_cert is None else str(Path(args.tls_cert).resolve()),
         tls_key=None if args.tls_key is None else str(Path(args.tls_key).resolve()))
 
@@ -189,6 +199,11 @@ def add_server_arguments(parser: argparse.ArgumentParser) -> None:
                        help="the job store was lost or damaged: set it aside, restore its "
                             "newest backup (<data dir>/backups) and move the directories of "
                             "jobs it lacks to <data dir>/lost, then start")
+    parser.add_argument("--log-budget", type=log_budget, default=config_default(
+                            "log_budget_bytes"), metavar="SIZE",
+                        help="local and slurm backends: most bytes each replica's log "
+                             "keeps (the newest output; the rest rotated away), e.g. 256MiB "
+                             f"(default: {config_default('log_budget_bytes') >> 20}MiB)")
     scaling = parser.add_argument_group("cloud autoscaling")
     scaling.add_argument("--autoscaler", default=config_default("autoscaler"),
                          metavar="{" + ",".join(autoscaler_names()) + "}",

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from pollux.backends.base import Backend
 from pollux.backends.registry import make_backend
+from pollux.backends.replica_log import DEFAULT_LOG_BUDGET_BYTES, check_log_budget
 from pollux.cluster_spec import parse_cluster_spec, parse_type_speeds
 from pollux.errors import ConfigError, JobSpecError, UnknownJobError
 from pollux.job_spec import JobSpec
@@ -117,6 +118,9 @@ class ServerConfig:
     directories of jobs it lacks to ``<data dir>/lost`` (:mod:`pollux.service.store_check`)."""
     keep_finished_days: float = Retention.keep_s / 86_400.0
     """Finished jobs are pruned (with their files) this many days after they finished."""
+    log_budget_bytes: int = DEFAULT_LOG_BUDGET_BYTES
+    """Local and slurm backends: each replica's log budget (the newest output kept,
+    :mod:`pollux.backends.replica_log`)."""
 
     def __post_init__(self) -> None:
         check_autoscaler_name(self.autoscaler)
@@ -137,6 +141,10 @@ class ServerConfig:
                                   "typed virtual nodes need --backend local (a Ray node "
                                   "declares its type with an accelerator_type:<T> resource)")
             parse_cluster_spec(self.virtual_nodes, field="virtual_nodes")
+        try:
+            check_log_budget(self.log_budget_bytes)
+        except ValueError as exc:
+            raise ConfigError("log_budget", self.log_budget_bytes, str(exc)) from None
         if not 0 <= self.port < 65536:
             raise ConfigError("port", self.port, "must be in 0..65535")
         self.retention()  # checks the bounds
@@ -331,6 +339,8 @@ def build_service(config: ServerConfig, hints_url: str | None,
         if config.backend == "local":
             options.update(num_nodes=config.num_nodes, slots_per_node=config.slots_per_node,
                            device=config.device, virtual_nodes=config.virtual_nodes)
+        if config.backend in ("local", "slurm"):
+            options.update(log_budget_bytes=config.log_budget_bytes)
         backend = make_backend(config.backend, instance_id=instance_id, **options)
     policy: Policy = make_policy(config.policy, seed=POLICY_SEED)
     history = History()

@@ -40,6 +40,7 @@ from pollux.backends.base import (
     ReplicaStatus,
 )
 from pollux.backends.exit_status import exit_status_path
+from pollux.backends.replica_log import DEFAULT_LOG_BUDGET_BYTES, check_log_budget
 from pollux.backends.slurm.commands import SlurmCommands, SlurmUnavailable
 from pollux.backends.slurm.launches import ALLOCATION, CLUSTER, SlurmLaunch, SlurmReplica
 from pollux.backends.slurm.nodes import NodeView, allocation_views, expand_hostlist, node_views
@@ -96,10 +97,17 @@ class SlurmBackend(Backend):
                  account: str | None = None, nodes: str | None = None,
                  mode: str | None = None, allocation_job_id: str | None = None,
                  commands: SlurmCommands | None = None,
-                 pending_timeout_s: float = PENDING_TIMEOUT_S) -> None:
+                 pending_timeout_s: float = PENDING_TIMEOUT_S,
+                 log_budget_bytes: int = DEFAULT_LOG_BUDGET_BYTES) -> None:
         """``pending_timeout_s``: how long a launch may wait for its nodes (e.g. GPUs a
         foreign job took since the round) before it is withdrawn and ends non-zero, so
-        the job is placed again."""
+        the job is placed again. ``log_budget_bytes``: each replica's log budget
+        (:mod:`pollux.backends.replica_log`)."""
+        try:
+            check_log_budget(log_budget_bytes)
+        except ValueError as exc:
+            raise ConfigError("log_budget", log_budget_bytes, str(exc)) from None
+        self.log_budget_bytes = log_budget_bytes
         if pending_timeout_s <= 0:
             raise ConfigError("pending_timeout_s", pending_timeout_s, "must be > 0")
         self.pending_timeout_s = pending_timeout_s
@@ -242,7 +250,7 @@ class SlurmBackend(Backend):
             write_env_file(env_file(request, env.rank), {**shared, **env.to_env()})
         client = client_environment(self.commands.env)
         commands = [step_command(request, self.instance_id, env.rank, node,
-                                 self.allocation_job_id)
+                                 self.allocation_job_id, self.log_budget_bytes)
                     for env, node in zip(envs, request.allocation)]
         if self.mode == CLUSTER:
             slurm_id = self._submit(request, name, client, commands)

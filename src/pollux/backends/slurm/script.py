@@ -7,7 +7,8 @@ its ``CUDA_VISIBLE_DEVICES``. The step runs the job's command under the exit-sta
 wrapper (:mod:`pollux.backends.slurm.step_wrapper`), with the launch contract
 (:mod:`pollux.jobenv`) in its environment (from a file only the server's user reads),
 its output appended to
-``<log_dir>/replica-<rank>.log``.
+``<log_dir>/replica-<rank>.log`` by the wrapper within the log budget (never by
+``srun --output`` straight into the file).
 
 In cluster mode one ``sbatch`` per launch allocates exactly the policy's placement: the
 nodes (``--nodelist``), and per node as many tasks and GPUs as replicas there
@@ -28,6 +29,7 @@ from pathlib import Path
 
 from pollux.backends.base import LaunchRequest
 from pollux.backends.exit_status import exit_status_path
+from pollux.backends.replica_log import DEFAULT_LOG_BUDGET_BYTES
 from pollux.backends.slurm.step_wrapper import wrapped_step
 
 NAME_PREFIX = "pollux"
@@ -118,9 +120,13 @@ def write_env_file(path: Path, env: Mapping[str, str]) -> None:
 
 
 def step_command(request: LaunchRequest, instance_id: str, rank: int, node: str,
-                 job_id: str | None = None) -> list[str]:
+                 job_id: str | None = None,
+                 log_budget_bytes: int = DEFAULT_LOG_BUDGET_BYTES) -> list[str]:
     """``srun`` of one replica (``job_id``: in that allocation, allocation mode); its own
-    variables are in :func:`env_file`."""
+    variables are in :func:`env_file`. The command's output reaches
+    ``replica-<rank>.log`` through its wrapper, within ``log_budget_bytes``
+    (:mod:`pollux.backends.replica_log`); ``srun --output`` gets the wrapper's own
+    messages only."""
     log_dir = Path(request.log_dir)
     status = exit_status_path(log_dir, request.generation, rank)
     args = ["srun"]
@@ -130,11 +136,18 @@ def step_command(request: LaunchRequest, instance_id: str, rank: int, node: str,
              "--distribution=block", f"--cpus-per-task={cpus_per_task(request)}",
              f"--gres={gres_request(request.gpu_type)}",
              f"--job-name={step_name(instance_id, request.job_id, request.generation, rank)}",
-             f"--output={output_pattern(log_dir / f'replica-{rank}.log')}",
+             f"--output={output_pattern(wrapper_output(request, rank))}",
              "--open-mode=append",
              "--kill-on-bad-exit=0", "--quiet"]
     return [*args, *wrapped_step(str(status), str(env_file(request, rank)),
-                                 list(request.spec.command))]
+                                 list(request.spec.command),
+                                 str(log_dir / f"replica-{rank}.log"), log_budget_bytes)]
+
+
+def wrapper_output(request: LaunchRequest, rank: int) -> Path:
+    """Where a replica's ``srun`` writes its task's own output: its wrapper's messages
+    only (the command's output goes through the wrapper into the bounded log)."""
+    return Path(request.log_dir) / f"replica-{rank}.launch-{request.generation}.wrapper.out"
 
 
 def log_header(request: LaunchRequest, rank: int, node: str, where: str) -> str:
