@@ -15,10 +15,10 @@ import pytest
 
 from pollux.cli.main import main
 from pollux.errors import ServerUnreachableError
+from pollux.server_proof import server_proof
 from pollux.service.api import create_app
 from pollux.service.auth import ApiAuth
 from pollux.service.client import PolluxClient, ServerAddress
-from pollux.service.server_proof import server_proof
 from tests.service.e2e_helpers import ServerProcess
 from tests.service.service_builders import TEST_TOKEN
 from tests.service.test_auth_local_socket import Squatter
@@ -135,3 +135,20 @@ def test_tcp_clients_send_the_token_only_to_the_server_itself(tmp_path, capsys):
             if helper is not None:
                 helper.close()
         server.cleanup()
+
+
+def test_a_job_is_proved_the_server_with_its_own_hints_token(service):
+    auth = ApiAuth(TEST_TOKEN, frozenset({"127.0.0.1"}), port=8470)
+    with TestClient(create_app(service, auth), base_url="http://127.0.0.1:9999") as client:
+        job = client.post("/api/jobs", json={"name": "digits", "command": ["python", "t.py"],
+                                             "working_dir": "/tmp"},
+                          headers={"Authorization": f"Bearer {TEST_TOKEN}"}).json()["id"]
+        hints_token = service.job_for_hints(job).hints_token
+        answer = client.get(f"/api/auth/proof?nonce={NONCE}&job={job}").json()["proof"]
+        origin = "http://127.0.0.1:8470"
+        assert answer == server_proof(hints_token, NONCE, origin, job)
+        assert answer != server_proof(TEST_TOKEN, NONCE, origin)  # not the API token's
+        unknown = client.get(f"/api/auth/proof?nonce={NONCE}&job=nope-1").json()["proof"]
+        assert len(unknown) == len(answer) and unknown != answer  # no oracle of jobs
+        assert client.get(f"/api/auth/proof?nonce={NONCE}&job=").status_code == 422
+

@@ -4,6 +4,7 @@ agreement encoding, hints delivery, layering."""
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 import threading
@@ -12,6 +13,7 @@ from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 import numpy as np
 import pytest
@@ -20,6 +22,7 @@ from pollux.errors import ConfigError, UnknownPluginError
 from pollux.jobenv import JobEnvironment
 from pollux.models import GradientStats, JobHints, ThroughputParams
 from pollux.models.typed import TypeProfile
+from pollux.server_proof import server_proof
 from pollux.torch.batch_size import (
     BatchConfig,
     BatchLimits,
@@ -167,6 +170,16 @@ class _Collector(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(b"{}")
 
+    def do_GET(self) -> None:  # noqa: N802 - the server proof (pollux.server_proof)
+        query = parse_qs(urlsplit(self.path).query)
+        origin = f"http://127.0.0.1:{self.server.server_address[1]}"
+        body = json.dumps({"proof": server_proof("secret", query["nonce"][0], origin,
+                                                 query["job"][0])}).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
     def log_message(self, *args: Any) -> None:
         pass
 
@@ -193,6 +206,48 @@ def test_hints_are_posted_with_the_token(http_server: tuple[str, type[_Collector
     auth, body = handler.received[0]
     assert auth == "Bearer secret"
     assert JobHints.from_dict(body) == HINTS
+
+
+def test_a_jobs_hints_token_goes_only_to_the_server_itself() -> None:
+    """Hostile: the process on the hints URL's port is not the server (it took the port
+    after the server died, and answers nothing useful): the token is never sent."""
+    received = bytearray()
+    squatter = socket.create_server(("127.0.0.1", 0))
+    squatter.settimeout(0.2)
+    stop = threading.Event()
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = squatter.accept()
+            except OSError:
+                continue
+            with conn:
+                conn.settimeout(0.3)
+                try:
+                    received.extend(conn.recv(65536))
+                    conn.sendall(b"HTTP/1.0 200 OK\r\n\r\n{\"proof\": \"" + b"0" * 64 + b"\"}")
+                except OSError:
+                    pass
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{squatter.getsockname()[1]}/api/jobs/j-1/hints"
+        reporter = HintsReporter(url, token="the-jobs-token", interval_s=0.05, timeout_s=0.5)
+        reporter.update(HINTS, urgent=True)
+        deadline = time.monotonic() + 5
+        while reporter.num_failed < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        reporter.close(timeout_s=1.0)
+        assert reporter.num_failed >= 2 and reporter.num_sent == 0
+        assert b"/api/auth/proof" in received  # it was asked to prove itself ...
+        assert b"the-jobs-token" not in received  # ... and never got the token
+        assert b"Authorization" not in received
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+        squatter.close()
 
 
 def test_hints_file_target_is_written_atomically(tmp_path: Path) -> None:

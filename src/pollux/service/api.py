@@ -153,7 +153,14 @@ def create_app(service: SchedulerService, auth: ApiAuth,
     app = FastAPI(title="Pollux scheduler", version=__version__,
                   description="Submit, watch and cancel elastic training jobs.",
                   docs_url=None, redoc_url=None)
-    install_guard(app, auth, exempt=is_hints_post, sessions=sessions)
+    def hints_token_of(job_id: str) -> str | None:
+        try:
+            return service.job_for_hints(job_id).hints_token
+        except UnknownJobError:
+            return None
+
+    install_guard(app, auth, exempt=is_hints_post, sessions=sessions,
+                  hints_token_of=hints_token_of)
 
     if service.metrics is not None:
         request_duration = service.metrics.request_duration

@@ -42,10 +42,17 @@ from urllib.parse import urlencode
 
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from starlette.concurrency import run_in_threadpool
 
 from pollux.errors import ConfigError
+from pollux.server_proof import (
+    JOB_PARAM,
+    NONCE_PARAM,
+    NONCE_PATTERN,
+    PROOF_PATH,
+    server_proof,
+)
 from pollux.service.private import TOKEN_FILE
-from pollux.service.server_proof import NONCE_PARAM, NONCE_PATTERN, PROOF_PATH, server_proof
 from pollux.service.sessions import (
     CSRF_FRAGMENT,
     CSRF_HEADER,
@@ -185,16 +192,33 @@ def _without_token_query(request: Request) -> str:
     return request.url.path + (f"?{urlencode(query)}" if query else "")
 
 
-def prove_server(request: Request, auth: ApiAuth, own: Origin) -> Response:
-    """Answer a client's challenge (see :mod:`pollux.service.server_proof`): the HMAC of
-    its nonce and this server's origin, with the port this server is bound to."""
+HintsTokenOf = Callable[[str], "str | None"]
+"""A job id's hints token (None: no such job, or it has none)."""
+
+
+async def prove_server(request: Request, auth: ApiAuth, own: Origin,
+                       hints_token_of: HintsTokenOf | None = None) -> Response:
+    """Answer a client's challenge (see :mod:`pollux.server_proof`): the HMAC of
+    its nonce and this server's origin, with the port this server is bound to; with a
+    ``job`` parameter, keyed by that job's hints token (a job's hints reporter asks so
+    before it sends the token), or for a job without one by a key of the server's."""
     nonce = request.query_params.get(NONCE_PARAM, "")
     if not NONCE_PATTERN.match(nonce):
         return error_response(422, "nonce: 32 to 128 lower-case hex digits", NONCE_PARAM)
     scheme, host, port = own
     origin = format_origin((scheme, host, port if auth.port is None else auth.port))
-    return JSONResponse({"proof": server_proof(auth.token, nonce, origin)},
-                        headers={"Cache-Control": "no-store"})
+    job = request.query_params.get(JOB_PARAM)
+    if job is None:
+        proof = server_proof(auth.token, nonce, origin)
+    elif not 0 < len(job) <= 200:
+        return error_response(422, "job: a job id", JOB_PARAM)
+    else:
+        token = None if hints_token_of is None else await run_in_threadpool(
+            hints_token_of, job)
+        key = token or hmac.new(auth.token.encode(), b"pollux-no-such-job",
+                                "sha256").hexdigest()  # the same answer shape: no oracle
+        proof = server_proof(key, nonce, origin, job)
+    return JSONResponse({"proof": proof}, headers={"Cache-Control": "no-store"})
 
 
 def open_session(request: Request, auth: ApiAuth, sessions: Sessions,
@@ -254,10 +278,12 @@ def session_refusal(request: Request, session: Session | None,
 
 def install_guard(app: FastAPI, auth: ApiAuth,
                   exempt: Callable[[Request], bool] = lambda request: False,
-                  sessions: Sessions | None = None) -> None:
+                  sessions: Sessions | None = None,
+                  hints_token_of: HintsTokenOf | None = None) -> None:
     """Check every request to ``app`` as the module docstring says; ``exempt(request)``
     True skips the token check only (the route then checks its own token);
-    ``sessions``: the dashboard sessions (default: new, in memory)."""
+    ``sessions``: the dashboard sessions (default: new, in memory); ``hints_token_of``:
+    a job's hints token, for the proofs asked by jobs' hints reporters."""
     live = sessions if sessions is not None else Sessions()
     app.state.sessions = live
 
@@ -274,7 +300,7 @@ def install_guard(app: FastAPI, auth: ApiAuth,
             return error_response(403, f"requests from pages of {origin!r} are refused: "
                                        f"only pages of {format_origin(own)} may call it", "Origin")
         if request.url.path == PROOF_PATH and request.method == "GET":
-            return prove_server(request, auth, own)
+            return await prove_server(request, auth, own, hints_token_of)
         link_token = request.query_params.get(TOKEN_QUERY)
         if link_token is not None and request.method == "GET":
             if not auth.accepts_token(link_token):

@@ -6,7 +6,7 @@ record is reached through its Unix socket (see :mod:`pollux.service.local_socket
 its TCP port, and only once it answers there as this user; the token from
 ``--token-file`` (mode 0600), ``$POLLUX_TOKEN``, or the token file the server recorded
 (never from the command line: see :mod:`pollux.service.tokens`). A server named by a
-plain-HTTP URL first proves it holds the token (:mod:`pollux.service.server_proof`).
+plain-HTTP URL first proves it holds the token (:mod:`pollux.server_proof`).
 """
 
 from __future__ import annotations
@@ -24,10 +24,10 @@ from urllib.parse import quote, urlsplit
 import httpx
 
 from pollux.errors import ServerUnreachableError, ServiceError
+from pollux.server_proof import NONCE_PARAM, PROOF_PATH, new_nonce, proof_matches
 from pollux.service.local_socket import UntrustedPeerError, local_transport, probe
 from pollux.service.runner import SERVER_FILE
 from pollux.service.server import default_data_dir
-from pollux.service.server_proof import NONCE_PARAM, PROOF_PATH, new_nonce, proof_matches
 from pollux.service.sessions import format_origin, origin_of
 from pollux.service.tokens import read_token_file, token_from_environment
 
@@ -152,7 +152,7 @@ class PolluxClient:
 
     def _prove_server(self) -> None:
         """Plain HTTP: have the server prove it holds the token before sending it (see
-        :mod:`pollux.service.server_proof`)."""
+        :mod:`pollux.server_proof`)."""
         assert self.address.token is not None
         url = self.address.url
         origin = origin_of(*urlsplit(url)[:2])

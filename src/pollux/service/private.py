@@ -1,6 +1,14 @@
 """Private files of the data directory: the directory itself (0700), the job store and
 the API token (0600). The data directory holds every job's environment (often API keys)
-and hints token, and the token that lets anyone run commands as the server's user."""
+and hints token, and the token that lets anyone run commands as the server's user.
+
+A private directory is only as safe as the directories above it: another user who may
+write one of them can move the data directory aside and put her own in its place, then
+read the logs, plant checkpoints, or have the job's output appended to a file of her
+choosing. So, as ssh does for its files, every ancestor must belong to root or to this
+user and be writable by no one else, unless it is sticky (``/tmp``: there nobody renames
+or removes another's entries); :func:`check_ancestors` refuses the data directory
+otherwise, naming the ancestor."""
 
 from __future__ import annotations
 
@@ -23,7 +31,9 @@ def make_private_dir(directory: Path) -> None:
     """Create ``directory`` (mode 0700) or make an existing one private: it holds the
     job store (every job's environment and hints token) and the API token. A directory
     another user owns is refused; group or world access is removed, with a warning."""
+    check_ancestors(directory)
     directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    check_ancestors(directory.resolve())
     info = directory.stat()
     if info.st_uid != os.getuid():
         raise ConfigError("data_dir", str(directory),
@@ -40,6 +50,35 @@ def make_private_dir(directory: Path) -> None:
         logger.warning("data directory %s was open to other users (mode %o); made it 0700",
                        directory, mode)
         directory.chmod(0o700)
+
+
+def check_ancestors(directory: Path) -> None:
+    """Refuse ``directory`` when a directory above it (its real path's, and the path's
+    as given) belongs to a user other than root and this one, or is writable by group
+    or others without the sticky bit."""
+    seen: set[Path] = set()
+    for path in (Path(os.path.abspath(directory)), Path(os.path.realpath(directory))):
+        for ancestor in path.parents:
+            if ancestor in seen:
+                continue
+            seen.add(ancestor)
+            try:
+                info = os.stat(ancestor)
+            except OSError:
+                continue  # not there yet: created below one that is checked
+            mode = stat.S_IMODE(info.st_mode)
+            if info.st_uid not in (0, os.getuid()):
+                raise ConfigError("data_dir", str(directory),
+                                  f"{ancestor} above it belongs to another user (uid "
+                                  f"{info.st_uid}), who could move the data directory aside "
+                                  "and put her own in its place; use a directory whose "
+                                  "every parent is yours or root's")
+            if mode & 0o022 and not mode & stat.S_ISVTX:
+                raise ConfigError("data_dir", str(directory),
+                                  f"{ancestor} above it is writable by other users (mode "
+                                  f"{mode:o}, not sticky), who could move the data directory "
+                                  "aside and put their own in its place; use a directory "
+                                  f"under one only you can write, or 'chmod go-w {ancestor}'")
 
 
 DATA_DIR_MARKERS = ("pollux.db", "server.lock")
