@@ -132,7 +132,8 @@ def test_recover_stops_a_dead_servers_replicas(tmp_path, instance_id):
     first = LocalBackend(instance_id, num_nodes=1, slots_per_node=2, device="cpu")
     launched = first.launch(request(tmp_path, spec("--steps", "1000", "--step-s", "0.02"),
                                     ("node-0", "node-0")))
-    wait_for(tmp_path / "ckpt" / "env-0-1.json")
+    for rank in (0, 1):  # both up (rank 0 may start after rank 1 under load)
+        wait_for(tmp_path / "ckpt" / f"env-0-{rank}.json")
     time.sleep(0.2)
     pids = [r.handle["pid"] for r in launched]
     # a new backend (new server) on the same data dir, knowing only rank 0's record:

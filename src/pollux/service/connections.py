@@ -10,7 +10,12 @@ h11 protocol class for one server that
   after it opened (or after the first byte of a later request on it), and one whose body
   has not all arrived ``body_timeout_s`` after its headers;
 - keeps at most ``max_connections`` open: a new one beyond evicts the oldest connection
-  that has no request in progress (or is itself refused when all are busy).
+  that has no request in progress (or is itself refused when all are busy);
+- over TLS, counts a connection from the moment it is accepted, its handshake included
+  (:func:`guarded_protocol` with ``ssl_context``: the guard does the TLS itself, so a
+  connection that never finishes its handshake is in the table, evictable, and closed
+  ``header_timeout_s`` after it opened; uvicorn would only see it once the handshake is
+  done, leaving a flood of half-open handshakes uncounted).
 
 :func:`connection_limits` sizes ``max_connections`` below the open-files limit, leaving
 room for the store, the launcher and the connections accepted in one burst.
@@ -21,8 +26,10 @@ interval, so a flood of failing connections cannot flood the log.
 from __future__ import annotations
 
 import asyncio
+import asyncio.sslproto
 import logging
 import resource
+import ssl
 import threading
 import time
 from collections.abc import Callable
@@ -30,6 +37,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from pollux.errors import ConfigError
 
 logger = logging.getLogger(__name__)
 
@@ -98,11 +107,16 @@ class GuardedProtocol(H11Protocol):
     """uvicorn's h11 protocol with header/body deadlines and the connection table."""
 
     table: ConnectionTable
+    handshake: HandshakeGuard | None = None
+    """Over TLS: the connection's guard while it was handshaking (its entry in the table
+    is replaced by this protocol's)."""
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         self._deadline: asyncio.TimerHandle | None = None
         self._watching: str | None = None
         super().connection_made(transport)
+        if self.handshake is not None:
+            self.handshake.handshaken()
         if not self.table.admit(self):
             self.drop("refused: too many connections, all busy")
             return
@@ -165,6 +179,71 @@ class GuardedProtocol(H11Protocol):
             self.transport.abort()
 
 
+class HandshakeGuard(asyncio.sslproto.SSLProtocol):
+    """TLS of one accepted connection, in the connection table from the start: evictable
+    (it has no request in progress) and closed when its handshake is not done within the
+    header deadline."""
+
+    table: ConnectionTable
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._raw: asyncio.BaseTransport | None = transport
+        self._in_table = self.table.admit(self)  # type: ignore[arg-type]
+        super().connection_made(transport)
+        if not self._in_table:
+            self.drop("refused: too many connections, all busy")
+
+    def handshaken(self) -> None:
+        """The handshake is done: the HTTP protocol takes this connection's place."""
+        self.table.forget(self)  # type: ignore[arg-type]
+        self._in_table = False
+
+    def in_request(self) -> bool:
+        return False
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        self.table.forget(self)  # type: ignore[arg-type]
+        super().connection_lost(exc)
+
+    def drop(self, why: str) -> None:
+        self.table.forget(self)  # type: ignore[arg-type]
+        logger.debug("closing a TLS connection: %s", why)
+        if self._raw is not None and not self._raw.is_closing():
+            self._raw.abort()  # type: ignore[attr-defined]
+
+
+def tls_protocol(http_class: type[GuardedProtocol], table: ConnectionTable,
+                 ssl_context: ssl.SSLContext) -> Callable[..., asyncio.Protocol]:
+    """A protocol factory for uvicorn (its ``http``, with no ``ssl`` of its own) that
+    wraps each connection's ``http_class`` in a :class:`HandshakeGuard`."""
+    guard_class = type("PolluxHandshakeGuard", (HandshakeGuard,), {"table": table})
+    timeout_s = table.limits.header_timeout_s
+
+    def create(config: Any, server_state: Any, app_state: Any,
+               _loop: asyncio.AbstractEventLoop | None = None) -> asyncio.Protocol:
+        loop = _loop or asyncio.get_event_loop()
+        app = http_class(config=config, server_state=server_state, app_state=app_state,
+                         _loop=_loop)
+        guard = guard_class(loop, app, ssl_context, None, server_side=True,
+                            ssl_handshake_timeout=timeout_s)
+        app.handshake = guard
+        return guard
+
+    return create
+
+
+def server_tls_context(cert_file: str, key_file: str) -> ssl.SSLContext:
+    """The server's TLS context (as uvicorn builds one from its certificate and key)."""
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    try:
+        context.load_cert_chain(cert_file, key_file)
+    except (OSError, ssl.SSLError) as exc:
+        raise ConfigError("tls_cert", cert_file, f"cannot load it with --tls-key "
+                          f"{key_file} ({exc}); give a PEM certificate (chain) and its "
+                          "private key") from exc
+    return context
+
+
 def deepen_backlog(server_class: type[Any]) -> type[Any]:
     """A subclass of uvicorn's ``Server`` whose sockets get ``LISTEN_BACKLOG`` once it
     serves (uvicorn listens with its ``backlog``, which is also asyncio's accept burst)."""
@@ -177,11 +256,16 @@ def deepen_backlog(server_class: type[Any]) -> type[Any]:
     return type("PolluxUvicornServer", (server_class,), {"startup": startup})
 
 
-def guarded_protocol(limits: ConnectionLimits) -> tuple[type[GuardedProtocol], ConnectionTable]:
+def guarded_protocol(limits: ConnectionLimits, ssl_context: ssl.SSLContext | None = None
+                     ) -> tuple[Callable[..., asyncio.Protocol], ConnectionTable]:
     """An h11 protocol class for one server (pass it as uvicorn's ``http``), and the
-    table of its connections."""
+    table of its connections; with ``ssl_context``, a factory doing the TLS too (give
+    uvicorn no certificate then: see :func:`tls_protocol`)."""
     table = ConnectionTable(limits)
-    return type("PolluxH11Protocol", (GuardedProtocol,), {"table": table}), table
+    http_class = type("PolluxH11Protocol", (GuardedProtocol,), {"table": table})
+    if ssl_context is None:
+        return http_class, table
+    return tls_protocol(http_class, table, ssl_context), table
 
 
 class OncePerCause(logging.Filter):

@@ -100,6 +100,7 @@ def run_server(config: ServerConfig, ready: Callable[[str], None] | None = None)
         connection_limits,
         deepen_backlog,
         guarded_protocol,
+        server_tls_context,
     )
 
     with data_dir_lock(config.data_dir):
@@ -144,10 +145,12 @@ def run_server(config: ServerConfig, ready: Callable[[str], None] | None = None)
             config.host, config.advertise_host), secure_cookie=bool(config.tls_cert),
             port=port))
         limits = connection_limits()
-        protocol, _ = guarded_protocol(limits)
+        tls = (None if config.tls_cert is None or config.tls_key is None
+               else server_tls_context(config.tls_cert, config.tls_key))
+        protocol, _ = guarded_protocol(limits, tls)  # the guard does TLS: handshakes counted
         server = deepen_backlog(uvicorn.Server)(uvicorn.Config(
-            app, log_level="warning", access_log=False, ssl_certfile=config.tls_cert,
-            ssl_keyfile=config.tls_key, http=protocol, backlog=ACCEPT_BACKLOG,
+            app, log_level="warning", access_log=False, http=protocol,  # type: ignore[arg-type]
+            backlog=ACCEPT_BACKLOG,
             timeout_keep_alive=int(limits.keep_alive_s)))
         quiet = OncePerCause()
         noisy = [logging.getLogger(name) for name in NOISY_LOGGERS]
