@@ -248,3 +248,32 @@ def test_job_input_and_the_servers_environment_cannot_change_a_launchs_options(
         backend.validate(JobSpec.from_dict({**bad, "env": {"SRUN_CPUS_PER_TASK": "64"}}))
     with pytest.raises(JobSpecError, match="working_dir"):
         JobSpec.from_dict({**bad, "working_dir": f"{tmp_path}\n#SBATCH --nodelist=n9"})
+
+
+FLOOD = """
+import sys
+for i in range(60000):
+    sys.stdout.write(f"flood line {i:06d}\\n")
+"""
+
+
+def test_a_replicas_output_stays_within_its_log_budget(slurm: SlurmCluster, tmp_path: Path
+                                                       ) -> None:
+    # srun --output used to append the job's output straight to the replica's log
+    script = tmp_path / "flood.py"
+    script.write_text(FLOOD)
+    backend = SlurmBackend("logbudget00001", mode="cluster", log_budget_bytes=256 << 10)
+    spec = JobSpec.from_dict({"name": "job-i", "command": [sys.executable, str(script)],
+                              "working_dir": str(tmp_path)})
+    backend.launch(LaunchRequest(
+        job_id="job-i", generation=1, spec=spec, allocation=("n1",),
+        checkpoint_dir=str(tmp_path / "job-i" / "checkpoint"),
+        log_dir=str(tmp_path / "job-i" / "logs"), gpu_type="t4"))
+    statuses = wait_states(backend, "job-i", ReplicaState.EXITED)
+    assert [s.exit_code for s in statuses] == [0]
+    logs = tmp_path / "job-i" / "logs"
+    log, rotated = logs / "replica-0.log", logs / "replica-0.log.1"
+    assert log.stat().st_size + rotated.stat().st_size <= (256 << 10) + 1024  # 1.1 MB written
+    assert log.read_text().endswith("flood line 059999\n")  # the newest kept
+    assert "reached half its budget" in log.read_text()
+    assert (logs / "replica-0.launch-1.wrapper.out").stat().st_size < 4096
