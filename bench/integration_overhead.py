@@ -2,12 +2,18 @@
 
     python bench/integration_overhead.py                         # every suite, 1 and 2 replicas
     python bench/integration_overhead.py --suite transformers --rounds 3 --steps 60
+    python bench/integration_overhead.py --suite lightning --rounds 5 --steps 100
 
 ``transformers``: ``pollux.integrations.transformers.AdaptiveTrainer`` against
 ``transformers.Trainer`` (a single process, or DDP under torchrun's environment with
 gloo) on the same model, data and fixed batch (no ``max_batch_size``: both do the same
 work, so the difference is what the agent costs: its DDP hook and noise measurement, the
 loader's plans and agreement points, the schedule and accounting callbacks).
+
+``lightning``: ``pollux.integrations.lightning.AdaptiveStrategy`` against Lightning's own
+``DDPStrategy`` (``strategy="ddp"``, on 1 and 2 processes under torchrun's environment,
+gloo) on the same MLP, data and fixed batch (no ``max_batch_size``); each run times its
+steps from a callback's ``on_train_batch_end``.
 
 Runs are interleaved (plain, adaptive, adaptive, plain, ...) so that machine load weighs
 on both alike. Each run times its own steps, after a warm-up, from the Trainer's
@@ -134,14 +140,93 @@ def transformers_run(kind: str, replicas: int, options: argparse.Namespace) -> f
     return step_times(launch(argv, replicas)[0])["step_s"]
 
 
+# -- lightning --------------------------------------------------------------------------
+
+
+def lightning_worker(options: argparse.Namespace) -> None:
+    """One timed run of Lightning's DDPStrategy or AdaptiveStrategy."""
+    import warnings
+
+    import lightning.pytorch as pl
+    import torch
+
+    warnings.filterwarnings("ignore", module="lightning")
+    torch.set_num_threads(1)
+    marks: list[float] = []
+
+    class Clock(pl.Callback):
+        def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any,
+                               batch_idx: int) -> None:
+            marks.append(time.perf_counter())
+
+    replicas = int(os.environ.get("WORLD_SIZE", "1"))
+    batch = options.batch_size // replicas
+    warmup = options.warmup
+    width = options.width
+    num_samples = options.batch_size * (options.steps + warmup + 2)
+    generator = torch.Generator().manual_seed(1)
+    inputs = torch.randn(num_samples, width, generator=generator)
+    targets = torch.randn(num_samples, 1, generator=generator)
+    data = torch.utils.data.TensorDataset(inputs, targets)
+
+    class MLP(pl.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            layers: list[torch.nn.Module] = []
+            for _ in range(options.layers):
+                layers += [torch.nn.Linear(width, width), torch.nn.ReLU()]
+            self.net = torch.nn.Sequential(*layers, torch.nn.Linear(width, 1))
+
+        def training_step(self, batch_data: Any, batch_idx: int) -> Any:
+            x, y = batch_data
+            return torch.nn.functional.mse_loss(self.net(x), y)
+
+        def train_dataloader(self) -> Any:
+            return torch.utils.data.DataLoader(data, batch_size=batch, shuffle=True)
+
+        def configure_optimizers(self) -> Any:
+            return torch.optim.Adam(self.parameters(), lr=1e-3)
+
+    torch.manual_seed(0)
+    if options.kind == "plain":
+        strategy: Any = "ddp"
+    else:
+        import pollux.torch as pt
+        from pollux.integrations.lightning import AdaptiveStrategy
+
+        strategy = AdaptiveStrategy(
+            checkpoint_dir=tempfile.mkdtemp(prefix="overhead-"),
+            config=pt.AgentConfig(log_level=None))
+    trainer = pl.Trainer(max_steps=options.steps + warmup, accelerator="cpu",
+                         devices=replicas, strategy=strategy, logger=False,
+                         enable_checkpointing=False, enable_progress_bar=False,
+                         enable_model_summary=False, callbacks=[Clock()])
+    trainer.fit(MLP())
+    gaps = [b - a for a, b in zip(marks[warmup:], marks[warmup + 1:])]
+    if trainer.is_global_zero:
+        print(json.dumps({"step_s": statistics.fmean(gaps),
+                          "median_s": statistics.median(gaps), "steps": len(gaps)}),
+              flush=True)
+
+
+def lightning_run(kind: str, replicas: int, options: argparse.Namespace) -> float:
+    argv = [str(Path(__file__).resolve()), "--worker", "lightning", "--kind", kind,
+            "--steps", str(options.steps), "--warmup", str(options.warmup),
+            "--batch-size", str(options.batch_size), "--width", str(options.width),
+            "--layers", str(options.layers)]
+    return step_times(launch(argv, replicas)[0])["step_s"]
+
+
 SUITES: dict[str, tuple[str, str, Callable[[str, int, argparse.Namespace], float]]] = {
     "transformers": ("transformers.Trainer", "AdaptiveTrainer", transformers_run),
+    "lightning": ("lightning DDPStrategy", "AdaptiveStrategy", lightning_run),
 }
 """Suite -> (baseline's name, integration's name, run(kind, replicas, options) -> mean
 step seconds), kind being ``plain`` or ``adaptive``."""
 
 WORKERS: dict[str, Callable[[argparse.Namespace], None]] = {
     "transformers": transformers_worker,
+    "lightning": lightning_worker,
 }
 
 

@@ -123,12 +123,46 @@ def test_bad_bounds_are_refused_by_name(kwargs: dict[str, Any], field: str) -> N
         AdaptiveStrategy(**kwargs)
 
 
-def test_lightning_accumulation_is_refused(tmp_path: Path) -> None:
+class Tiny(pl.LightningModule):
+    """A linear model over ``data``; ``read_steps``: reads the trainer's
+    estimated_stepping_batches in configure_optimizers."""
+
+    def __init__(self, data: Any, read_steps: bool = False) -> None:
+        super().__init__()
+        self.net, self.data, self.read_steps = torch.nn.Linear(16, 1), data, read_steps
+
+    def train_dataloader(self) -> Any:
+        return torch.utils.data.DataLoader(self.data, batch_size=8)
+
+    def training_step(self, batch: Any, batch_idx: int) -> Any:
+        return self.net(batch[0]).square().mean()
+
+    def configure_optimizers(self) -> Any:
+        if self.read_steps:
+            assert self.trainer.estimated_stepping_batches > 0
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+class Stream(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
+    def __iter__(self) -> Any:
+        return iter([(torch.zeros(16), torch.zeros(1), 0)] * 8)
+
+
+@pytest.mark.parametrize("case", ["accumulation", "steps_in_optimizers", "iterable"])
+def test_unsupported_set_ups_are_refused_by_name(tmp_path: Path, case: str) -> None:
     ex = example()
     train, val = ex.synthetic_data(64, 16, seed=0)
+    module: Any = ex.Regressor(train, val, batch_size=8, lr=0.01)
+    field, accumulate = "accumulate_grad_batches", 1
+    if case == "accumulation":
+        accumulate = 2
+    elif case == "steps_in_optimizers":
+        module, field = Tiny(train, read_steps=True), "estimated_stepping_batches"
+    else:
+        module, field = Tiny(Stream()), "dataset"
     trainer = pl.Trainer(max_epochs=1, accelerator="cpu", logger=False,
                          enable_checkpointing=False, enable_progress_bar=False,
-                         accumulate_grad_batches=2,
+                         accumulate_grad_batches=accumulate, num_sanity_val_steps=0,
                          strategy=AdaptiveStrategy(checkpoint_dir=str(tmp_path)))
-    with pytest.raises(ConfigError, match="accumulate_grad_batches"):
-        trainer.fit(ex.Regressor(train, val, batch_size=8, lr=0.01))
+    with pytest.raises(ConfigError, match=field):
+        trainer.fit(module)

@@ -274,7 +274,12 @@ class AdaptiveStrategy(ParallelStrategy):
         trainer = module.trainer if module is not None else None
         if trainer is None or not trainer.training or self.job is None:
             return dataloader
-        assert self._state is not None
+        if self._state is None:
+            raise ConfigError("trainer.estimated_stepping_batches", None,
+                              "the training loader was asked for before the model was "
+                              "wrapped (in configure_optimizers?): under AdaptiveStrategy "
+                              "the steps depend on the batch sizes chosen; size the "
+                              "schedule from the epochs and the data set")
         if self.train_loader is not None:
             return self.train_loader
         dataset, local_bsz, shuffle, drop_last, options = adaptive_loader_options(dataloader)
