@@ -23,6 +23,7 @@ replica evaluates its share).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import signal
 import threading
@@ -50,7 +51,7 @@ from pollux.integrations._lightning_loader import (
 )
 from pollux.torch.adam_scale import AdamGainScale
 from pollux.torch.distributed import default_device
-from pollux.torch.passes import PassLog
+from pollux.torch.epochs import epoch_scope
 
 __all__ = ["AdaptiveStrategy", "PolluxEnvironment"]
 
@@ -172,7 +173,7 @@ class AdaptiveStrategy(ParallelStrategy):
         self._state: LightningState | None = None
         self._boundary = StepBoundary()
         self._sigterm_handler: Callable[..., Any] | int | None = None
-        self._in_epoch_loop = False
+        self._epoch_scope = contextlib.ExitStack()
         # only rank 0 prints Lightning's rank-zero messages (Lightning reads no Pollux
         # variables to know the rank)
         pl_rank_zero.rank_zero_only.rank = environment.global_rank()  # type: ignore[attr-defined]
@@ -261,8 +262,7 @@ class AdaptiveStrategy(ParallelStrategy):
         job.checkpoint.register(STATE_KEY, self._state)
         # Lightning's epochs are an epoch loop: one training pass per epoch, resumed
         # after a restart, the epoch moved by this strategy (pollux.torch.passes)
-        PassLog.of(job).epoch_loops += 1
-        self._in_epoch_loop = True
+        self._epoch_scope.enter_context(epoch_scope(job))
         callbacks: list[Any] = trainer.callbacks  # type: ignore[attr-defined]
         if self._boundary not in callbacks:
             callbacks.append(self._boundary)
@@ -367,9 +367,7 @@ class AdaptiveStrategy(ParallelStrategy):
         fitting = module is not None and module._trainer is not None and (
             module._trainer.state.fn == TrainerFn.FITTING)
         super().teardown()
-        if self._in_epoch_loop and self.job is not None:
-            PassLog.of(self.job).epoch_loops -= 1
-            self._in_epoch_loop = False
+        self._epoch_scope.close()
         if fitting and self.job is not None:
             self.job.close()
             self.job = None
