@@ -25,7 +25,7 @@ from tests.service.e2e_helpers import EQUAL_SHARE, REPO, wait_until
 
 OPEN_FILES = 1024
 NUM_CONNECTIONS = 1100
-ATTACK_S = 8.0
+ATTACK_S = 4.0
 
 pytestmark = pytest.mark.timeout(120)
 

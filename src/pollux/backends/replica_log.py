@@ -70,8 +70,8 @@ class BoundedLog:
         self.part_bytes = budget_bytes // 2
         """Most bytes of each of the two parts."""
         self.num_dropped = 0
-        """Bytes dropped since the last marker (the reserve was reached, or a write
-        failed: a full disk)."""
+        """Bytes dropped since the last marker because the reserve was reached, or a
+        write failed (a full disk)."""
         self.num_rotations = 0
         self._fd = os.open(path, OPEN_FLAGS, 0o600)
         self._size = os.fstat(self._fd).st_size
@@ -117,12 +117,14 @@ class BoundedLog:
             self.num_dropped = 0
 
     def write(self, data: bytes) -> None:
-        """Append ``data`` (its newest ``part_bytes`` when longer), rotating first when
-        the part would outgrow its half of the budget; dropped when over the reserve."""
-        if len(data) > self.part_bytes // 2:
-            self.num_dropped += len(data) - self.part_bytes // 2
-            data = data[-(self.part_bytes // 2):]
-        if self._size + len(data) > self.part_bytes:
+        """Append ``data`` (its newest quarter of the budget when longer: a new part
+        then starts), rotating first when the part would outgrow its half of the budget;
+        dropped when over the reserve."""
+        longest = self.part_bytes // 2
+        cut = len(data) > longest
+        if cut:  # its older bytes go the way of older output: a new part says so
+            data = data[-longest:]
+        if cut or self._size + len(data) > self.part_bytes:
             try:
                 self._rotate()
             except OSError:
