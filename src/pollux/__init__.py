@@ -1,6 +1,6 @@
 """Pollux: goodput-optimized, co-adaptive deep-learning cluster scheduling.
 
-Layers (see README): ``pollux.models`` (goodput math, numpy/scipy only),
+Layers: ``pollux.models`` (goodput math, numpy/scipy only),
 ``pollux.policies`` (scheduling policies over snapshots), ``pollux.sim`` (trace-driven
 simulator), ``pollux.service`` and ``pollux.backends`` (the runtime), ``pollux.torch``
 (the in-job agent), ``pollux.cli`` (the command line).

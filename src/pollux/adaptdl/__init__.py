@@ -14,7 +14,8 @@ Everything else stays: ``adaptdl.torch.init_process_group("gloo")``,
 ``remaining_epochs_until``, ``Accumulator()``, ``adaptdl.env``, ``adaptdl.collective``,
 ``adaptdl.checkpoint``. The job is the process-wide default one
 (:mod:`pollux.adaptdl.default_job`), as in AdaptDL; the native API,
-:mod:`pollux.torch`, passes it explicitly. The README's migration section maps each name.
+:mod:`pollux.torch`, passes it explicitly. The docs' page train/integrations.md maps
+the imports.
 """
 
 from __future__ import annotations

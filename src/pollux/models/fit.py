@@ -322,7 +322,8 @@ def fit_throughput(
 
 
 def _apply_inter_node_prior(p: FloatArray, inter: np.ndarray) -> FloatArray:
-    """Without multi-node data, inter-node sync is at least 1.1x the intra-node one."""
+    """Without multi-node data, inter-node sync is at least ``INTER_OVER_INTRA_PRIOR`` times
+    the intra-node one."""
     p = p.copy()
     if not inter.any():
         p[ALPHA_N] = max(p[ALPHA_N], INTER_OVER_INTRA_PRIOR * p[ALPHA_R])

@@ -51,7 +51,8 @@ NONE = -1
 """Chosen index of a job left without a configuration."""
 LP_MAX_ENTRIES = 6000
 """Above this many useful (job, configuration) entries :func:`solve_fast` prices instead
-of solving the relaxation (HiGHS takes ~15 ms at 1,000 entries, ~400 ms at 18,000)."""
+of solving the relaxation, whose solve time grows quickly with its size
+(``bench/policy_round.py --typed`` measures both)."""
 _BISECTION_STEPS = 25
 _MAX_CYCLES = 8
 _STDOUT_SWAP = threading.Lock()

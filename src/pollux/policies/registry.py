@@ -34,7 +34,8 @@ class NamedPolicy:
 
 _POLLUX = "pollux.policies.pollux:PolluxPolicy"
 NAMED_POLICIES: Mapping[str, NamedPolicy] = MappingProxyType({
-    "pollux": NamedPolicy(_POLLUX, "the project's best Pollux on each cluster kind (README: "
+    "pollux": NamedPolicy(_POLLUX, "the project's best Pollux on each cluster kind "
+                                   "(docs/research/policies.md: "
                                    "'pollux is our best'); options as pollux-paper's"),
     "pollux-paper": NamedPolicy(_POLLUX, "the paper's objective (Sia's program on several GPU "
                                          "types) on the fast optimizer", {"base": "paper"}),

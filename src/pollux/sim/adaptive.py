@@ -38,12 +38,11 @@ class FitCache:
 
     Every refit starts from the fit's own data-driven starting values (cold), as the
     reference simulator's jobs do. A warm start from the job's previous parameters
-    (``warm_start=True``; about 1.6x faster simulations, the previous parameters then are
-    part of the key) inherits what the priors set before the data could say otherwise:
-    without multi-node data ``beta_n = 1.1 beta_r``, and one multi-node replica count
-    cannot separate ``alpha_n`` from ``beta_n``, so the first multi-node fit stayed
-    pessimistic (deepspeech2 on workload-6: speedup 3.3 at 16 GPUs warm, 5.8 cold; the
-    reference predicts 5.9) and the job was held small while GPUs sat idle."""
+    (``warm_start=True``; faster simulations, the previous parameters then are part of
+    the key) inherits what the priors set before the data could say otherwise: without
+    multi-node data ``beta_n`` is a multiple of ``beta_r``, and one multi-node replica
+    count cannot separate ``alpha_n`` from ``beta_n``, so the first multi-node fit stays
+    pessimistic and the job is held small while GPUs sit idle."""
 
     def __init__(self, fit: Callable[[FitRows, ThroughputParams | None], ThroughputParams]
                  | None = None, warm_start: bool = False) -> None:

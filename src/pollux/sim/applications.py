@@ -1,7 +1,7 @@
 """Application models: what a training job of one type does on a given placement.
 
 An :class:`Application` answers four questions, each as the reference simulator of the
-Pollux artifact does (../shared/pollux-artifact/README.md):
+Pollux artifact does (the data: docs/research/data.md):
 
 * ``step_sync_time(placement, local_bsz)``: seconds of one optimizer step and the part of
   it spent synchronizing gradients;

@@ -1,6 +1,6 @@
 """Regenerating the built-in catalog from a trace directory (artifact format).
 
-    python -m pollux.sim.catalog_fit ../shared/pollux-artifact/traces \\
+    python -m pollux.sim.catalog_fit ARTIFACT/traces \\
         -o src/pollux/data/catalog.json
 
 For each application: batch bounds and epochs as the reference simulator derives them;

@@ -108,7 +108,8 @@ def load_applications(traces_dir: str | Path | None, config: ClusterConfig | Non
     if config is not None and config.cluster is not None and config.cluster.is_typed:
         if traces_dir is None:
             raise ConfigError("traces", None, "a typed cluster needs per-type traces, e.g. "
-                              "--traces ../shared/sia-artifact/traces")
+                              "--traces ARTIFACT/traces with the Sia artifact's "
+                              "sia-simulator folder (docs/research/data.md)")
         return load_typed_applications(traces_dir, config.cluster.gpu_types)
     if traces_dir is None:
         from pollux.sim.catalog import load_builtin_applications

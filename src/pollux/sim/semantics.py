@@ -79,4 +79,4 @@ SIA_ARTIFACT = ReferenceSemantics(
         "deepspeech2": 1.2}),
     charge_whole_rounds=True, restart_on_node_change=False,
     scheduler_model="typed_goodput", placement_batch_limits=True)
-"""The Sia artifact's reference simulator (../shared/sia-artifact/README.md)."""
+"""The Sia artifact's reference simulator (its data: docs/research/data.md)."""

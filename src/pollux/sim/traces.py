@@ -4,8 +4,8 @@ A trace directory holds, per application, ``placements.csv``
 (``placement,local_bsz,step_time,sync_time``), ``scalability.csv``
 (``num_nodes,num_replicas,local_bsz,step_time,sync_time``) and one
 ``validation-<B>.csv`` (``progress,iteration,metric,grad_sqr,grad_var``) per total batch
-size ``B`` trained to completion. See ../shared/pollux-artifact/README.md for the meaning
-of every column. Malformed files raise :class:`~pollux.errors.WorkloadError` naming the
+size ``B`` trained to completion. See docs/research/simulator.md for the meaning of every
+column. Malformed files raise :class:`~pollux.errors.WorkloadError` naming the
 file, the line and the field.
 """
 

@@ -1,6 +1,6 @@
 """Applications measured on several GPU types, with the reference simulator's settings.
 
-The Sia artifact (../shared/sia-artifact/README.md) gives, per application, one
+The Sia artifact (docs/research/data.md) gives, per application, one
 placements and one scalability file per GPU type and validation files shared by every
 type. Each (application, type) pair is a :class:`~pollux.sim.applications.TraceApplication`
 with that type's step times and batch limits; what differs from the homogeneous Pollux
@@ -141,5 +141,6 @@ def typed_on(app: Application | TypedApplication, gpu_types: Sequence[str]
         return app
     if len(gpu_types) != 1:
         raise ConfigError("traces", app.name, "a typed cluster needs per-type traces "
-                          "(<app>/placements-<type>.csv), e.g. ../shared/sia-artifact/traces")
+                          "(<app>/placements-<type>.csv), e.g. the Sia artifact's "
+                          "sia-simulator/traces (docs/research/data.md)")
     return TypedApplication.of(app, gpu_types[0])

@@ -77,8 +77,8 @@ class AgentConfig:
     noise_interval_steps: int = 4
     """Measure the gradient statistics on every this many-th optimizer step (the averages
     decay by as many steps per update); 1 = every step. Measuring costs reductions over
-    the gradients and the replicas' norms in the last all-reduce: 5-11% of a step of a
-    small model on CPU (``bench/agent.py``), a quarter of that every 4th step."""
+    the gradients and the replicas' norms in the last all-reduce (``bench/agent.py``
+    measures its share of a step); measuring every 4th step costs a quarter as much."""
     probe_interval_steps: int = 4
     """With one replica and no accumulation, a loader that adapts its batch size
     (``autoscale_batch_size``) keeps the gradient of every this many-th optimizer step

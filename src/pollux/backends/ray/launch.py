@@ -37,7 +37,8 @@ ACTOR_MAX_CONCURRENCY = 4
 """Threads per replica actor: wait() blocks one while signal() must still get through."""
 PIN_FALLBACK_AMOUNT = 0.001
 """Share of a node's ``node:<ip>`` resource a bundle asks for when Ray has no per-bundle
-label selectors (before Ray 2.4x); pins by address, so one node per address."""
+label selectors (Ray releases whose ``placement_group`` takes no
+``bundle_label_selector``); pins by address, so one node per address."""
 
 
 class LaunchPhase(Enum):

@@ -238,9 +238,9 @@ class FixedSizeAutoscaler(Autoscaler):
 DEFAULT_LOW_UTIL = 0.6
 DEFAULT_HIGH_UTIL = 0.78
 """The default utility band. Chosen with ``bench/autoscale.py`` to save cost at a similar
-completion time: against the throughput autoscaler it spends 27% fewer node-hours on one
-imagenet job (JCT +6%) and 29% fewer on workload-1 (JCT -31%). A lower band (e.g.
-0.35-0.65) grows sooner and finishes sooner at a higher cost."""
+completion time against the throughput autoscaler (the measurements are on the docs'
+page research/autoscaling.md). A lower band (e.g. 0.35-0.65) grows sooner and finishes
+sooner at a higher cost."""
 
 
 class PolluxAutoscaler(Autoscaler):

@@ -10,8 +10,8 @@ model yet, its 1-GPU speed per dollar (its ``extras[TYPE_SPEEDS_KEY]``; without 
 cheapest GPU) at its cap. Jobs, best value first, ask for those replicas on their best
 type, or for the room left there; a job whose best type is full waits (on the Philly
 workloads moving it onto a type of less goodput per dollar cost more and finished no
-sooner, README). Room: each type's bound, and whole nodes within ``max_nodes`` and
-``max_price_per_hour`` (a budget) in all. The replicas asked per type, in whole nodes, at
+sooner: ``bench/typed_autoscale.py``). Room: each type's bound, and whole nodes within
+``max_nodes`` and ``max_price_per_hour`` (a budget) in all. The replicas asked per type, in whole nodes, at
 least ``min_nodes`` (on the cheapest node's type), are this round's proposal. Per type it
 is smoothed as :meth:`Autoscaler.decide` smooths one size: a type grows only when the
 last ``grow_window_rounds`` proposals all exceed its size, and shrinks only when the last

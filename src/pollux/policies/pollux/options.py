@@ -5,7 +5,7 @@ Options marked *(several types)* act on clusters of several GPU types (Sia's pro
 on one type (the paper's power mean). The field defaults are the paper's objective on one
 type; a *base* (:data:`BASES`) sets options per kind: ``paper`` Sia's ``p = -0.5`` on
 several types, ``best`` (``pollux``) also the best measured variant of each kind under the
-README's rule. Options a spec writes override both."""
+rule of the docs' page research/policies.md. Options a spec writes override both."""
 
 from __future__ import annotations
 
@@ -34,14 +34,16 @@ MOVE_DISCOUNTS = ("age", "remaining", "both")
 BEST_SEVERAL_TYPES: Mapping[str, Any] = MappingProxyType({
     "move_discount": "both", "remaining_exponent": 0.5, "weighted_moves": True,
     "max_weight_ratio": 2.0, "exploration_factor": 4.0, "initial_replicas": 4})
-"""``pollux`` on several GPU types (README rule; ``bench/pollux_best.py``): 8 Philly
-workloads, pooled, 0.895x Sia's average JCT, p99 +0.9%, GPU-hours per job +0.03%."""
+"""``pollux`` on several GPU types: the variant that passes the rule of the docs' page
+research/policies.md on the 8 Philly workloads (``bench/pollux_best.py`` checks it and
+writes the figures there)."""
 BASES: Mapping[str, Mapping[str, Mapping[str, Any]]] = MappingProxyType({
     "paper": {ONE_TYPE: {}, SEVERAL_TYPES: {"p": -0.5}},
     "best": {ONE_TYPE: {}, SEVERAL_TYPES: {"p": -0.5, **BEST_SEVERAL_TYPES}},
 })
 """Base -> cluster kind -> the options it sets over the field defaults. On one type no
-measured variant passes the rule (README), so ``best`` is the paper's objective there."""
+measured variant passes the rule (docs: research/policies.md), so ``best`` is the
+paper's objective there."""
 
 
 class FairShareRounding(str, Enum):

@@ -76,7 +76,8 @@ class PolluxPolicy(Policy):
         """Every option with its default on each cluster kind under ``base``."""
         resolved = {kind: PolluxOptions.resolve(kind, base, fixed) for kind in KINDS}
         docs = field_docs()
-        return [OptionDoc("base", {"": base}, f"defaults: {' or '.join(BASES)} (see README)"),
+        return [OptionDoc("base", {"": base},
+                          f"defaults: {' or '.join(BASES)} (see docs/research/policies.md)"),
                 *(OptionDoc(f.name, {kind: getattr(resolved[kind], f.name) for kind in KINDS},
                             docs.get(f.name, "")) for f in fields(PolluxOptions))]
 
