@@ -32,6 +32,10 @@ MIN_RESERVE_BYTES = 8 << 20
 MAX_RESERVE_BYTES = 1 << 30
 RESERVE_FRACTION = 0.05
 """The disk reserve: 5% of the log's filesystem, at least 8 MiB, at most 1 GiB."""
+DROP_PAUSE_S = 0.05
+"""Pause after output dropped for want of disk: a command flooding a full disk then
+waits on its pipe (at most 64 KiB per pause) instead of taking a core, and so does
+its wrapper."""
 ROTATED_SUFFIX = ".1"
 OPEN_FLAGS = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
 
@@ -133,6 +137,7 @@ class BoundedLog:
         self._say_dropped()
         if not self._append(data):
             self.num_dropped += len(data)
+            time.sleep(DROP_PAUSE_S)  # the command waits on its pipe instead of spinning
 
     def say(self, message: str) -> None:
         """A line of the wrapper's own (best effort)."""
