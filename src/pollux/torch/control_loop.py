@@ -87,9 +87,14 @@ class ControlLoop:
         job_config = job.config
         profiler = job.profiler
         profiler.collect()
+        # never more than fits in memory
+        limits = loader.limits if model is None else model.bounded_limits(loader.limits)
         current = (loader.batch_config if loader.config_replicas == job.num_replicas
-                   else carried_batch_config(loader.limits, loader.batch_config,
+                   else carried_batch_config(limits, loader.batch_config,
                                              loader.config_replicas, job.num_replicas))
+        if current is not None and current.local_bsz > limits.local_bsz_bounds[1]:
+            current = carried_batch_config(limits, current, job.num_replicas,
+                                           job.num_replicas)
         key = None if current is None else (job.num_nodes, job.num_replicas,
                                              current.local_bsz)
         needed = job_config.min_profiled_steps
@@ -101,12 +106,12 @@ class ControlLoop:
         stats = None
         if model is None:  # nothing measured: the initial configuration, kept
             chosen = current if current is not None else initial_batch_config(
-                loader.limits, job.num_replicas)
+                limits, job.num_replicas)
         else:
             raw = model.noise.raw().tolist()  # the one host read of the device statistics
             if raw[3] >= job_config.min_noise_updates:
                 stats = GradientNoiseEstimator.stats_from_raw(raw, loader.init_batch_size)
-            chosen = self._decider.decide(loader.limits, profiler.params, stats,
+            chosen = self._decider.decide(limits, profiler.params, stats,
                                           job.num_nodes, job.num_replicas, current,
                                           measured)
         steps = self.steps_done - self._steps_at_last_sync
@@ -161,11 +166,12 @@ class ControlLoop:
         job, config = loader.job, loader.batch_config
         assert config is not None
         stats = model.grad_stats
+        limits = model.bounded_limits(loader.limits)  # the scheduler assumes no more
         hints = JobHints(
-            init_batch_size=loader.limits.init_batch_size,
-            max_batch_size=loader.limits.max_batch_size,
-            local_bsz_bounds=loader.limits.local_bsz_bounds,
-            accumulation=loader.limits.accumulation,
+            init_batch_size=limits.init_batch_size,
+            max_batch_size=limits.max_batch_size,
+            local_bsz_bounds=limits.local_bsz_bounds,
+            accumulation=limits.accumulation,
             throughput_params=job.profiler.params,
             grad_stats=stats,
             max_profiled_replicas=job.profiler.max_profiled_replicas,

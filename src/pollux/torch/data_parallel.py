@@ -45,8 +45,17 @@ from pollux.torch.gradient_norms import (
     MicroStep,
     comm_hook,
 )
+from pollux.torch.memory_bound import (
+    LocalBatchBound,
+    MemoryReader,
+    default_memory_reader,
+    leave_after_out_of_memory,
+)
 from pollux.torch.model_followers import begin_followers_micro_step, refresh_followers_stats
 from pollux.torch.scaling_rules import ScalingRule, default_scaling_rule
+
+if TYPE_CHECKING:
+    from pollux.torch.batch_size import BatchLimits
 
 if TYPE_CHECKING:
     from pollux.torch.job import JobContext
@@ -88,7 +97,7 @@ class AdaptiveDataParallel(DistributedDataParallel):
     def __init__(self, module: torch.nn.Module, optimizer: torch.optim.Optimizer,
                  lr_scheduler: Any = None, scaling_rule: ScalingRule | None = None, *,
                  job: JobContext, grad_scaler: Any = None, name: str | None = None,
-                 **ddp_kwargs: Any) -> None:
+                 memory_reader: MemoryReader | None = None, **ddp_kwargs: Any) -> None:
         job.check_model_name(name)
         sharded = is_fully_sharded(module)
         if sharded and ddp_kwargs:
@@ -131,6 +140,14 @@ class AdaptiveDataParallel(DistributedDataParallel):
         self._trainer = _TrainerState()
         checkpoint.register(f"{prefix}/gradient_noise", self.noise)
         checkpoint.register(f"{prefix}/trainer", self._trainer)
+        self.memory_bound: LocalBatchBound | None = None
+        """The local batch that fits in memory (the job's first model: the batch's)."""
+        if not job.models:
+            reader = (memory_reader if memory_reader is not None
+                      else default_memory_reader(job.device))
+            self.memory_bound = LocalBatchBound(job.gpu_type, reader,
+                                                directory=job.launch.checkpoint_dir)
+            checkpoint.register("pollux/memory_bound", self.memory_bound)
         self._world = dist.get_world_size(self.process_group)
         self._noise_interval = job.config.noise_interval_steps
         self._probe_interval = job.config.probe_interval_steps
@@ -206,6 +223,10 @@ class AdaptiveDataParallel(DistributedDataParallel):
         """Profiler mark taken when the last gradient bucket was ready (if asked for)."""
         return self._step.compute_end_mark
 
+    def bounded_limits(self, limits: BatchLimits) -> BatchLimits:
+        """``limits`` with the largest local batch lowered to what fits in memory."""
+        return limits if self.memory_bound is None else self.memory_bound.limits(limits)
+
     def noise_scale(self) -> float | None:
         """Gradient noise scale (samples) from the last agreement, or None."""
         init = self._step.init_batch_size
@@ -237,6 +258,8 @@ class AdaptiveDataParallel(DistributedDataParallel):
             self.require_backward_grad_sync = sync
         if index == 0:
             step.reset_norms()
+            if self.memory_bound is not None:
+                self.memory_bound.begin_step()
             # Every rank has taken the same optimizer steps: they agree on ``collect``.
             step.pair = probe
             step.collect = (regular and (self._world > 1 or num_micro_steps > 1)
@@ -339,6 +362,8 @@ class AdaptiveDataParallel(DistributedDataParallel):
                 for group, lr in zip(groups, base):
                     group["lr"] = lr
         step.grads_pending = False
+        if self.memory_bound is not None and step.local_bsz is not None:
+            self.memory_bound.observe_step(step.local_bsz)
         self._trainer.optimizer_steps += 1
         self._trainer.progress += step_gain
         step.gain = step_gain
@@ -393,9 +418,22 @@ class AdaptiveDataParallel(DistributedDataParallel):
     def forward(self, *inputs: Any, **kwargs: Any) -> Any:
         if self.training and torch.is_grad_enabled():
             self._step.grads_pending = True
-        if self._sharded is not None:
-            return self.module(*inputs, **kwargs)
-        return super().forward(*inputs, **kwargs)
+        try:
+            if self._sharded is not None:
+                return self.module(*inputs, **kwargs)
+            return super().forward(*inputs, **kwargs)
+        except torch.OutOfMemoryError:
+            self._out_of_memory()
+            raise
+
+    def _out_of_memory(self) -> None:
+        """Restart at a batch that fits (exit 75), unless nothing smaller can help."""
+        loader, local = self.job.current_dataloader, self._step.local_bsz
+        if (self.memory_bound is None or loader is None or local is None
+                or not self.job.checkpoint.enabled):
+            return
+        leave_after_out_of_memory(self.memory_bound, local, loader.limits.local_bsz_bounds[0],
+                                  self.job.close, self.job.device)
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         if self._step.grads_pending:  # keep accumulated gradients

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from typing import Any, Protocol
 
 from pollux.models import GradientStats
+from pollux.torch.batch_size import BatchLimits
 from pollux.torch.gradient_noise import GradientNoiseEstimator
 
 
@@ -52,11 +53,15 @@ class DrivenModel(Protocol):
 
     def set_grad_stats(self, stats: GradientStats | None) -> None: ...
 
+    def bounded_limits(self, limits: BatchLimits) -> BatchLimits: ...
+
 
 class IteratedLoader(Protocol):
     """A data loader being iterated (what ``current_dataloader`` returns)."""
 
     name: str
+    limits: BatchLimits
+    """The batch sizes the job accepts (``autoscale_batch_size``)."""
 
     @property
     def current_batch_size(self) -> int | None: ...
