@@ -2,7 +2,8 @@
 # The agent's GPU checks, for a machine with one or more CUDA GPUs (a few minutes):
 # NCCL + CUDA device placement, CUDA-event profiling, no host synchronization per step
 # beyond plain DDP's, fp16 autocast with GradScaler, noise scale on the GPU, and the
-# per-step overhead against plain DDP with NCCL (one replica per GPU).
+# per-step overhead against plain DDP with NCCL (one replica per GPU), and the memory
+# bound predicted from the CUDA allocator's peaks (tests/torch/test_gpu.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python - <<'PY'

@@ -72,3 +72,16 @@ def test_the_agent_keys_its_profile_by_the_cuda_device_name(tmp_path: Path) -> N
     name = torch.cuda.get_device_name(0)
     assert hints["gpu_type"] == name and list(hints["type_profiles"]) == [name]
     assert hints["type_profiles"][name]["throughput_params"] == hints["throughput_params"]
+
+
+def test_the_memory_bound_is_predicted_from_the_cuda_peaks(tmp_path: Path) -> None:
+    """Peaks at local batches 64 and 256 from the CUDA allocator: the larger batch peaks
+    higher, and the bound (the limits' largest local batch) is the fit's prediction,
+    above 256 and below what the capacity over the per-sample growth allows."""
+    result = run([str(WORKERS / "cuda_memory.py")], tmp_path)
+    peaks = {int(b): int(p) for b, p in result["peaks"].items()}
+    assert sorted(peaks) == [64, 256] and peaks[256] > peaks[64] > 0, result
+    per_sample = (peaks[256] - peaks[64]) / 192
+    predicted = int(result["predicted"])
+    assert result["limit"] == predicted, result
+    assert 256 < predicted <= result["capacity"] / per_sample, result
