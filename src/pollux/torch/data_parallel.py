@@ -21,7 +21,6 @@ the agreement points (:mod:`pollux.torch.control`).
 from __future__ import annotations
 
 import logging
-import types
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -52,6 +51,7 @@ from pollux.torch.memory_bound import (
     leave_after_out_of_memory,
 )
 from pollux.torch.model_followers import begin_followers_micro_step, refresh_followers_stats
+from pollux.torch.optimizer_patches import patch_grad_scaler, patch_optimizer
 from pollux.torch.scaling_rules import ScalingRule, default_scaling_rule
 
 if TYPE_CHECKING:
@@ -169,9 +169,9 @@ class AdaptiveDataParallel(DistributedDataParallel):
             self.register_comm_hook(self._norms, comm_hook)
         if isinstance(self.scaling_rule, AdamGainScale) and not sharded:  # Adam's steps
             self._norms.preconditioner = AdamPreconditioner(optimizer)
-        self._patch_optimizer()
+        patch_optimizer(self, optimizer)
         if grad_scaler is not None:
-            self._patch_grad_scaler()
+            patch_grad_scaler(self, grad_scaler)
         self.name = name
         """The model's name in the job (None: the job's only model)."""
         job.attach_model(self, name)
@@ -333,7 +333,7 @@ class AdaptiveDataParallel(DistributedDataParallel):
             return scale, scale
         return scale, (stats.var + stats.sqr) / max(stats.var / scale + stats.sqr, 1e-30)
 
-    # -- optimizer and scaler patches ----------------------------------------------------------
+    # -- the optimizer's step (patched: pollux.torch.optimizer_patches) ------------------------
 
     def _set_bypass(self, bypass: bool) -> None:
         """While True, the optimizer's step and zero_grad run unpatched (the state-dict
@@ -370,49 +370,6 @@ class AdaptiveDataParallel(DistributedDataParallel):
         step.lr_factor = factor
         return result
 
-    def _patch_optimizer(self) -> None:
-        adp = self
-        original_step = self.optimizer.step
-        original_zero_grad = self.optimizer.zero_grad
-
-        def step(opt: Any, *args: Any, **kwargs: Any) -> Any:
-            return adp._optimizer_step(original_step, *args, **kwargs)
-
-        def zero_grad(opt: Any, *args: Any, **kwargs: Any) -> Any:
-            if adp._step.grads_pending and not adp._bypass_patches:  # keep accumulated
-                return None
-            return original_zero_grad(*args, **kwargs)
-
-        if getattr(original_step, "_wrapped_by_lr_sched", False):
-            step._wrapped_by_lr_sched = True  # type: ignore[attr-defined]
-        self.optimizer.step = types.MethodType(step, self.optimizer)  # type: ignore[method-assign]
-        self.optimizer.zero_grad = types.MethodType(  # type: ignore[method-assign]
-            zero_grad, self.optimizer)
-
-    def _patch_grad_scaler(self) -> None:
-        adp = self
-        scaler = self.grad_scaler
-        original_step, original_update = scaler.step, scaler.update
-        original_unscale = scaler.unscale_
-
-        def step(self_: Any, optimizer: Any, *args: Any, **kwargs: Any) -> Any:
-            if adp.accumulating:
-                return None
-            try:
-                return original_step(optimizer, *args, **kwargs)
-            finally:
-                adp._step.grads_pending = False  # even when the step was skipped (overflow)
-
-        def update(self_: Any, *args: Any, **kwargs: Any) -> Any:
-            return None if adp.accumulating else original_update(*args, **kwargs)
-
-        def unscale_(self_: Any, optimizer: Any) -> Any:
-            return None if adp.accumulating else original_unscale(optimizer)
-
-        scaler.step = types.MethodType(step, scaler)
-        scaler.update = types.MethodType(update, scaler)
-        scaler.unscale_ = types.MethodType(unscale_, scaler)
-
     # -- module overrides ---------------------------------------------------------------------
 
     def forward(self, *inputs: Any, **kwargs: Any) -> Any:
@@ -428,11 +385,12 @@ class AdaptiveDataParallel(DistributedDataParallel):
 
     def _out_of_memory(self) -> None:
         """Restart at a batch that fits (exit 75), unless nothing smaller can help."""
-        loader, local = self.job.current_dataloader, self._step.local_bsz
-        if (self.memory_bound is None or loader is None or local is None
+        limits = getattr(self.job.current_dataloader, "limits", None)
+        local = self._step.local_bsz
+        if (self.memory_bound is None or limits is None or local is None
                 or not self.job.checkpoint.enabled):
             return
-        leave_after_out_of_memory(self.memory_bound, local, loader.limits.local_bsz_bounds[0],
+        leave_after_out_of_memory(self.memory_bound, local, limits.local_bsz_bounds[0],
                                   self.job.close, self.job.device)
 
     def zero_grad(self, set_to_none: bool = True) -> None:
