@@ -12,7 +12,7 @@ import pollux.torch as pt
 
 MODULES = ("accumulator", "batch_decider", "batch_size", "data_loader", "data_parallel",
            "distributed", "launch", "elastic_sampler", "epochs", "gradient_noise", "job",
-           "scaling_rules", "checkpoint")
+           "scaling_rules", "checkpoint", "memory_bound")
 
 
 @pytest.mark.parametrize("name", pt.__all__)
