@@ -60,9 +60,6 @@ class IteratedLoader(Protocol):
     """A data loader being iterated (what ``current_dataloader`` returns)."""
 
     name: str
-    limits: BatchLimits
-    """The batch sizes the job accepts (``autoscale_batch_size``)."""
-
     @property
     def current_batch_size(self) -> int | None: ...
 
