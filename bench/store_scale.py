@@ -20,6 +20,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -141,16 +142,24 @@ def run_tree(src: Path, store: Path, num_jobs: int, requests: int) -> dict[str, 
                 f'pollux_jobs{{state="{s}"}} {num_jobs}.0') for s in ("Succeeded",))
     finally:
         process.terminate()
-        process.wait(timeout=60)
+        try:
+            process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
         shutil.rmtree(scratch, ignore_errors=True)
     return results
 
 
 def main() -> None:
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(f"signal {signum}"))
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--src", action="append", required=True, metavar="NAME=PATH")
     parser.add_argument("--jobs", type=int, default=20_000)
     parser.add_argument("--requests", type=int, default=40)
+    parser.add_argument("--old-requests", type=int, default=None,
+                        help="requests per endpoint for every tree but the last (the old "
+                             "code takes seconds a request at 20,000 jobs)")
     parser.add_argument("--out", type=Path, default=None, help="write the results as JSON")
     args = parser.parse_args()
     trees = [(name, Path(path)) for name, _, path in (s.partition("=") for s in args.src)]
@@ -159,8 +168,11 @@ def main() -> None:
     build_store(store, trees[0][1], args.jobs)
     results = {}
     try:
-        for name, src in trees:
-            results[name] = run_tree(src, store, args.jobs, args.requests)
+        for i, (name, src) in enumerate(trees):
+            count = (args.requests if args.old_requests is None or i == len(trees) - 1
+                     else args.old_requests)
+            results[name] = run_tree(src, store, args.jobs, count)
+            results[name]["requests"] = count
             print(name, json.dumps(results[name]), flush=True)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)

@@ -48,7 +48,7 @@ def _run_until_final(store: JobStore, data_dir: Path, job_id: str) -> None:
     allocator = _allocator(store, backend, data_dir)
     try:
         allocator.recover()
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 90
         while time.monotonic() < deadline and not store.get_job(job_id).state.is_final:
             allocator.tick()
             time.sleep(0.05)
@@ -80,9 +80,10 @@ def test_a_server_killed_after_starting_replicas_never_reruns_the_job(tmp_path, 
             time.sleep(0.05)
     # both replicas started (then SIGTERM no longer stops them); with work_s 0 they ended
     done = runs if work_s == 0.0 else Path(f"{runs}.started")
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 60
     while time.monotonic() < deadline and len(_lines(done)) < 2:
         time.sleep(0.02)
+    assert len(_lines(done)) == 2, "the replicas did not start within 60 s"
     _run_until_final(store, data_dir, job_id)
     _reap(orphans)
     record = store.get_job(job_id)
@@ -118,9 +119,10 @@ def test_a_server_killed_half_way_through_a_launch_leaves_nothing_running(tmp_pa
             allocator.tick()
             time.sleep(0.05)
     assert marked_processes(MARKER_ENV, INSTANCE), "replica 0 runs, unrecorded"
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 60
     while time.monotonic() < deadline and not _lines(Path(f"{runs}.started")):
         time.sleep(0.02)
+    assert _lines(Path(f"{runs}.started")) == ["0"], "replica 0 did not start within 60 s"
     _run_until_final(store, data_dir, job_id)
     _reap(orphans)
     record = store.get_job(job_id)

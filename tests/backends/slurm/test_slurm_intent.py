@@ -56,6 +56,7 @@ def test_a_server_killed_after_sbatch_never_resubmits_the_job(slurm: SlurmCluste
     deadline = time.monotonic() + 60  # both replicas ran to their end meanwhile
     while time.monotonic() < deadline and len(_lines(runs)) < 2:
         time.sleep(0.2)
+    assert len(_lines(runs)) == 2, "the replicas did not run within 60 s"
     after = SlurmBackend(INSTANCE, mode="cluster")
     allocator = _allocator(store, after, data_dir)
     allocator.recover()
