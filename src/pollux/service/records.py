@@ -5,9 +5,12 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
+from pollux.errors import ConfigError
 from pollux.job_spec import JobSpec
+from pollux.models.hints import JobHints
 from pollux.service.states import JobState
 
 
@@ -39,6 +42,17 @@ class JobRecord:
     gpu_type: str | None = None
     """GPU type of the current (or last) launch's nodes; None before any launch or on a
     cluster without declared types."""
+
+    @cached_property
+    def parsed_hints(self) -> JobHints | None:
+        """The hints as :class:`JobHints`; None without hints or when they do not parse
+        (computed once per record: a record never changes)."""
+        if self.hints is None:
+            return None
+        try:
+            return JobHints.from_dict(dict(self.hints))
+        except ConfigError:
+            return None
 
     @property
     def num_restarts(self) -> int:

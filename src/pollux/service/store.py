@@ -51,6 +51,8 @@ INTENT_KEY = "intent"
 """In a replica's handle: recorded before the backend started it (see
 :meth:`JobStore.begin_launch`), not confirmed since."""
 
+RECORD_CACHE_SIZE = 50_000
+"""Decoded job records kept (by row) at most; the cache starts over when full."""
 COALESCE_WINDOW = 4
 """An event repeating one of its job's last this-many events (same kind and message)
 is coalesced into it (a count and the last time) instead of being added: a job whose
@@ -82,6 +84,9 @@ class JobStore:
             if name == self.path or name.exists():
                 make_private_file(name)
         self.db = Database(self.path, synchronous, retry_s)
+        self._records: dict[tuple[Any, ...], JobRecord] = {}
+        """Decoded records by their whole row (decoding a spec is most of a list's cost;
+        a finished job's row never changes)."""
         self._damaged: set[str] = set()
         """Jobs whose rows were found damaged (reported once per process)."""
 
@@ -162,12 +167,20 @@ class JobStore:
     def _decode(self, row: Sequence[Any]) -> JobRecord:
         """A job row as a record; a row that does not read back (broken JSON, an unknown
         state) raises StoreDamagedError naming the job, after an event saying so (once)."""
+        key = tuple(row)
+        cached = self._records.get(key)
+        if cached is not None:
+            return cached
         try:
-            return job_from_row(row)
+            record = job_from_row(row)
         except (ValueError, TypeError, KeyError, AttributeError, JobSpecError) as exc:
             job_id = str(row[0])
             self._report_damaged(job_id, f"{type(exc).__name__}: {exc}"[:300])
             raise StoreDamagedError(self.path, str(exc)[:300], job_id=job_id) from exc
+        if len(self._records) >= RECORD_CACHE_SIZE:
+            self._records.clear()
+        self._records[key] = record  # a row that changes is another key
+        return record
 
     def _decoded(self, rows: Iterable[Sequence[Any]]) -> list[JobRecord]:
         """The rows that read back; each damaged one is skipped (see :meth:`_decode`)."""

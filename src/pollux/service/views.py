@@ -8,7 +8,6 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from pollux.errors import ConfigError
 from pollux.models.hints import JobHints
 from pollux.policies.base import NodeInfo
 from pollux.resources import DEFAULT_GPU_TYPE
@@ -34,12 +33,7 @@ def current_goodput(record: JobRecord, hints: JobHints | None) -> float | None:
 
 
 def parsed_hints(record: JobRecord) -> JobHints | None:
-    if record.hints is None:
-        return None
-    try:
-        return JobHints.from_dict(dict(record.hints))
-    except ConfigError:
-        return None
+    return record.parsed_hints
 
 
 def job_summary(record: JobRecord, now: float, recovering: bool = False) -> dict[str, Any]:
