@@ -249,11 +249,12 @@ class JobStore:
         order, as :meth:`list_jobs`. Bounded however many finished jobs the store holds."""
         columns = ", ".join(JOB_COLUMNS)
         final = tuple(s.value for s in JobState if s.is_final)
+        live = tuple(s.value for s in JobState if not s.is_final)
         marks = ", ".join("?" * len(final))
 
-        def read(conn: sqlite3.Connection) -> list[Any]:
-            active = conn.execute(f"SELECT {columns} FROM jobs WHERE state NOT IN ({marks})",
-                                  final).fetchall()
+        def read(conn: sqlite3.Connection) -> list[Any]:  # both by the state index
+            active = conn.execute(f"SELECT {columns} FROM jobs WHERE state IN "
+                                  f"({', '.join('?' * len(live))})", live).fetchall()
             finished = conn.execute(
                 f"SELECT {columns} FROM jobs WHERE state IN ({marks}) ORDER BY seq DESC "
                 "LIMIT ? OFFSET ?", (*final, max(0, finished_limit),
