@@ -40,17 +40,21 @@ from __future__ import annotations
 
 import logging
 import math
-import os
-import random
 import types
 from collections.abc import Sized
 from typing import Any
 
-import numpy as np
 import torch
 from transformers import Trainer, TrainerCallback, TrainerState, TrainingArguments
 
 from pollux.errors import ConfigError
+from pollux.integrations._transformers_setup import (
+    align_accelerate,
+    check_arguments,
+    is_hf_dataset,
+    rng_states,
+    set_rng_states,
+)
 from pollux.torch.adam_scale import AdamGainScale
 from pollux.torch.data_loader import AdaptiveDataLoader
 from pollux.torch.data_parallel import AdaptiveDataParallel
@@ -199,18 +203,18 @@ class AdaptiveTrainer(Trainer):
                  agent_config: AgentConfig | None = None, **kwargs: Any) -> None:
         self.job = job if job is not None else init_process_group(config=agent_config)
         """The agent's context (rank, replicas, checkpoint, stop requests)."""
-        rng = _rng_states() if self.job.checkpoint.is_restored() else None
+        rng = rng_states() if self.job.checkpoint.is_restored() else None
         if len(args) > 1:
             training_args = args[1]
         else:
             if kwargs.get("args") is None:  # the Trainer's default, made here to align it
                 kwargs["args"] = TrainingArguments(output_dir="trainer_output")
             training_args = kwargs["args"]
-        _check_arguments(training_args)
-        _align_accelerate(training_args, self.job)
+        check_arguments(training_args)
+        align_accelerate(training_args, self.job)
         super().__init__(*args, **kwargs)
         if rng is not None:  # the Trainer seeds every RNG: put the checkpoint's back
-            _set_rng_states(rng)
+            set_rng_states(rng)
         self.max_batch_size = max_batch_size
         self.local_bsz_bounds = local_bsz_bounds
         self.scaling_rule = scaling_rule
@@ -244,7 +248,7 @@ class AdaptiveTrainer(Trainer):
             raise ConfigError("train_dataset", None, "training needs a train_dataset")
         dataset = self.train_dataset
         collator = self.data_collator
-        if _is_hf_dataset(dataset):
+        if is_hf_dataset(dataset):
             dataset = self._remove_unused_columns(dataset, description="training")
         else:
             collator = self._get_collator_with_removed_columns(collator,
@@ -393,64 +397,3 @@ class AdaptiveTrainer(Trainer):
             logger.info("resuming from Pollux's checkpoint; resume_from_checkpoint=%r is "
                         "not used", resume_from_checkpoint)
         return super().train(None, *args, **kwargs)
-
-
-def _check_arguments(args: Any) -> None:
-    if args.gradient_accumulation_steps != 1:
-        raise ConfigError("gradient_accumulation_steps", args.gradient_accumulation_steps,
-                          "use 1: the agent chooses the batch (raise max_batch_size)")
-    if args.auto_find_batch_size:
-        raise ConfigError("auto_find_batch_size", True,
-                          "use False: the agent chooses the batch within local_bsz_bounds")
-    for name in ("deepspeed", "fsdp"):
-        if getattr(args, name, None):
-            raise ConfigError(name, getattr(args, name),
-                              "AdaptiveTrainer trains with data parallelism: remove it")
-
-
-def _align_accelerate(args: Any, job: JobContext) -> None:
-    """Make accelerate (and so ``args.world_size``, ``args.process_index``) see the
-    replicas Pollux launched: it reads torchrun's variables, which a ``pollux submit``
-    launch does not set, then adopts the process group Pollux created."""
-    if job.num_replicas == 1 or args.world_size == job.num_replicas:
-        return
-    from accelerate.state import AcceleratorState
-
-    launch = job.launch
-    os.environ.update({
-        "RANK": str(job.rank), "WORLD_SIZE": str(job.num_replicas),
-        "LOCAL_RANK": str(launch.local_rank),
-        "LOCAL_WORLD_SIZE": str(max(job.num_replicas // max(job.num_nodes, 1), 1)),
-        "MASTER_ADDR": str(launch.master_addr), "MASTER_PORT": str(launch.master_port)})
-    AcceleratorState._reset_state(reset_partial_state=True)
-    args.__dict__.pop("_setup_devices", None)  # the cached device set-up: run it again
-    _ = args.device
-    if args.world_size != job.num_replicas:
-        raise ConfigError("TrainingArguments world_size", args.world_size,
-                          f"accelerate sees another world than Pollux's {job.num_replicas} "
-                          "replicas; create the Trainer before any accelerate state")
-
-
-def _is_hf_dataset(dataset: Any) -> bool:
-    try:
-        import datasets
-    except ImportError:
-        return False
-    return isinstance(dataset, datasets.Dataset)
-
-
-def _rng_states() -> dict[str, Any]:
-    states: dict[str, Any] = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(),
-                              "random": random.getstate()}
-    if torch.cuda.is_available():
-        states["cuda"] = torch.cuda.get_rng_state_all()
-    return states
-
-
-def _set_rng_states(states: dict[str, Any]) -> None:
-    torch.set_rng_state(states["torch"])
-    np.random.set_state(states["numpy"])
-    random.setstate(states["random"])
-    if "cuda" in states:
-        torch.cuda.set_rng_state_all(states["cuda"])
-
