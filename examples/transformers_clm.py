@@ -134,6 +134,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--noise-interval-steps", type=int, default=4)
     parser.add_argument("--step-delay-s", type=float, default=0.0,
                         help="sleep this long per step (to make runs interruptible)")
+    parser.add_argument("--hold-first-launch-at-epoch", type=int, default=None,
+                        help="(tests) the first launch waits at this epoch until it is "
+                             "stopped, so that a rescale happens mid-training")
     return parser.parse_args(argv)
 
 
@@ -143,6 +146,22 @@ class Delay(TrainerCallback):  # type: ignore[misc]
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         time.sleep(self.seconds)
+
+
+class HoldUntilStopped(TrainerCallback):  # type: ignore[misc]
+    """At the start of ``epoch``, wait until the job is asked to stop (SIGTERM); the
+    next step's agreement point then checkpoints and exits."""
+
+    def __init__(self, job: Any, epoch: int, announce: Any) -> None:
+        self.job, self.epoch, self.announce = job, epoch, announce
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if state.epoch is None or state.epoch < self.epoch:
+            return
+        self.announce()
+        while not self.job.stop_requested.is_set():
+            time.sleep(0.05)
+        self.epoch = 1 << 30  # once
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -199,6 +218,9 @@ def main(argv: list[str] | None = None) -> int:
                 "global_step": adaptive.state.global_step, "time": time.time()})
 
     event("start")
+    if options.hold_first_launch_at_epoch is not None and job.launch.num_restarts == 0:
+        adaptive.add_callback(HoldUntilStopped(job, options.hold_first_launch_at_epoch,
+                                               lambda: event("hold")))
     try:
         adaptive.train()
     except SystemExit as stop:

@@ -60,6 +60,7 @@ from pollux.torch.data_loader import AdaptiveDataLoader
 from pollux.torch.data_parallel import AdaptiveDataParallel
 from pollux.torch.distributed import init_process_group
 from pollux.torch.job import AgentConfig, JobContext
+from pollux.torch.passes import PassLog
 from pollux.torch.scaling_rules import ScalingRule, default_scaling_rule
 
 __all__ = ["AdaptiveTrainer"]
@@ -396,4 +397,11 @@ class AdaptiveTrainer(Trainer):
                                   "(POLLUX_CHECKPOINT_DIR) by itself: remove the argument")
             logger.info("resuming from Pollux's checkpoint; resume_from_checkpoint=%r is "
                         "not used", resume_from_checkpoint)
-        return super().train(None, *args, **kwargs)
+        # the Trainer's epochs are an epoch loop: one pass per epoch, the one in progress
+        # resumed after a restart, the epoch moved by _EpochPasses (pollux.torch.passes)
+        passes = PassLog.of(self.job)
+        passes.epoch_loops += 1
+        try:
+            return super().train(None, *args, **kwargs)
+        finally:
+            passes.epoch_loops -= 1
