@@ -59,8 +59,8 @@ from pollux.torch.adam_scale import AdamGainScale
 from pollux.torch.data_loader import AdaptiveDataLoader
 from pollux.torch.data_parallel import AdaptiveDataParallel
 from pollux.torch.distributed import init_process_group
+from pollux.torch.epochs import epoch_scope
 from pollux.torch.job import AgentConfig, JobContext
-from pollux.torch.passes import PassLog
 from pollux.torch.scaling_rules import ScalingRule, default_scaling_rule
 
 __all__ = ["AdaptiveTrainer"]
@@ -398,10 +398,6 @@ class AdaptiveTrainer(Trainer):
             logger.info("resuming from Pollux's checkpoint; resume_from_checkpoint=%r is "
                         "not used", resume_from_checkpoint)
         # the Trainer's epochs are an epoch loop: one pass per epoch, the one in progress
-        # resumed after a restart, the epoch moved by _EpochPasses (pollux.torch.passes)
-        passes = PassLog.of(self.job)
-        passes.epoch_loops += 1
-        try:
+        # resumed after a restart, the epoch moved by _EpochPasses (pollux.torch.epochs)
+        with epoch_scope(self.job):
             return super().train(None, *args, **kwargs)
-        finally:
-            passes.epoch_loops -= 1
