@@ -9,6 +9,8 @@ PolluxError
   +-- StoreError                      a job-store operation that cannot apply
   |     +-- UnknownJobError (KeyError) no job by that id or name
   |     +-- StoreUnavailableError      the store cannot be written now (full disk, locked)
+  |     +-- StoreDamagedError          the store's file does not read back (use --recover)
+  +-- StartupError                    the server cannot start: names the path and the fix
   +-- BackendError                    a backend could not do what it was asked (a launch)
   |     +-- SlurmCommandError          Slurm answered and refused a command
   |     +-- SlurmUnavailable           Slurm could not be reached (after retries)
