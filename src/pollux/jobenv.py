@@ -41,6 +41,12 @@ a user may set it by hand to name a CPU or a device."""
 ON_CORRUPT_CHECKPOINT = "POLLUX_ON_CORRUPT_CHECKPOINT"
 """What the agent does when every checkpoint is corrupt: ``fail`` (default) or ``fresh``."""
 
+INHERITED_LAUNCH_PREFIXES = ("POLLUX_", "ADAPTDL_")
+"""Prefixes of variables that describe one launch (Pollux's own, and AdaptDL's, which the
+agent also reads): a backend never passes them from the server's own environment to a
+replica, where a stale value would disagree with the launch's (the agent refuses two
+sources that disagree). A job's ``env`` and the backend's own variables still reach it."""
+
 _Env = TypeVar("_Env", bound="JobEnvironment")
 
 RESCALE_EXIT_CODE = 75

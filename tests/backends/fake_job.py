@@ -35,7 +35,7 @@ def main() -> int:
     step = json.loads(state_path.read_text())["step"] if state_path.exists() else 0
     launch = int(os.environ.get("POLLUX_NUM_RESTARTS", "0"))
     record = {k: v for k, v in os.environ.items()
-              if k.startswith("POLLUX_") or k in ("CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS")}
+              if k.startswith(("POLLUX_", "ADAPTDL_")) or k in ("CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS")}
     record["pid"] = os.getpid()
     record["resumed_step"] = step
     (ckpt / f"env-{launch}-{rank}.json").write_text(json.dumps(record))

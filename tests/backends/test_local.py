@@ -94,6 +94,25 @@ def test_virtual_nodes_env_logs_and_checkpointed_stop(tmp_path, instance_id):
     assert [s.exit_code for s in wait_exited(backend, "fake-1")] == [-signal.SIGKILL]
 
 
+def test_the_servers_own_launch_variables_never_reach_a_replica(
+        tmp_path, instance_id, monkeypatch):
+    """A server started from a shell that has Pollux's or AdaptDL's launch variables set
+    (a job's own, say) must not hand them on: the agent refuses two sources that disagree,
+    so a stale ``ADAPTDL_NUM_REPLICAS`` would stop every job. The job's own env still
+    reaches it."""
+    monkeypatch.setenv("ADAPTDL_NUM_REPLICAS", "4")
+    monkeypatch.setenv("ADAPTDL_REPLICA_RANK", "3")
+    monkeypatch.setenv("POLLUX_RANK", "9")
+    backend = LocalBackend(instance_id, num_nodes=1, slots_per_node=1, device="cpu")
+    job = spec("--steps", "1", env={"ADAPTDL_JOB_ID": "mine"})
+    backend.launch(request(tmp_path, job, ("node-0",)))
+    wait_for(tmp_path / "ckpt" / "env-0-0.json")
+    env = json.loads((tmp_path / "ckpt" / "env-0-0.json").read_text())
+    assert env["POLLUX_RANK"] == "0" and env["ADAPTDL_JOB_ID"] == "mine"
+    assert "ADAPTDL_NUM_REPLICAS" not in env and "ADAPTDL_REPLICA_RANK" not in env
+    wait_exited(backend, "fake-1")
+
+
 def test_gpu_slots_get_one_device_each(tmp_path, instance_id):
     backend = LocalBackend(instance_id, num_nodes=2, slots_per_node=2,
                            gpu_ids=["0", "1", "2", "3"])

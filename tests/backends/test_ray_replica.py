@@ -32,8 +32,9 @@ def wait_in_thread(replica: ReplicaProcess, timeout_s: float = 20.0) -> int:
 
 
 def test_environment_drops_stale_pollux_variables():
-    env = replica_environment({"PATH": "/bin", "POLLUX_RANK": "9"}, {"POLLUX_JOB_ID": "j"})
-    assert env == {"PATH": "/bin", "POLLUX_JOB_ID": "j"}
+    env = replica_environment({"PATH": "/bin", "POLLUX_RANK": "9", "ADAPTDL_NUM_REPLICAS": "4"},
+                              {"POLLUX_JOB_ID": "j", "ADAPTDL_JOB_ID": "mine"})
+    assert env == {"PATH": "/bin", "POLLUX_JOB_ID": "j", "ADAPTDL_JOB_ID": "mine"}
 
 
 def test_start_log_sigterm_and_exit_status(tmp_path):

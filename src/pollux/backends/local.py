@@ -62,6 +62,7 @@ from pollux.backends.replica_log import DEFAULT_LOG_BUDGET_BYTES, check_log_budg
 from pollux.cluster_spec import parse_cluster_spec
 from pollux.errors import BackendError, ConfigError, JobSpecError
 from pollux.job_spec import JobSpec
+from pollux.jobenv import INHERITED_LAUNCH_PREFIXES
 from pollux.resources import DEFAULT_GPU_TYPE, NodeInfo
 
 logger = logging.getLogger(__name__)
@@ -240,7 +241,8 @@ class LocalBackend(Backend):
 
     def _replica_env(self, request: LaunchRequest, agent_env: Mapping[str, str],
                      slots: tuple[int, ...], node: str) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("POLLUX_")}
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith(INHERITED_LAUNCH_PREFIXES)}
         env.update(request.spec.env)
         env.update(agent_env)
         env[MARKER_ENV] = self.instance_id

@@ -259,3 +259,22 @@ def test_allocation_steps_are_adopted_only_when_every_step_runs(tmp_path: Path) 
     write_exit_status(launch.replicas[0].status_path, 75)
     assert [(s.state, s.exit_code) for s in launch.from_steps({})] == [
         (ReplicaState.EXITED, 75), (ReplicaState.EXITED, KILLED)]
+
+
+def test_the_servers_own_launch_variables_never_reach_a_slurm_replica(tmp_path: Path) -> None:
+    """Pollux's and AdaptDL's launch variables in the server's environment stay behind
+    (a stale one would disagree with the launch's, which the agent refuses); the job's own
+    ``env`` goes through."""
+    from pollux.backends.base import LaunchRequest
+    from pollux.backends.slurm.script import job_environment
+    from pollux.job_spec import JobSpec
+
+    spec = JobSpec.from_dict({"name": "t", "command": ["true"], "working_dir": str(tmp_path),
+                              "env": {"ADAPTDL_JOB_ID": "mine"}})
+    request = LaunchRequest(job_id="t-1", generation=1, spec=spec, allocation=("n1",),
+                            checkpoint_dir=str(tmp_path), log_dir=str(tmp_path),
+                            hints_target="http://x/hints", hints_token="secret")
+    env = job_environment(request, loopback=False,
+                          base={"PATH": "/bin", "ADAPTDL_NUM_REPLICAS": "4", "POLLUX_RANK": "9"})
+    assert env["PATH"] == "/bin" and env["ADAPTDL_JOB_ID"] == "mine"
+    assert "ADAPTDL_NUM_REPLICAS" not in env and "POLLUX_RANK" not in env

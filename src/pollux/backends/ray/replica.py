@@ -26,6 +26,8 @@ import sys
 import threading
 from collections.abc import Mapping, Sequence
 
+from pollux.jobenv import INHERITED_LAUNCH_PREFIXES
+
 CANNOT_START_EXIT_CODE = 127
 """Reported when the command cannot be started (no such program or directory)."""
 WATCHDOG_CODE = (
@@ -42,12 +44,10 @@ WATCHDOG_CODE = (
 children, which would take the watchdog along with the replica's first process but not
 the rest of its group), wait on stdin, and on end-of-file (the actor died) kill the
 replica's process group."""
-REMOVED_ENV_PREFIXES = ("POLLUX_",)
-
-
 def replica_environment(base: Mapping[str, str], overlay: Mapping[str, str]) -> dict[str, str]:
-    """The node's environment without stale Pollux variables, then the job's variables."""
-    env = {k: v for k, v in base.items() if not k.startswith(REMOVED_ENV_PREFIXES)}
+    """The node's environment without stale launch variables (Pollux's and AdaptDL's),
+    then the job's variables."""
+    env = {k: v for k, v in base.items() if not k.startswith(INHERITED_LAUNCH_PREFIXES)}
     env.update(overlay)
     return env
 

@@ -31,6 +31,7 @@ from pollux.backends.base import LaunchRequest
 from pollux.backends.exit_status import exit_status_path
 from pollux.backends.replica_log import DEFAULT_LOG_BUDGET_BYTES
 from pollux.backends.slurm.step_wrapper import wrapped_step
+from pollux.jobenv import INHERITED_LAUNCH_PREFIXES
 
 NAME_PREFIX = "pollux"
 THREAD_ENV_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
@@ -89,7 +90,7 @@ def job_environment(request: LaunchRequest, loopback: bool,
     environment files (:func:`env_file`), never through ``sbatch``'s or ``srun``'s."""
     source = os.environ if base is None else base
     env = {k: v for k, v in source.items()
-           if not k.startswith("POLLUX_") and not is_slurm_input(k)}
+           if not k.startswith(INHERITED_LAUNCH_PREFIXES) and not is_slurm_input(k)}
     env.update((k, v) for k, v in request.spec.env.items() if not is_slurm_input(k))
     threads = str(max(1, int(request.spec.resources.cpu)))
     for name in THREAD_ENV_VARS:
