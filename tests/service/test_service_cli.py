@@ -68,6 +68,13 @@ def test_job_commands_against_a_live_server(server, capsys, tmp_path):
     assert code == 0 and "node-1" in out and "long-2" in out
     code, out = run_cli(capsys, "ls", *where, "--active")
     assert code == 0 and "short-1" not in out
+    # finished jobs past the newest N are left out on request (the server pages them)
+    newest = json.loads(run_cli(capsys, "ls", *where, "--finished", "1", "--json")[1])
+    assert [r["id"] for r in newest] == ["long-2"]
+    with pytest.raises(SystemExit) as refused:
+        main(["ls", *where, "--finished", "-1"])
+    assert refused.value.code == 2
+    assert "--finished -1: choose 0 to 10000" in capsys.readouterr().err
     assert main(["describe", *where, "nope"]) == 1  # a runtime failure
     assert "server said 404" in capsys.readouterr().err
     assert main(["submit", *where, "--max-replicas", "0", "--", "python", "x.py"]) == 2

@@ -116,9 +116,22 @@ def submit(args: argparse.Namespace) -> int:
 
 # --- ls, describe, cancel ---------------------------------------------------------------
 
+def _finished_count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--finished takes a whole number, not {text!r}") \
+            from None
+    if not 0 <= value <= 10_000:
+        raise argparse.ArgumentTypeError(
+            f"--finished {value}: choose 0 to 10000 (the server lists at most 10000)")
+    return value
+
+
 def list_jobs(args: argparse.Namespace) -> int:
+    finished = 0 if args.active else args.finished
     with connect(args) as client:
-        rows = client.jobs()
+        rows = client.jobs(finished)
         line = None if args.json else cluster_line(client.cluster())
     if args.active:
         rows = [r for r in rows if r["state"] not in FINAL_STATES]
@@ -340,6 +353,9 @@ def register(subparsers: Any) -> None:
                                           "submission) and run time (since the first "
                                           "launch, to the end).")
     p.add_argument("--active", action="store_true", help="hide finished jobs")
+    p.add_argument("--finished", type=_finished_count, default=None, metavar="N",
+                   help="show the newest N finished jobs (default: the server's, 100; "
+                        "every job not finished is always shown)")
     p.add_argument("--json", action="store_true", help="print the rows as JSON")
     add_connection_arguments(p)
     p.set_defaults(func=list_jobs)

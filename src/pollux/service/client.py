@@ -207,8 +207,11 @@ class PolluxClient:
         result: dict[str, Any] = self._call("POST", "/api/jobs", json=spec)
         return result
 
-    def jobs(self) -> list[dict[str, Any]]:
-        result: list[dict[str, Any]] = self._call("GET", "/api/jobs")
+    def jobs(self, finished: int | None = None) -> list[dict[str, Any]]:
+        """Every job not finished, and the newest ``finished`` finished jobs (the server's
+        default, 100, when None)."""
+        path = "/api/jobs" if finished is None else f"/api/jobs?limit={int(finished)}"
+        result: list[dict[str, Any]] = self._call("GET", path)
         return result
 
     def job(self, ref: str) -> dict[str, Any]:
