@@ -49,7 +49,7 @@ from pollux.integrations._lightning_loader import (
     StepBoundary,
     adaptive_loader_options,
 )
-from pollux.torch.adam_scale import AdamGainScale
+from pollux.torch.adam_scale import scaling_rule_for
 from pollux.torch.distributed import default_device
 from pollux.torch.epochs import epoch_scope
 
@@ -105,14 +105,6 @@ class PolluxEnvironment(ClusterEnvironment):
 
     def validate_settings(self, num_devices: int, num_nodes: int) -> None:
         """Any ``devices``/``num_nodes``: one process per replica, as launched."""
-
-
-def scaling_rule_for(optimizer: Optimizer) -> pt.ScalingRule:
-    """AdamScale (the noise of Adam-preconditioned gradients) for Adam and AdamW, else the
-    agent's default (AdaScale for SGD, square-root for other adaptive optimizers)."""
-    if isinstance(optimizer, (torch.optim.Adam, torch.optim.AdamW)):
-        return AdamGainScale()
-    return pt.default_scaling_rule(optimizer)
 
 
 def _check_bounds(max_batch_size: int | None,

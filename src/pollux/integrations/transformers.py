@@ -44,7 +44,6 @@ import types
 from collections.abc import Sized
 from typing import Any
 
-import torch
 from transformers import Trainer, TrainerCallback, TrainerState, TrainingArguments
 
 from pollux.errors import ConfigError
@@ -55,13 +54,13 @@ from pollux.integrations._transformers_setup import (
     rng_states,
     set_rng_states,
 )
-from pollux.torch.adam_scale import AdamGainScale
+from pollux.torch.adam_scale import scaling_rule_for
 from pollux.torch.data_loader import AdaptiveDataLoader
 from pollux.torch.data_parallel import AdaptiveDataParallel
 from pollux.torch.distributed import init_process_group
 from pollux.torch.epochs import epoch_scope
 from pollux.torch.job import AgentConfig, JobContext
-from pollux.torch.scaling_rules import ScalingRule, default_scaling_rule
+from pollux.torch.scaling_rules import ScalingRule
 
 __all__ = ["AdaptiveTrainer"]
 
@@ -333,9 +332,7 @@ class AdaptiveTrainer(Trainer):
             raise ConfigError("optimizer", None, "create the optimizer before wrapping")
         rule = self.scaling_rule
         if rule is None:
-            rule = (AdamGainScale() if isinstance(optimizer, (torch.optim.Adam,
-                                                              torch.optim.AdamW))
-                    else default_scaling_rule(optimizer))
+            rule = scaling_rule_for(optimizer)
         handler = getattr(self.accelerator, "ddp_handler", None)
         ddp_kwargs = handler.to_kwargs() if handler is not None else {}
         self.adaptive_model = AdaptiveDataParallel(

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import torch
 
 from pollux.errors import ConfigError
-from pollux.torch.scaling_rules import ScalingRule
+from pollux.torch.scaling_rules import ScalingRule, default_scaling_rule
 
 
 @dataclass(frozen=True)
@@ -87,3 +87,12 @@ class AdamPreconditioner:
         if total is None:
             return torch.zeros((), dtype=torch.float64)
         return total
+
+
+def scaling_rule_for(optimizer: torch.optim.Optimizer) -> ScalingRule:
+    """AdamScale (the noise of Adam-preconditioned gradients) for Adam and AdamW, else the
+    agent's default (AdaScale for SGD, square-root for other adaptive optimizers): the rule
+    the framework integrations choose when the user names none."""
+    if isinstance(optimizer, (torch.optim.Adam, torch.optim.AdamW)):
+        return AdamGainScale()
+    return default_scaling_rule(optimizer)
