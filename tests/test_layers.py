@@ -1,7 +1,7 @@
 """The layers stay apart (README's picture): each package imports only the layers below.
 
 ``models``, ``policies`` and the contract modules (``jobenv``, ``job_spec``,
-``resources``) import neither torch nor the runtime; backends import neither the service
+``resources``, ``teams``) import neither torch nor the runtime; backends import neither the service
 nor the policies; the in-job agent (``pollux.torch``, and AdaptDL's API over it in
 ``pollux.adaptdl``) imports none of policies, service and backends.
 """
@@ -22,6 +22,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "pollux.job_spec": RUNTIME + ("pollux.policies", "pollux.models"),
     "pollux.resources": RUNTIME + ("pollux.policies", "pollux.models"),
     "pollux.cluster_spec": RUNTIME + ("pollux.policies", "pollux.models"),
+    "pollux.teams": RUNTIME + ("pollux.policies", "pollux.models", "numpy", "scipy"),
     "pollux.backends": ("pollux.service", "pollux.policies", "pollux.sim", "pollux.torch",
                         "torch"),
     "pollux.backends.fake": ("pollux.service", "pollux.policies", "pollux.sim",
