@@ -43,7 +43,7 @@ HINTS = {"init_batch_size": 32, "max_batch_size": 512, "local_bsz_bounds": [16, 
 def build_store(path: Path, src: Path, num_jobs: int) -> None:
     """The schema from ``src``'s JobStore, then ``num_jobs`` finished jobs in bulk."""
     env = {**os.environ, "PYTHONPATH": str(src.resolve())}
-    subprocess.run([sys.executable, "-c", "import sys; from pollux.service.store import "
+    subprocess.run([sys.executable, "-c", "import sys; from pollux.service.storage.store import "
                     "JobStore; JobStore(sys.argv[1]).close()", str(path)], env=env,
                    check=True)
     conn = sqlite3.connect(path)

@@ -61,7 +61,7 @@ def test_layer_imports_nothing_above_it(module: str) -> None:
 
 
 def test_the_check_can_fail() -> None:
-    assert imported("pollux.service.allocator", ("pollux.policies",))
+    assert imported("pollux.service.loop.allocator", ("pollux.policies",))
 
 
 def test_public_all_is_importable() -> None:

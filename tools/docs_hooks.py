@@ -112,8 +112,8 @@ def openapi_document() -> dict[str, Any]:
     """The OpenAPI document a server serves at ``/openapi.json`` (fake backend, no HTTP)."""
     from pollux.backends.fake import FakeBackend
     from pollux.policies import NodeInfo
-    from pollux.service.api import create_app
-    from pollux.service.auth import ApiAuth
+    from pollux.service.http.api import create_app
+    from pollux.service.http.auth import ApiAuth
     from pollux.service.server import ServerConfig, build_service
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -185,7 +185,7 @@ def _type_of(schema: dict[str, Any]) -> str:
 
 def job_spec_markdown() -> str:
     """The fields of a job spec, from the schema ``POST /api/jobs`` serves."""
-    from pollux.service.openapi import JOB_SPEC_SCHEMA
+    from pollux.service.http.openapi import JOB_SPEC_SCHEMA
 
     required = set(JOB_SPEC_SCHEMA["required"])
     lines = ["| field | type | default | what it is |", "|---|---|---|---|"]

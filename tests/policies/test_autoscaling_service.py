@@ -21,11 +21,11 @@ from pollux.policies.autoscaling import (
     template_from_nodes,
 )
 from pollux.policies.base import NodeInfo
-from pollux.service.allocator import Allocator, AllocatorConfig
-from pollux.service.api import create_app
+from pollux.service.http.api import create_app
+from pollux.service.loop.allocator import Allocator, AllocatorConfig
 from pollux.service.server import ServerConfig, build_service
-from pollux.service.states import JobState
-from pollux.service.store import JobStore
+from pollux.service.storage.states import JobState
+from pollux.service.storage.store import JobStore
 from tests.service.e2e_helpers import EQUAL_SHARE
 from tests.service.service_builders import AUTH_HEADERS, make_auth, make_nodes, make_spec
 from tests.service.service_test_policies import EqualSharePolicy

@@ -8,8 +8,8 @@ import pytest
 
 from pollux.backends.fake import FakeBackend
 from pollux.policies.base import Policy
-from pollux.service.allocator import Allocator, AllocatorConfig
-from pollux.service.store import JobStore
+from pollux.service.loop.allocator import Allocator, AllocatorConfig
+from pollux.service.storage.store import JobStore
 from tests.service.e2e_helpers import EQUAL_SHARE
 from tests.service.service_builders import make_nodes
 from tests.service.service_test_policies import EqualSharePolicy
@@ -70,13 +70,13 @@ def client(service: Any) -> Any:
     """The service's REST API in process, every request carrying the test token."""
     import warnings
 
-    from pollux.service.api import create_app
+    from pollux.service.http.api import create_app
     from tests.service.service_builders import AUTH_HEADERS, make_auth
 
     with warnings.catch_warnings():  # starlette 1.0 asks for the httpx2 fork; httpx works
         warnings.simplefilter("ignore", UserWarning)
         from fastapi.testclient import TestClient
-    from pollux.service.rate_limit import RateLimit, RateLimiter
+    from pollux.service.http.rate_limit import RateLimit, RateLimiter
 
     generous = RateLimiter(RateLimit(per_s=1000.0, burst=1000))  # fuzz tests post hundreds
     with TestClient(create_app(service, make_auth(), hints_rate=generous),

@@ -27,6 +27,6 @@ AUTH_HEADERS = {"Authorization": f"Bearer {TEST_TOKEN}"}
 
 def make_auth(token: str = TEST_TOKEN) -> Any:
     """What the API guard accepts in tests: ``token`` and TestClient's host name."""
-    from pollux.service.auth import ApiAuth
+    from pollux.service.http.auth import ApiAuth
 
     return ApiAuth(token, frozenset({"testserver"}))

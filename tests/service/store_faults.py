@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from pollux.service.store import JobStore
+from pollux.service.storage.store import JobStore
 
 
 class FlakyWrites:

@@ -16,10 +16,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pollux.errors import JobSpecError
-from pollux.service.api import MAX_BODY_BYTES, create_app
-from pollux.service.auth import ApiAuth, allowed_hosts_for
-from pollux.service.sessions import cookie_name
-from pollux.service.store import JobStore
+from pollux.service.http.api import MAX_BODY_BYTES, create_app
+from pollux.service.http.auth import ApiAuth, allowed_hosts_for
+from pollux.service.http.sessions import cookie_name
+from pollux.service.storage.store import JobStore
 from tests.address_space import address_space_limited
 from tests.service.service_builders import AUTH_HEADERS, TEST_TOKEN, make_auth, make_spec
 

@@ -9,10 +9,10 @@ import pytest
 from pollux.backends.exit_status import exit_status_path, write_exit_status
 from pollux.backends.fake import FakeBackend
 from pollux.jobenv import CORRUPT_CHECKPOINT_EXIT_CODE, RESCALE_EXIT_CODE
-from pollux.service.allocator import Allocator
-from pollux.service.recovery import LOST_EXIT_CODE, job_dir
-from pollux.service.states import JobState
-from pollux.service.store import JobStore
+from pollux.service.loop.allocator import Allocator
+from pollux.service.loop.recovery import LOST_EXIT_CODE, job_dir
+from pollux.service.storage.states import JobState
+from pollux.service.storage.store import JobStore
 from tests.service.service_builders import make_spec
 from tests.service.service_test_policies import OvercommitPolicy
 

@@ -11,9 +11,9 @@ from hypothesis import strategies as st
 
 from pollux.backends.fake import FakeBackend
 from pollux.jobenv import RESCALE_EXIT_CODE
-from pollux.service.allocator import Allocator, AllocatorConfig
-from pollux.service.states import JobState
-from pollux.service.store import JobStore
+from pollux.service.loop.allocator import Allocator, AllocatorConfig
+from pollux.service.storage.states import JobState
+from pollux.service.storage.store import JobStore
 from tests.service.service_builders import make_nodes, make_spec
 from tests.service.service_test_policies import EqualSharePolicy
 

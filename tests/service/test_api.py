@@ -11,8 +11,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pollux.service.api import create_app
-from pollux.service.states import JobState
+from pollux.service.http.api import create_app
+from pollux.service.storage.states import JobState
 from tests.service.service_builders import make_auth
 
 with warnings.catch_warnings():  # starlette 1.0 asks for the httpx2 fork; httpx works

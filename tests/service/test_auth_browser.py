@@ -16,7 +16,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import httpx
 import pytest
 
-from pollux.service.sessions import cookie_name, origin_of
+from pollux.service.http.sessions import cookie_name, origin_of
 from tests.service.browser import headless_chromium, skip_without_chromium
 from tests.service.e2e_helpers import ServerProcess, wait_until
 

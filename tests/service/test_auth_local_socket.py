@@ -123,7 +123,7 @@ def test_the_cli_reaches_its_server_even_when_server_json_names_a_squatted_port(
 
 
 def test_a_long_data_dir_path_still_gets_its_socket(tmp_path):
-    from pollux.service.local_socket import bind_local_socket, probe
+    from pollux.service.http.local_socket import bind_local_socket, probe
 
     deep = tmp_path / ("d" * 60) / ("e" * 60)
     deep.mkdir(parents=True)

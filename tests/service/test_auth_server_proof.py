@@ -16,9 +16,9 @@ import pytest
 from pollux.cli.main import main
 from pollux.errors import ServerUnreachableError
 from pollux.server_proof import server_proof
-from pollux.service.api import create_app
-from pollux.service.auth import ApiAuth
 from pollux.service.client import PolluxClient, ServerAddress
+from pollux.service.http.api import create_app
+from pollux.service.http.auth import ApiAuth
 from tests.service.e2e_helpers import ServerProcess
 from tests.service.service_builders import TEST_TOKEN
 from tests.service.test_auth_local_socket import Squatter

@@ -13,9 +13,9 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from pollux.service.api import create_app
-from pollux.service.auth import ApiAuth
-from pollux.service.sessions import CSRF_HEADER, Sessions, cookie_name
+from pollux.service.http.api import create_app
+from pollux.service.http.auth import ApiAuth
+from pollux.service.http.sessions import CSRF_HEADER, Sessions, cookie_name
 from tests.service.service_builders import AUTH_HEADERS, TEST_TOKEN
 
 with warnings.catch_warnings():

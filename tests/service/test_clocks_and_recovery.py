@@ -9,9 +9,9 @@ import threading
 import time
 
 from pollux.backends.fake import FakeBackend
-from pollux.service.allocator import Allocator, AllocatorConfig
-from pollux.service.records import ReplicaRecord
-from pollux.service.states import JobState
+from pollux.service.loop.allocator import Allocator, AllocatorConfig
+from pollux.service.storage.records import ReplicaRecord
+from pollux.service.storage.states import JobState
 from tests.service.service_builders import make_nodes, make_spec
 from tests.service.service_test_policies import EqualSharePolicy
 

@@ -10,7 +10,7 @@ import pytest
 
 from pollux.backends.fake import FakeBackend
 from pollux.policies.base import NodeInfo
-from pollux.service.api import create_app
+from pollux.service.http.api import create_app
 from tests.service.service_builders import AUTH_HEADERS, make_auth
 
 with warnings.catch_warnings():
@@ -70,8 +70,8 @@ def test_every_static_file_is_package_data():
     tomllib = pytest.importorskip("tomllib")
     root = Path(__file__).resolve().parents[2]
     patterns = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"][
-        "package-data"]["pollux.service"]
-    package = root / "src" / "pollux" / "service"
+        "package-data"]["pollux.service.http"]
+    package = root / "src" / "pollux" / "service" / "http"
     shipped = {path for pattern in patterns for path in package.glob(pattern) if path.is_file()}
     present = {path for path in (package / "static").rglob("*") if path.is_file()}
     assert present and present <= shipped, sorted(map(str, present - shipped))

@@ -18,8 +18,8 @@ from pollux.backends.exit_status import (
     status_pending,
     wrapped_command,
 )
-from pollux.service.states import JobState
-from pollux.service.store import JobStore
+from pollux.service.storage.states import JobState
+from pollux.service.storage.store import JobStore
 
 
 def _wait(predicate, timeout_s: float, what: str) -> None:  # type: ignore[no-untyped-def]
@@ -114,7 +114,7 @@ def _fill(path: Path) -> None:
 
 def test_a_job_ending_on_a_full_disk_succeeds_once_space_returns(tmp_path, small_disk):
     from pollux.backends.local import LocalBackend
-    from pollux.service.allocator import Allocator, AllocatorConfig
+    from pollux.service.loop.allocator import Allocator, AllocatorConfig
     from tests.service.service_builders import make_spec
     from tests.service.service_test_policies import EqualSharePolicy
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pollux.models import GradientStats, JobHints, ThroughputParams
 from pollux.models.typed import TypeProfile
-from pollux.service.explain import batch_change_reason, rescale_reason
-from pollux.service.states import JobState
+from pollux.service.loop.explain import batch_change_reason, rescale_reason
+from pollux.service.storage.states import JobState
 from tests.service.service_builders import make_spec
 from tests.service.service_test_policies import EqualSharePolicy
 

@@ -36,10 +36,10 @@ from pollux.policies.autoscaling import (
 )
 from pollux.policies.base import Allocations, JobInfo, NodeInfo, Policy, PolicyDecision
 from pollux.policies.registry import make_policy
-from pollux.service.allocator import Allocator, AllocatorConfig
-from pollux.service.snapshot import held_allocation
-from pollux.service.states import JobState
-from pollux.service.store import JobStore
+from pollux.service.loop.allocator import Allocator, AllocatorConfig
+from pollux.service.loop.snapshot import held_allocation
+from pollux.service.storage.states import JobState
+from pollux.service.storage.store import JobStore
 from pollux.sim import ClusterConfig, JobSpec, Simulator, Workload
 from pollux.sim.catalog import load_builtin_applications
 from tests.service.service_builders import make_spec

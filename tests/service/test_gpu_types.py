@@ -19,9 +19,9 @@ from pollux.models.hints import JobHints
 from pollux.models.throughput import ThroughputParams
 from pollux.models.typed import TypeProfile
 from pollux.policies.base import Allocations, JobInfo, NodeInfo, Policy, PolicyDecision
-from pollux.service.allocator import Allocator, AllocatorConfig
-from pollux.service.states import JobState
-from pollux.service.store import JobStore
+from pollux.service.loop.allocator import Allocator, AllocatorConfig
+from pollux.service.storage.states import JobState
+from pollux.service.storage.store import JobStore
 from tests.address_space import address_space_limited
 from tests.service.service_builders import make_spec
 from tests.service.service_test_policies import EqualSharePolicy

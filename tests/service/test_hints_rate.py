@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pollux.errors import ConfigError
-from pollux.service.api import create_app
-from pollux.service.rate_limit import RateLimit, RateLimiter
+from pollux.service.http.api import create_app
+from pollux.service.http.rate_limit import RateLimit, RateLimiter
 from tests.service.service_builders import AUTH_HEADERS, make_auth
 
 with warnings.catch_warnings():  # starlette 1.0 asks for the httpx2 fork; httpx works

@@ -121,7 +121,7 @@ def test_idle_connections_do_not_stall_the_api_or_fail_jobs(tmp_path):
 def test_repeated_log_records_are_held_back_per_cause():
     import logging
 
-    from pollux.service.connections import OncePerCause
+    from pollux.service.http.connections import OncePerCause
 
     now = [0.0]
     quiet = OncePerCause(interval_s=60.0, clock=lambda: now[0])
@@ -139,7 +139,7 @@ def test_repeated_log_records_are_held_back_per_cause():
 
 
 def test_connection_limits_leave_room_below_the_open_files_limit():
-    from pollux.service.connections import connection_limits
+    from pollux.service.http.connections import connection_limits
 
     limits = connection_limits(1024)
     assert 16 <= limits.max_connections <= 1024 - 128 - 256

@@ -14,9 +14,9 @@ import pytest
 
 from pollux.backends.local import MARKER_ENV, LocalBackend
 from pollux.backends.processes import marked_processes
-from pollux.service.allocator import Allocator, AllocatorConfig
-from pollux.service.states import JobState
-from pollux.service.store import JobStore
+from pollux.service.loop.allocator import Allocator, AllocatorConfig
+from pollux.service.storage.states import JobState
+from pollux.service.storage.store import JobStore
 from tests.service.service_builders import make_spec
 from tests.service.service_test_policies import EqualSharePolicy
 

@@ -7,7 +7,7 @@ import warnings
 
 import pytest
 
-from pollux.service.telemetry import History
+from pollux.service.loop.telemetry import History
 from tests.service.service_builders import make_spec
 
 parser = pytest.importorskip("prometheus_client.parser")
@@ -144,7 +144,7 @@ def test_grafana_example_queries_metrics_the_server_exports(client, service):
 def test_job_models_are_rebuilt_only_when_hints_change(service, monkeypatch):
     import dataclasses
 
-    from pollux.service import telemetry
+    from pollux.service.loop import telemetry
 
     job = service.submit(SPEC)["id"]
     service.allocator.tick()

@@ -7,7 +7,7 @@ from __future__ import annotations
 import sqlite3
 from typing import Any
 
-from pollux.service.states import JobState
+from pollux.service.storage.states import JobState
 from tests.service.service_builders import make_spec
 
 

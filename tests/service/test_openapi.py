@@ -7,7 +7,7 @@ import re
 import warnings
 
 from pollux.job_spec import RESOURCE_FIELDS, SPEC_FIELDS, JobSpec
-from pollux.service.openapi import JOB_SPEC_SCHEMA
+from pollux.service.http.openapi import JOB_SPEC_SCHEMA
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", UserWarning)

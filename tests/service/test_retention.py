@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pollux.service.recovery import job_dir
-from pollux.service.retention import Retention, prune_finished
-from pollux.service.states import JobState
-from pollux.service.store import JobStore
+from pollux.service.loop.recovery import job_dir
+from pollux.service.loop.retention import Retention, prune_finished
+from pollux.service.storage.states import JobState
+from pollux.service.storage.store import JobStore
 from tests.service.service_builders import make_spec
 
 
@@ -86,7 +86,7 @@ def test_jobs_and_describe_page_by_query_parameters_in_todays_shapes(client, ser
 
 
 def test_the_dashboard_query_is_bounded(client, service):
-    from pollux.service.dashboard import DASHBOARD_FINISHED_JOBS
+    from pollux.service.http.dashboard import DASHBOARD_FINISHED_JOBS
 
     finished = _finished(service.store, service.data_dir, DASHBOARD_FINISHED_JOBS + 50,
                          now=1.0)

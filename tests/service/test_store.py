@@ -7,9 +7,9 @@ import sqlite3
 import pytest
 
 from pollux.errors import StoreError, UnknownJobError
-from pollux.service.records import ReplicaRecord
-from pollux.service.states import ALLOWED_TRANSITIONS, JobState
-from pollux.service.store import JobStore
+from pollux.service.storage.records import ReplicaRecord
+from pollux.service.storage.states import ALLOWED_TRANSITIONS, JobState
+from pollux.service.storage.store import JobStore
 from tests.service.service_builders import make_spec
 
 

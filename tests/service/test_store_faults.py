@@ -16,9 +16,9 @@ import pytest
 
 from pollux.backends.fake import FakeBackend
 from pollux.errors import StoreUnavailableError
-from pollux.service.allocator import Allocator, AllocatorConfig
-from pollux.service.states import JobState
-from pollux.service.store import JobStore
+from pollux.service.loop.allocator import Allocator, AllocatorConfig
+from pollux.service.storage.states import JobState
+from pollux.service.storage.store import JobStore
 from tests.service.service_builders import make_nodes, make_spec
 from tests.service.service_test_policies import EqualSharePolicy
 from tests.service.store_faults import FlakyWrites

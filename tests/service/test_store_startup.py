@@ -17,7 +17,7 @@ import pytest
 from pollux.cli.main import main
 from pollux.errors import StartupError
 from pollux.service.server import ServerConfig, build_service
-from pollux.service.states import JobState
+from pollux.service.storage.states import JobState
 from tests.service.conftest import EQUAL_SHARE
 from tests.service.service_builders import make_spec
 

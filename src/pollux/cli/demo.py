@@ -35,7 +35,7 @@ from pollux.cli.job_tables import FINAL_STATES, jobs_table, nodes_table
 from pollux.cli.output import EventFeed, is_terminal, make_console
 from pollux.errors import ConfigError
 from pollux.service.client import PolluxClient, server_address
-from pollux.service.tokens import TOKEN_ENV
+from pollux.service.http.tokens import TOKEN_ENV
 
 LAUNCH_PATTERN = re.compile(r"launch \d+: (\d+) replicas?")
 

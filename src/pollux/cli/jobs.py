@@ -29,8 +29,8 @@ from pollux.cli.output import EventFeed, is_terminal, make_console
 from pollux.errors import ConfigError, JobSpecError, ServiceError
 from pollux.job_spec import JobSpec
 from pollux.service.client import PolluxClient, locate_server
+from pollux.service.http.tokens import argv_token_refused
 from pollux.service.server import default_data_dir
-from pollux.service.tokens import argv_token_refused
 
 
 def connect(args: argparse.Namespace) -> PolluxClient:

@@ -2,10 +2,10 @@
 
 The server is found from ``--server URL``, else ``$POLLUX_SERVER``, else the
 ``server.json`` a running server writes in its data directory. The server of that
-record is reached through its Unix socket (see :mod:`pollux.service.local_socket`), never
+record is reached through its Unix socket (see :mod:`pollux.service.http.local_socket`), never
 its TCP port, and only once it answers there as this user; the token from
 ``--token-file`` (mode 0600), ``$POLLUX_TOKEN``, or the token file the server recorded
-(never from the command line: see :mod:`pollux.service.tokens`). A server named by a
+(never from the command line: see :mod:`pollux.service.http.tokens`). A server named by a
 plain-HTTP URL first proves it holds the token (:mod:`pollux.server_proof`).
 """
 
@@ -25,11 +25,11 @@ import httpx
 
 from pollux.errors import ServerUnreachableError, ServiceError
 from pollux.server_proof import NONCE_PARAM, PROOF_PATH, new_nonce, proof_matches
-from pollux.service.local_socket import UntrustedPeerError, local_transport, probe
+from pollux.service.http.local_socket import UntrustedPeerError, local_transport, probe
+from pollux.service.http.sessions import format_origin, origin_of
+from pollux.service.http.tokens import read_token_file, token_from_environment
 from pollux.service.runner import SERVER_FILE
 from pollux.service.server import default_data_dir
-from pollux.service.sessions import format_origin, origin_of
-from pollux.service.tokens import read_token_file, token_from_environment
 
 DEFAULT_TIMEOUT_S = 15.0
 

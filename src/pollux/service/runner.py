@@ -17,7 +17,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from pollux.errors import ConfigError, PolluxError, StartupError
-from pollux.service.local_socket import SOCKET_FILE, bind_local_socket
+from pollux.service.http.local_socket import SOCKET_FILE, bind_local_socket
 from pollux.service.private import TOKEN_FILE, make_private_dir, make_private_file, new_token
 from pollux.service.server import ServerConfig, build_service, is_loopback
 
@@ -91,9 +91,9 @@ def run_server(config: ServerConfig, ready: Callable[[str], None] | None = None)
     """Serve until SIGINT/SIGTERM, then checkpoint-and-stop every job and return."""
     import uvicorn
 
-    from pollux.service.api import create_app
-    from pollux.service.auth import ApiAuth, allowed_hosts_for
-    from pollux.service.connections import (
+    from pollux.service.http.api import create_app
+    from pollux.service.http.auth import ApiAuth, allowed_hosts_for
+    from pollux.service.http.connections import (
         ACCEPT_BACKLOG,
         LISTEN_BACKLOG,
         OncePerCause,

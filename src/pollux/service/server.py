@@ -33,19 +33,19 @@ from pollux.policies.autoscaling import (
 )
 from pollux.policies.base import NodeInfo, Policy
 from pollux.policies.registry import make_policy
-from pollux.service.allocator import Allocator, AllocatorConfig
-from pollux.service.explain import batch_change_event
-from pollux.service.records import JobRecord
-from pollux.service.recovery import job_dir
-from pollux.service.retention import Pruner, Retention
-from pollux.service.states import ACTIVE_STATES
-from pollux.service.store import JobStore
-from pollux.service.store_check import backup, keep_instance_id, open_checked_store
-from pollux.service.telemetry import History, RoundRecorder
-from pollux.service.views import job_detail, job_summary, node_views
+from pollux.service.http.views import job_detail, job_summary, node_views
+from pollux.service.loop.allocator import Allocator, AllocatorConfig
+from pollux.service.loop.explain import batch_change_event
+from pollux.service.loop.recovery import job_dir
+from pollux.service.loop.retention import Pruner, Retention
+from pollux.service.loop.telemetry import History, RoundRecorder
+from pollux.service.storage.records import JobRecord
+from pollux.service.storage.states import ACTIVE_STATES
+from pollux.service.storage.store import JobStore
+from pollux.service.storage.store_check import backup, keep_instance_id, open_checked_store
 
 if TYPE_CHECKING:
-    from pollux.service.metrics import ServiceMetrics
+    from pollux.service.http.metrics import ServiceMetrics
 
 logger = logging.getLogger(__name__)
 
@@ -115,7 +115,7 @@ class ServerConfig:
     """Finished jobs kept (the newest); older ones are pruned with their files."""
     recover: bool = False
     """Before starting: set the job store aside, restore its newest backup and move the
-    directories of jobs it lacks to ``<data dir>/lost`` (:mod:`pollux.service.store_check`)."""
+    directories of jobs it lacks to ``<data dir>/lost`` (:mod:`pollux.service.storage.store_check`)."""
     keep_finished_days: float = Retention.keep_s / 86_400.0
     """Finished jobs are pruned (with their files) this many days after they finished."""
     log_budget_bytes: int = DEFAULT_LOG_BUDGET_BYTES
@@ -367,7 +367,7 @@ def service_metrics(store: JobStore, backend: Backend, history: History
                     ) -> ServiceMetrics | None:
     """This service's own Prometheus registry, or None without prometheus_client."""
     try:
-        from pollux.service.metrics import ClusterCollector, ServiceMetrics
+        from pollux.service.http.metrics import ClusterCollector, ServiceMetrics
     except ImportError:
         logger.warning("prometheus_client is not installed: no /metrics")
         return None

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from pollux.backends.slurm.backend import SlurmBackend
-from pollux.service.allocator import Allocator, AllocatorConfig
-from pollux.service.states import JobState
-from pollux.service.store import JobStore
+from pollux.service.loop.allocator import Allocator, AllocatorConfig
+from pollux.service.storage.states import JobState
+from pollux.service.storage.store import JobStore
 from tests.backends.slurm.cluster import SlurmCluster
 from tests.backends.slurm.typed_share import TypedEqualSharePolicy
 from tests.service.service_builders import make_spec

@@ -11,7 +11,7 @@ from typing import Any
 from pollux.errors import ConfigError
 from pollux.job_spec import JobSpec
 from pollux.models.hints import JobHints
-from pollux.service.states import JobState
+from pollux.service.storage.states import JobState
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """Launching jobs' replicas and handling how each launch ends.
 
-The allocation loop (:mod:`pollux.service.allocator`) decides allocations; this module
+The allocation loop (:mod:`pollux.service.loop.allocator`) decides allocations; this module
 carries them out through the backend: a pending job with a target is launched once its
 resources are free (never across GPU types), replica exits are polled and recorded, a
 replica that fails stops the others and the job restarts from its last checkpoint after a
@@ -24,14 +24,14 @@ from pollux.jobenv import CORRUPT_CHECKPOINT_EXIT_CODE, RESCALE_EXIT_CODE
 from pollux.policies.base import Allocation
 from pollux.resources import DEFAULT_GPU_TYPE
 from pollux.service.decisions import fits, subtract
-from pollux.service.explain import replicas_text
-from pollux.service.records import JobRecord, ReplicaRecord
-from pollux.service.recovery import LOST_EXIT_CODE, job_dir
-from pollux.service.states import ACTIVE_STATES, LIVE_STATES, JobState
-from pollux.service.store import JobStore
+from pollux.service.loop.explain import replicas_text
+from pollux.service.loop.recovery import LOST_EXIT_CODE, job_dir
+from pollux.service.storage.records import JobRecord, ReplicaRecord
+from pollux.service.storage.states import ACTIVE_STATES, LIVE_STATES, JobState
+from pollux.service.storage.store import JobStore
 
 if TYPE_CHECKING:
-    from pollux.service.allocator import AllocatorConfig
+    from pollux.service.loop.allocator import AllocatorConfig
 
 logger = logging.getLogger(__name__)
 

@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pollux.errors import ConfigError, PolluxError, StoreError
-from pollux.service.recovery import job_dir
-from pollux.service.states import JobState
-from pollux.service.store import JobStore
+from pollux.service.loop.recovery import job_dir
+from pollux.service.storage.states import JobState
+from pollux.service.storage.store import JobStore
 
 logger = logging.getLogger(__name__)
 

@@ -32,7 +32,7 @@ from pathlib import Path
 
 from pollux.errors import StartupError, StoreError, StoreUnavailableError
 from pollux.service.private import make_private_file
-from pollux.service.store import JobStore
+from pollux.service.storage.store import JobStore
 
 logger = logging.getLogger(__name__)
 

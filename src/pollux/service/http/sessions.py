@@ -1,6 +1,6 @@
 """Dashboard sessions: what a browser holds instead of the server token.
 
-Opening ``/?token=<token>`` (checked by :mod:`pollux.service.auth`) creates a session of
+Opening ``/?token=<token>`` (checked by :mod:`pollux.service.http.auth`) creates a session of
 two random secrets, kept in this server's memory only:
 
 * the **session cookie** (``pollux_session_<port>``; ``HttpOnly``, ``SameSite=Strict``,

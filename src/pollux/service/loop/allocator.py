@@ -10,7 +10,7 @@ the job from its last checkpoint, up to ``max_failures`` times, then the job is 
 
 Only this loop changes job states (the API only adds jobs, stores hints and flags
 cancellations), so there are no races between state changes. Launching, polling and
-stopping replicas is :mod:`pollux.service.launches`, driven from this loop's thread.
+stopping replicas is :mod:`pollux.service.loop.launches`, driven from this loop's thread.
 """
 
 from __future__ import annotations
@@ -34,18 +34,18 @@ from pollux.policies.snapshot import (
     learned_type_speeds,
     without_models,
 )
-from pollux.service.explain import hints_of, rescale_reason
-from pollux.service.launches import LaunchSupervisor, StopCause
-from pollux.service.records import JobRecord
-from pollux.service.recovery import JobNotices, Recovery
-from pollux.service.snapshot import (
+from pollux.service.loop.explain import hints_of, rescale_reason
+from pollux.service.loop.launches import LaunchSupervisor, StopCause
+from pollux.service.loop.recovery import JobNotices, Recovery
+from pollux.service.loop.snapshot import (
     HintsCache,
     active_records,
     job_reports,
     previous_allocations,
 )
-from pollux.service.states import ACTIVE_STATES, LIVE_STATES, JobState
-from pollux.service.store import JobStore
+from pollux.service.storage.records import JobRecord
+from pollux.service.storage.states import ACTIVE_STATES, LIVE_STATES, JobState
+from pollux.service.storage.store import JobStore
 
 logger = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ from typing import Any
 from pollux.models.hints import JobHints
 from pollux.policies.base import Allocation, NodeInfo, TunedConfig
 from pollux.policies.snapshot import JobReport
-from pollux.service.records import JobRecord
+from pollux.service.storage.records import JobRecord
 
 logger = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ from typing import Any
 from pollux.errors import ConfigError
 from pollux.models import JobHints
 from pollux.models.throughput import compute_time, sync_time
-from pollux.service.records import JobRecord
+from pollux.service.storage.records import JobRecord
 
 
 def hints_of(raw: Mapping[str, Any] | None) -> JobHints | None:

@@ -21,9 +21,9 @@ from pathlib import Path
 from pollux.backends.base import Backend, LiveReplica
 from pollux.backends.exit_status import exit_status_path, read_exit_status
 from pollux.jobenv import CORRUPT_SUFFIX
-from pollux.service.records import JobRecord
-from pollux.service.states import LIVE_STATES, JobState
-from pollux.service.store import INTENT_KEY, JobStore
+from pollux.service.storage.records import JobRecord
+from pollux.service.storage.states import LIVE_STATES, JobState
+from pollux.service.storage.store import INTENT_KEY, JobStore
 
 logger = logging.getLogger(__name__)
 

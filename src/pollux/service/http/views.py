@@ -11,8 +11,8 @@ from typing import Any
 from pollux.models.hints import JobHints
 from pollux.policies.base import NodeInfo
 from pollux.resources import DEFAULT_GPU_TYPE
-from pollux.service.records import JobEvent, JobRecord, ReplicaRecord
-from pollux.service.snapshot import held_allocation
+from pollux.service.loop.snapshot import held_allocation
+from pollux.service.storage.records import JobEvent, JobRecord, ReplicaRecord
 
 logger = logging.getLogger(__name__)
 

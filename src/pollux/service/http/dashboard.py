@@ -5,7 +5,7 @@ Prometheus scrape endpoint ``/metrics``.
 
 Every route here sits behind the same authentication as the rest of the API (the app's
 token check applies to every path): a browser opens the page through its ``?token=``
-link and then holds a dashboard session (:mod:`pollux.service.sessions`): its cookie
+link and then holds a dashboard session (:mod:`pollux.service.http.sessions`): its cookie
 opens the page and assets, and the page's script sends the session's CSRF token with
 every API request, including the job's cancel button.
 """
@@ -20,10 +20,10 @@ from fastapi import FastAPI, Request
 from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 
-from pollux.service.openapi import STATIC_PREFIX
+from pollux.service.http.openapi import STATIC_PREFIX
+from pollux.service.http.sessions import LOGIN_QUERY, LOGIN_TTL_S
+from pollux.service.loop.telemetry import samples_as_columns
 from pollux.service.server import SchedulerService
-from pollux.service.sessions import LOGIN_QUERY, LOGIN_TTL_S
-from pollux.service.telemetry import samples_as_columns
 
 METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 STATIC_DIR = Path(__file__).resolve().parent / "static"

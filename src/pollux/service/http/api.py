@@ -8,7 +8,7 @@ integer too long to read too), 500 the job store (or one job's record) is damage
 message names it and the fix: ``pollux server --recover``), 503 the job store is busy
 (retry), 507 the data directory is full (nothing was stored).
 
-Every request needs the server's token (see :mod:`pollux.service.auth`, which guards
+Every request needs the server's token (see :mod:`pollux.service.http.auth`, which guards
 every route of the app). The hints endpoint instead takes the job's own hints token (or
 the server token), checked before it says whether the job exists.
 """
@@ -34,17 +34,23 @@ from pollux.errors import (
     UnknownJobError,
     UnknownPluginError,
 )
-from pollux.service.auth import ApiAuth, bearer_token, error_response, install_guard, tokens_match
-from pollux.service.dashboard import add_dashboard
-from pollux.service.openapi import SUBMIT_OPENAPI, add_offline_docs, add_schemas
-from pollux.service.rate_limit import RateLimit, RateLimiter
+from pollux.service.http.auth import (
+    ApiAuth,
+    bearer_token,
+    error_response,
+    install_guard,
+    tokens_match,
+)
+from pollux.service.http.dashboard import add_dashboard
+from pollux.service.http.openapi import SUBMIT_OPENAPI, add_offline_docs, add_schemas
+from pollux.service.http.rate_limit import RateLimit, RateLimiter
+from pollux.service.http.sessions import Sessions
 from pollux.service.server import (
     DEFAULT_EVENTS_LISTED,
     DEFAULT_FINISHED_LISTED,
     MAX_LISTED,
     SchedulerService,
 )
-from pollux.service.sessions import Sessions
 
 MAX_BODY_BYTES = 1 << 20
 MAX_JSON_DEPTH = 32
@@ -145,10 +151,10 @@ def is_hints_post(request: Request) -> bool:
 def create_app(service: SchedulerService, auth: ApiAuth,
                hints_rate: RateLimiter | None = None,
                sessions: Sessions | None = None) -> FastAPI:
-    """The API app; ``auth`` guards every route (see :mod:`pollux.service.auth`);
+    """The API app; ``auth`` guards every route (see :mod:`pollux.service.http.auth`);
     ``hints_rate`` bounds how often each job may post hints (default
     ``RateLimit()``: 1 per second, bursts of 30); ``sessions``: the dashboard's
-    sessions (default: new ones, see :mod:`pollux.service.sessions`)."""
+    sessions (default: new ones, see :mod:`pollux.service.http.sessions`)."""
     hints_limiter = hints_rate if hints_rate is not None else RateLimiter(RateLimit())
     app = FastAPI(title="Pollux scheduler", version=__version__,
                   description="Submit, watch and cancel elastic training jobs.",

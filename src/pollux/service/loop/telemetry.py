@@ -20,7 +20,7 @@ from pollux.models.goodput import GoodputFunction
 from pollux.models.hints import JobHints
 from pollux.models.speedup import SpeedupFunction
 from pollux.policies.base import GPU, NodeInfo
-from pollux.service.records import JobRecord
+from pollux.service.storage.records import JobRecord
 
 logger = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ dashboard session bought with it:
   ``Authorization: Bearer <token>``: everything the API offers;
 * a browser opens ``http://HOST:PORT/?token=<token>`` once: the guard answers with a
   redirect to the page without the token and a session of its own (see
-  :mod:`pollux.service.sessions`): a cookie that opens pages only, and a CSRF token the
+  :mod:`pollux.service.http.sessions`): a cookie that opens pages only, and a CSRF token the
   dashboard sends with each API request; a session reads and cancels, never submits.
   The raw token is never put in a cookie.
 
@@ -52,8 +52,7 @@ from pollux.server_proof import (
     PROOF_PATH,
     server_proof,
 )
-from pollux.service.private import TOKEN_FILE
-from pollux.service.sessions import (
+from pollux.service.http.sessions import (
     CSRF_FRAGMENT,
     CSRF_HEADER,
     LOGIN_QUERY,
@@ -67,6 +66,7 @@ from pollux.service.sessions import (
     origin_of,
     parse_origin,
 )
+from pollux.service.private import TOKEN_FILE
 
 __all__ = ["TOKEN_FILE", "ApiAuth", "install_guard"]
 

@@ -6,7 +6,7 @@ orphans) and an event log per job. Every method is one transaction: a crash at a
 moment leaves either the state before it or the state after it. Writes hitting a
 transient error are retried; one that fails for good (or a full disk) raises
 StoreUnavailableError with nothing changed; reads never wait behind writes
-(:mod:`pollux.service.sqlite_db`).
+(:mod:`pollux.service.storage.sqlite_db`).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from pollux.errors import (
 )
 from pollux.job_spec import JobSpec
 from pollux.service.private import make_private_file
-from pollux.service.records import (
+from pollux.service.storage.records import (
     JOB_COLUMNS,
     UPDATABLE_COLUMNS,
     JobEvent,
@@ -39,9 +39,9 @@ from pollux.service.records import (
     encode_column,
     job_from_row,
 )
-from pollux.service.sqlite_db import Database
-from pollux.service.states import JobState, can_transition
-from pollux.service.store_schema import create_schema
+from pollux.service.storage.sqlite_db import Database
+from pollux.service.storage.states import JobState, can_transition
+from pollux.service.storage.store_schema import create_schema
 
 logger = logging.getLogger(__name__)
 
@@ -358,7 +358,7 @@ class JobStore:
         job moves to Starting (with ``updates``) and every replica of ``allocation`` is
         stored with ``intent`` as its handle (the backend, the job dir, the generation),
         so a server killed at any instant of the launch leaves a store that names every
-        replica that may run (:mod:`pollux.service.recovery` settles them from the
+        replica that may run (:mod:`pollux.service.loop.recovery` settles them from the
         evidence: exit status files, processes and Slurm jobs found by name)."""
         handle = json.dumps({**dict(intent), INTENT_KEY: True, "generation": generation})
 

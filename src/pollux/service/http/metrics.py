@@ -27,9 +27,9 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from pollux.policies.base import NodeInfo
-from pollux.service.records import JobRecord
-from pollux.service.states import JobState
-from pollux.service.telemetry import JobModels, slots_used_and_total
+from pollux.service.loop.telemetry import JobModels, slots_used_and_total
+from pollux.service.storage.records import JobRecord
+from pollux.service.storage.states import JobState
 
 ROUND_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
                    10.0, 30.0)
