@@ -23,13 +23,13 @@ from pollux.jobenv import JobEnvironment
 from pollux.models import GradientStats, JobHints, ThroughputParams
 from pollux.models.typed import TypeProfile
 from pollux.server_proof import server_proof
+from pollux.torch.agreement import Agreement, _decode, _encode
 from pollux.torch.batch_size import (
     BatchConfig,
     BatchLimits,
     choose_batch_config,
     initial_batch_config,
 )
-from pollux.torch.control import Agreement, _decode, _encode
 from pollux.torch.distributed import LaunchSource, read_launch_environment
 from pollux.torch.hints_reporter import HintsReporter, send_hints
 from pollux.torch.job import AgentConfig

@@ -4,7 +4,7 @@ Every so many optimizer steps (decided at the previous agreement so that every r
 stops at the same step), the loader's iteration calls :meth:`ControlLoop.synchronize`.
 Rank 0 collects the profile, refits the throughput model, reads the gradient statistics
 and proposes a batch configuration (:mod:`pollux.torch.batch_decider`: a change needs a
-gain confirmed at several agreement points, more to go back); one collective (:func:`pollux.torch.control.agree`)
+gain confirmed at several agreement points, more to go back); one collective (:func:`pollux.torch.agreement.agree`)
 makes every rank adopt it. When a replica was asked to stop (SIGTERM, SIGINT, a
 rescale), every rank checkpoints and leaves *from inside the iteration*:
 :meth:`~pollux.torch.job.JobContext.exit_for_rescale` raises ``SystemExit`` with the
@@ -18,6 +18,7 @@ import time
 from typing import TYPE_CHECKING, Protocol
 
 from pollux.models import GoodputFunction, GradientStats, JobHints
+from pollux.torch.agreement import Agreement, StopWatch, agree
 from pollux.torch.batch_decider import BatchDecider
 from pollux.torch.batch_size import (
     BatchConfig,
@@ -25,7 +26,6 @@ from pollux.torch.batch_size import (
     carried_batch_config,
     initial_batch_config,
 )
-from pollux.torch.control import Agreement, StopWatch, agree
 from pollux.torch.gradient_noise import GradientNoiseEstimator
 
 if TYPE_CHECKING:

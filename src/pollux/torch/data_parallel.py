@@ -15,7 +15,7 @@ How it hooks in (the user's training loop stays ordinary):
   moments survive batch-size changes.
 
 Everything above stays on the device; host-side values (gain, statistics) come from
-the agreement points (:mod:`pollux.torch.control`).
+the agreement points (:mod:`pollux.torch.agreement`).
 """
 
 from __future__ import annotations
