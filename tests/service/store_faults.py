@@ -1,8 +1,10 @@
 """Injected SQLite faults for the store tests: a write connection whose statements fail
-with "database is locked" at random moments, as a busy database would."""
+with "database is locked" at random moments, as a busy database would; hints stored
+unvalidated, as an older or damaged server could have left them."""
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from typing import Any
 
@@ -66,3 +68,11 @@ class _FlakyCursor:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._cursor, name)
+
+
+def write_stored_hints(store: JobStore, job_id: str, raw: Any, now: float) -> None:
+    """Put ``raw`` in the job's hints column as an older (or damaged) server could have:
+    a string as it is, anything else as its JSON, with no validation."""
+    text = raw if isinstance(raw, str) else json.dumps(raw)
+    store.db.write(lambda cur: cur.execute(
+        "UPDATE jobs SET hints=?, hints_updated_at=? WHERE id=?", (text, now, job_id)))

@@ -16,12 +16,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pollux.errors import JobSpecError
+from pollux.models.hints import JobHints
 from pollux.service.http.api import MAX_BODY_BYTES, create_app
 from pollux.service.http.auth import ApiAuth, allowed_hosts_for
 from pollux.service.http.sessions import cookie_name
 from pollux.service.storage.store import JobStore
 from tests.address_space import address_space_limited
 from tests.service.service_builders import AUTH_HEADERS, TEST_TOKEN, make_auth, make_spec
+from tests.service.store_faults import write_stored_hints
 
 with warnings.catch_warnings():  # starlette 1.0 asks for the httpx2 fork; httpx works
     warnings.simplefilter("ignore", UserWarning)
@@ -339,7 +341,7 @@ def test_no_hints_stall_the_allocation_loop(pollux_service, hints):
     jobs = service.store.list_jobs()
     now = 1000.0 + service.allocator.num_rounds * 100.0
     for record, raw in zip(jobs, hints):
-        service.store.set_hints(record.id, raw, now)
+        write_stored_hints(service.store, record.id, raw, now)
     before = service.allocator.num_rounds
     service.allocator.request_round()
     with address_space_limited(4 << 30):
@@ -363,10 +365,9 @@ def test_hints_claiming_a_billion_replicas_cost_no_memory(pollux_service):
     bad = service.store.list_jobs()[0]
     params = {"alpha_c": 0.1, "beta_c": 0.01, "alpha_n": 0.1, "beta_n": 0.01,
               "alpha_r": 0.1, "beta_r": 0.01, "gamma": 1.5}
-    service.store.set_hints(bad.id, {"init_batch_size": 32, "max_batch_size": 1024,
-                                     "local_bsz_bounds": [16, 128],
-                                     "throughput_params": params,
-                                     "max_profiled_replicas": 2**30}, 1.0)
+    service.store.set_hints(bad.id, JobHints.from_dict(
+        {"init_batch_size": 32, "max_batch_size": 1024, "local_bsz_bounds": [16, 128],
+         "throughput_params": params, "max_profiled_replicas": 2**30}), 1.0)
     with address_space_limited(512 << 20):
         service.allocator.tick(2.0)
     assert service.allocator.num_rounds == 1
@@ -380,8 +381,8 @@ def test_a_job_whose_model_fails_is_scheduled_without_it_and_told(pollux_service
     every job; now the job runs as one without a model and its events say why."""
     service = pollux_service
     bad = service.store.list_jobs()[0]
-    service.store.set_hints(bad.id, {"init_batch_size": 2**64, "max_batch_size": 2**65,
-                                     "local_bsz_bounds": [1, 2**64]}, 1.0)
+    write_stored_hints(service.store, bad.id, {"init_batch_size": 2**64, "max_batch_size": 2**65,
+                                               "local_bsz_bounds": [1, 2**64]}, 1.0)
     service.allocator.tick(2.0)
     assert service.allocator.num_rounds == 1
     decision = service.allocator.last_decision

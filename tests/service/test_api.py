@@ -122,7 +122,7 @@ def test_hints_need_the_jobs_own_token(make_service):
         # a job token opens nothing else
         assert client.get("/api/jobs", headers=as_a).status_code == 401
         assert client.post(f"/api/jobs/{a}/hints", json=HINTS, headers=as_a).status_code == 204
-        assert service.store.get_job(a).hints["batch_size"] == 64
+        assert service.store.get_job(a).hints.batch_size == 64
         bad = client.post(f"/api/jobs/{b}/hints", json={"init_batch_size": 32},
                           headers={"Authorization": f"Bearer {token_b}"})
         assert bad.status_code == 422 and bad.json()["field"] == "max_batch_size"

@@ -195,7 +195,7 @@ def service_in_state(round_: Round, tmp: Path, policy: Policy, config: ClusterCo
         record = store.add_job(spec, state["submitted"])
         ids[record.id] = name
         if state["hints"] is not None:
-            store.set_hints(record.id, state["hints"].to_dict(), round_.time_s)
+            store.set_hints(record.id, state["hints"], round_.time_s)
         launches = 0 if state["num_restarts"] is None else state["num_restarts"] + 1
         store.update_job(record.id, 0.0, attained_service_s=state["service_s"],
                          num_launches=launches)

@@ -52,14 +52,14 @@ def test_a_flooding_job_is_answered_429_and_others_are_not(make_service) -> None
         assert refused.json()["field"] == "hints" and "too often" in refused.json()["detail"]
         # the store saw five posts: at most five batch-size events, not two hundred
         assert len(service.store.events(noisy)) - events_before <= 5
-        assert service.store.get_job(noisy).hints["batch_size"] == 64  # the 5th post's
+        assert service.store.get_job(noisy).hints.batch_size == 64  # the 5th post's
         # another job is not slowed by its neighbour
         assert client.post(f"/api/jobs/{quiet}/hints", json=hints(32),
                            headers=as_quiet).status_code == 204
         clock.now += 1.0  # one token back
         assert client.post(f"/api/jobs/{noisy}/hints", json=hints(128),
                            headers=as_noisy).status_code == 204
-        assert service.store.get_job(noisy).hints["batch_size"] == 128
+        assert service.store.get_job(noisy).hints.batch_size == 128
         # a post for a job one may not post for costs no token and learns nothing
         assert client.post(f"/api/jobs/{quiet}/hints", json=hints(32),
                            headers=as_noisy).status_code == 403

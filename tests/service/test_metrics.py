@@ -142,21 +142,21 @@ def test_grafana_example_queries_metrics_the_server_exports(client, service):
 
 
 def test_job_models_are_rebuilt_only_when_hints_change(service, monkeypatch):
-    import dataclasses
-
+    from pollux.models import hints as hints_module
     from pollux.service.loop import telemetry
 
     job = service.submit(SPEC)["id"]
     service.allocator.tick()
     service.post_hints(job, HINTS)
-    record = service.store.get_job(job)
-    built: list[str] = []
-    real = telemetry.job_model
-    monkeypatch.setattr(telemetry, "job_model", lambda r: built.append(r.id) or real(r))
-    models = telemetry.JobModels()
-    first = models.sample(record, 1.0)
-    assert models.sample(record, 2.0).speedup == first.speedup and built == [job]
-    newer = dataclasses.replace(record, hints_updated_at=(record.hints_updated_at or 0) + 1,
-                                hints={**HINTS, "batch_size": 128})
-    assert models.sample(newer, 3.0).batch_size == 128 and built == [job, job]
+    built: list[int] = []
+    real = hints_module.SpeedupFunction
+    monkeypatch.setattr(hints_module, "SpeedupFunction",
+                        lambda *args, **kwargs: built.append(1) or real(*args, **kwargs))
+    first = telemetry.job_sample(service.store.get_job(job), 1.0)
+    service.store.add_service({job: 5.0}, 1.5)  # the row changes, its hints do not
+    assert telemetry.job_sample(service.store.get_job(job), 2.0).speedup == first.speedup
+    assert built == [1]
+    service.post_hints(job, {**HINTS, "batch_size": 128})
+    assert telemetry.job_sample(service.store.get_job(job), 3.0).batch_size == 128
+    assert built == [1, 1]
     assert first.speedup is not None and first.speedup > 0

@@ -7,6 +7,7 @@ import sqlite3
 import pytest
 
 from pollux.errors import StoreError, UnknownJobError
+from pollux.models.hints import JobHints
 from pollux.service.storage.records import ReplicaRecord
 from pollux.service.storage.states import ALLOWED_TRANSITIONS, JobState
 from pollux.service.storage.store import JobStore
@@ -56,12 +57,12 @@ def test_state_survives_reopening_and_uses_wal(tmp_path):
     first.transition(job.id, JobState.STARTING, 2.0, "launch", allocation=("n0", "n1"),
                      num_launches=1)
     first.add_replica(ReplicaRecord(job.id, 1, 0, "n0", {"pid": 12}, 2.0, None, None))
-    first.set_hints(job.id, {"init_batch_size": 32}, 3.0)
+    first.set_hints(job.id, JobHints(32, 64, (16, 32)), 3.0)
     # no close(): as if the process died
     second = JobStore(path)
     record = second.get_job(job.id)
     assert record.state is JobState.STARTING and record.allocation == ("n0", "n1")
-    assert record.hints == {"init_batch_size": 32}
+    assert record.hints == JobHints(32, 64, (16, 32))
     assert second.replicas(live_only=True)[0].handle == {"pid": 12}
     mode = sqlite3.connect(path).execute("PRAGMA journal_mode").fetchone()[0]
     assert mode == "wal"

@@ -10,6 +10,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from dataclasses import field as dataclass_field
+from functools import cached_property
 from types import MappingProxyType
 from typing import Any
 
@@ -233,14 +234,25 @@ class JobHints:
         )
 
     def goodput_function(self) -> GoodputFunction | None:
-        """The job's goodput model, or None while it has no profile yet."""
+        """The job's goodput model, or None while it has no profile yet. Built once per
+        hints object (hints never change): every reader of these hints shares it."""
+        return self._goodput
+
+    def speedup_function(self) -> SpeedupFunction | None:
+        """Speedup over one replica, or None while the job has no profile yet. Built once
+        per hints object, with its memo table; raises ConfigError (each call) for hints
+        that allow no feasible batch size."""
+        return self._speedup
+
+    @cached_property
+    def _goodput(self) -> GoodputFunction | None:
         if self.throughput_params is None:
             return None
         stats = self.grad_stats if self.grad_stats is not None else GradientStats(1.0, 0.0)
         return GoodputFunction(self.throughput_params, stats, self.init_batch_size)
 
-    def speedup_function(self) -> SpeedupFunction | None:
-        """Speedup over one replica, or None while the job has no profile yet."""
+    @cached_property
+    def _speedup(self) -> SpeedupFunction | None:
         goodput = self.goodput_function()
         if goodput is None:
             return None

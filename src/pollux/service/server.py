@@ -251,7 +251,7 @@ class SchedulerService:
             raise ConfigError("hints", data, f"a field has the wrong type ({exc})") from exc
         before = self.store.get_job(job_id)
         now = self.clock()
-        self.store.set_hints(job_id, hints.to_dict(), now)
+        self.store.set_hints(job_id, hints, now)
         event = batch_change_event(before, hints)
         if event is not None:
             self.store.add_event(job_id, now, "Batch size", event)
@@ -373,6 +373,6 @@ def service_metrics(store: JobStore, backend: Backend, history: History
         return None
     metrics = ServiceMetrics()
     metrics.watch_cluster(ClusterCollector(lambda: store.list_jobs(ACTIVE_STATES),
-                                           backend.nodes, time.time, history.models,
+                                           backend.nodes, time.time,
                                            count_by_state=store.count_by_state))
     return metrics

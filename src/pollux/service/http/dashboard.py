@@ -22,7 +22,7 @@ from fastapi.staticfiles import StaticFiles
 
 from pollux.service.http.openapi import STATIC_PREFIX
 from pollux.service.http.sessions import LOGIN_QUERY, LOGIN_TTL_S
-from pollux.service.loop.telemetry import samples_as_columns
+from pollux.service.loop.telemetry import job_sample, samples_as_columns
 from pollux.service.server import SchedulerService
 
 METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -38,7 +38,7 @@ def dashboard_view(service: SchedulerService) -> dict[str, Any]:
     now = service.clock()
     records = service.store.list_recent(DASHBOARD_FINISHED_JOBS)  # one read for all
     jobs = service.summaries(records)
-    samples = {record.id: service.history.models.sample(record, now)
+    samples = {record.id: job_sample(record, now)
                for record in records if not record.state.is_final}
     for job in jobs:
         sample = samples.get(job["id"])

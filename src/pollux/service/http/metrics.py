@@ -27,7 +27,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from pollux.policies.base import NodeInfo
-from pollux.service.loop.telemetry import JobModels, slots_used_and_total
+from pollux.service.loop.telemetry import job_sample, slots_used_and_total
 from pollux.service.storage.records import JobRecord
 from pollux.service.storage.states import JobState
 
@@ -42,7 +42,7 @@ class ClusterCollector(Collector):
 
     def __init__(self, list_jobs: Callable[[], Sequence[JobRecord]],
                  list_nodes: Callable[[], Sequence[NodeInfo]],
-                 clock: Callable[[], float], models: JobModels | None = None,
+                 clock: Callable[[], float],
                  count_by_state: Callable[[], Mapping[JobState, int]] | None = None) -> None:
         """``count_by_state``: the jobs in each state, counted by the store (then
         ``list_jobs`` need only list the active jobs; else counted from its list)."""
@@ -50,7 +50,6 @@ class ClusterCollector(Collector):
         self.count_by_state = count_by_state
         self.list_nodes = list_nodes
         self.clock = clock
-        self.models = models if models is not None else JobModels()
 
     def collect(self) -> Iterator[Metric]:
         records = self.list_jobs()
@@ -87,7 +86,7 @@ class ClusterCollector(Collector):
         restarts = CounterMetricFamily("pollux_job_restarts", "Launches after the first "
                                        "(rescales, failures, server restarts)", labels=["job"])
         for record in active:
-            sample = self.models.sample(record, now)
+            sample = job_sample(record, now)
             if sample.goodput is not None:
                 goodput.add_metric([record.id], sample.goodput)
             if sample.batch_size is not None:

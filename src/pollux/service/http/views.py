@@ -32,14 +32,10 @@ def current_goodput(record: JobRecord, hints: JobHints | None) -> float | None:
     return value if math.isfinite(value) else None
 
 
-def parsed_hints(record: JobRecord) -> JobHints | None:
-    return record.parsed_hints
-
-
 def job_summary(record: JobRecord, now: float, recovering: bool = False) -> dict[str, Any]:
     """One row of ``pollux ls``; ``recovering``: a restarted server is still stopping the
     replicas its predecessor left (the state is the one recorded before the restart)."""
-    hints = parsed_hints(record)
+    hints = record.hints
     running = record.allocation if record.state.has_replicas else ()
     return {
         "id": record.id,
@@ -77,7 +73,7 @@ def job_detail(record: JobRecord, now: float, events: Sequence[JobEvent],
         "spec": record.spec.to_dict(),
         "attained_service_s": record.attained_service_s,
         "launches": record.num_launches,
-        "hints": None if record.hints is None else dict(record.hints),
+        "hints": None if record.hints is None else record.hints.to_dict(),
         "hints_updated_at": record.hints_updated_at,
         "events": [{"time": e.time, "kind": e.kind, "message": event_message(e)}
                    for e in events],

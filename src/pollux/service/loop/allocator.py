@@ -34,12 +34,12 @@ from pollux.policies.snapshot import (
     learned_type_speeds,
     without_models,
 )
-from pollux.service.loop.explain import hints_of, rescale_reason
+from pollux.service.loop.explain import rescale_reason
 from pollux.service.loop.launches import LaunchSupervisor, StopCause
 from pollux.service.loop.recovery import JobNotices, Recovery
 from pollux.service.loop.snapshot import (
-    HintsCache,
     active_records,
+    hints_problems,
     job_reports,
     previous_allocations,
 )
@@ -102,7 +102,6 @@ class Allocator:
         self.last_scaling: ScalingDecision | None = None
         self.type_speeds: dict[str, float] = dict(config.gpu_type_speeds)
         """GPU type -> relative speed used in the latest round (declared and learned)."""
-        self._hints = HintsCache()
         self._speedups = SpeedupCache(guarded=True)
         self._infeasible: dict[str, str] = {}
         self._round_due_at = 0.0
@@ -176,7 +175,7 @@ class Allocator:
         checked (infeasible allocations become job events) and applied."""
         records = active_records(self.store.list_jobs(ACTIVE_STATES))
         nodes = tuple(self.backend.nodes())
-        reports = job_reports(records, self._hints)
+        reports = job_reports(records)
         types = tuple(gpu_types_of(nodes))
         if len(types) > 1:
             self.type_speeds = learned_type_speeds(reports, types, self.config.gpu_type_speeds)
@@ -209,7 +208,7 @@ class Allocator:
                         f"scheduling round failed ({type(exc).__name__}: {exc}); this round "
                         "treats every job as one without a model")
             self._report_round(time.perf_counter() - started_s)
-        self._notices.unusable_models({**self._hints.problems(), **self._speedups.problems()},
+        self._notices.unusable_models({**hints_problems(records), **self._speedups.problems()},
                                       records, now)
         self._notices.fresh_starts(records, now)
         decision = check_decision(decision, snapshot)
@@ -266,7 +265,7 @@ class Allocator:
             logger.info("job %s is not preemptible; keeping its allocation", record.id)
             return
         verb = "preempted" if not new else f"rescale {len(record.allocation)} -> {len(new)}"
-        why = rescale_reason(hints_of(record.hints), record.allocation, new, num_other_jobs,
+        why = rescale_reason(record.hints, record.allocation, new, num_other_jobs,
                              gpu_types)
         self.launches.request_stop(record.id, StopCause.RESCALE, now)
         self.store.transition(record.id, JobState.RESCALING, now,

@@ -9,22 +9,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from pollux.errors import ConfigError
 from pollux.models import JobHints
 from pollux.models.throughput import compute_time, sync_time
 from pollux.service.storage.records import JobRecord
-
-
-def hints_of(raw: Mapping[str, Any] | None) -> JobHints | None:
-    """The job's hints as posted, or None (none yet, or not usable)."""
-    if raw is None:
-        return None
-    try:
-        return JobHints.from_dict(dict(raw))
-    except (ValueError, TypeError, ArithmeticError):
-        return None
 
 
 def replicas_text(count: int) -> str:
@@ -139,7 +128,7 @@ def batch_change_reason(hints: JobHints, num_nodes: int, num_replicas: int,
 def batch_change_event(before: JobRecord, hints: JobHints) -> str | None:
     """The event for new ``hints`` of a job whose record was ``before``, when its batch
     size changed on the same allocation; None otherwise."""
-    old = hints_of(before.hints)
+    old = before.hints
     if (old is None or old.batch_size is None or hints.batch_size is None
             or old.batch_size == hints.batch_size or not before.allocation):
         return None

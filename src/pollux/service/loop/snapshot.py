@@ -2,64 +2,23 @@
 
 Each active job record becomes a :class:`~pollux.policies.snapshot.JobReport`: its spec's
 resources and bounds, its accounting, what it holds, and the hints its agent last posted
-(parsed once per post). The policy's records are built from these reports by the module
-the simulator uses too.
+(parsed once, when its record was read: :class:`~pollux.service.storage.records.JobDecoder`).
+The policy's records are built from these reports by the module the simulator uses too.
 """
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
-from pollux.models.hints import JobHints
 from pollux.policies.base import Allocation, NodeInfo, TunedConfig
 from pollux.policies.snapshot import JobReport
 from pollux.service.storage.records import JobRecord
 
-logger = logging.getLogger(__name__)
 
-
-class HintsCache:
-    """Parsed hints per job, parsed again only when new hints arrive."""
-
-    def __init__(self) -> None:
-        self._entries: dict[str, tuple[float | None, JobHints | None]] = {}
-        self._unusable: dict[str, str] = {}
-
-    def get(self, record: JobRecord) -> JobHints | None:
-        cached = self._entries.get(record.id)
-        if cached is not None and cached[0] == record.hints_updated_at:
-            return cached[1]
-        hints = parse_hints(record.id, record.hints)
-        if hints is None and record.hints is not None:
-            self._unusable[record.id] = "its hints cannot be read"
-        else:
-            self._unusable.pop(record.id, None)
-        self._entries[record.id] = (record.hints_updated_at, hints)
-        return hints
-
-    def problems(self) -> dict[str, str]:
-        """Job id -> why its hints are not used (for the jobs whose hints do not parse)."""
-        return dict(self._unusable)
-
-    def forget(self, keep: Iterable[str]) -> None:
-        kept = set(keep)
-        for job_id in set(self._entries) - kept:
-            del self._entries[job_id]
-            self._unusable.pop(job_id, None)
-
-
-def parse_hints(job_id: str, raw: Mapping[str, Any] | None) -> JobHints | None:
-    """The job's hints, or None when it has posted none (or hints that no longer parse:
-    they were validated when posted, so this is logged and the job treated as new)."""
-    if raw is None:
-        return None
-    try:
-        return JobHints.from_dict(dict(raw))
-    except Exception as exc:  # validated when posted (not before #13); never fail a round
-        logger.warning("job %s: ignoring hints: %s", job_id, exc)
-        return None
+def hints_problems(records: Sequence[JobRecord]) -> dict[str, str]:
+    """Job id -> why its stored hints are not used (the jobs whose hints do not parse;
+    the allocation loop tells each job once per hints version)."""
+    return {r.id: r.hints_problem for r in records if r.hints_problem is not None}
 
 
 def held_allocation(record: JobRecord) -> Allocation:
@@ -71,9 +30,9 @@ def held_allocation(record: JobRecord) -> Allocation:
     return ()
 
 
-def job_report(record: JobRecord, hints: JobHints | None) -> JobReport:
+def job_report(record: JobRecord) -> JobReport:
     """What the scheduler knows of ``record`` and what its agent reported."""
-    spec = record.spec
+    spec, hints = record.spec, record.hints
     batch_size = 0 if hints is None else (hints.batch_size or hints.init_batch_size)
     return JobReport(
         name=record.id,
@@ -96,11 +55,9 @@ def active_records(records: Sequence[JobRecord]) -> list[JobRecord]:
     return [r for r in records if not r.state.is_final and not r.cancel_requested]
 
 
-def job_reports(records: Sequence[JobRecord], cache: HintsCache) -> list[JobReport]:
-    """Reports of ``records`` (in their order); ``cache`` forgets the others."""
-    reports = [job_report(record, cache.get(record)) for record in records]
-    cache.forget(r.id for r in records)
-    return reports
+def job_reports(records: Sequence[JobRecord]) -> list[JobReport]:
+    """Reports of ``records`` (in their order)."""
+    return [job_report(record) for record in records]
 
 
 def previous_allocations(records: Sequence[JobRecord], nodes: Sequence[NodeInfo]

@@ -72,13 +72,14 @@ class JobModel:
 
 
 def job_model(record: JobRecord) -> JobModel:
-    """The models of ``record``'s hints (all None before valid hints)."""
-    if record.hints is None:
+    """The models of ``record``'s hints (all None before usable hints); built once per
+    hints version and kept with the hints (:class:`~pollux.service.storage.records.JobDecoder`)."""
+    hints = record.hints
+    if hints is None:
         return JobModel(None, None, None)
     try:
-        hints = JobHints.from_dict(dict(record.hints))
         return JobModel(hints, hints.goodput_function(), hints.speedup_function())
-    except ConfigError:
+    except ConfigError:  # a model that refuses the hints: the job has no model here
         return JobModel(None, None, None)
 
 
@@ -111,9 +112,9 @@ def speedup_of_allocation(model: JobModel, allocation: Sequence[str]) -> float |
         return None
 
 
-def job_sample(record: JobRecord, now: float, model: JobModel | None = None) -> JobSample:
-    """``record`` now; ``model``: its hints' models when already built (see JobModels)."""
-    model = job_model(record) if model is None else model
+def job_sample(record: JobRecord, now: float) -> JobSample:
+    """``record`` now."""
+    model = job_model(record)
     running = record.allocation if record.state.has_replicas else ()
     goodput, efficiency = goodput_and_efficiency(record, model)
     return JobSample(time=now, state=record.state.value, replicas=len(running),
@@ -121,28 +122,6 @@ def job_sample(record: JobRecord, now: float, model: JobModel | None = None) -> 
                      batch_size=None if model.hints is None else model.hints.batch_size,
                      goodput=goodput, efficiency=efficiency,
                      speedup=speedup_of_allocation(model, running))
-
-
-class JobModels:
-    """Each job's models, rebuilt only when its hints change (building the speedup
-    function costs milliseconds; the dashboard, /metrics and every round sample every
-    job). Thread-safe, bounded."""
-
-    def __init__(self, max_jobs: int = DEFAULT_MAX_JOBS) -> None:
-        self.max_jobs = max_jobs
-        self._lock = threading.Lock()
-        self._models: OrderedDict[str, tuple[float | None, JobModel]] = OrderedDict()
-
-    def sample(self, record: JobRecord, now: float) -> JobSample:
-        with self._lock:
-            cached = self._models.pop(record.id, None)
-        if cached is None or cached[0] != record.hints_updated_at:
-            cached = (record.hints_updated_at, job_model(record))
-        with self._lock:
-            self._models[record.id] = cached
-            while len(self._models) > self.max_jobs:
-                self._models.popitem(last=False)
-        return job_sample(record, now, cached[1])
 
 
 def slots_used_and_total(records: Sequence[JobRecord], nodes: Sequence[NodeInfo]
@@ -165,8 +144,6 @@ class History:
         self.max_samples = max_samples
         self.max_jobs = max_jobs
         self._lock = threading.Lock()
-        self.models = JobModels(max_jobs)
-        """The jobs' models (shared with /metrics and the dashboard's overview)."""
         self._jobs: OrderedDict[str, deque[JobSample]] = OrderedDict()
         self._cluster: deque[ClusterSample] = deque(maxlen=max_samples)
 
@@ -174,7 +151,7 @@ class History:
                      nodes: Sequence[NodeInfo]) -> None:
         """Sample every non-final job in ``records`` and the cluster."""
         active = [r for r in records if not r.state.is_final]
-        samples = [(r.id, self.models.sample(r, now)) for r in active]
+        samples = [(r.id, job_sample(r, now)) for r in active]
         used, total = slots_used_and_total(active, nodes)
         with self._lock:
             self._cluster.append(ClusterSample(now, used, total, len(active), round_s))

@@ -29,15 +29,17 @@ from pollux.errors import (
     UnknownJobError,
 )
 from pollux.job_spec import JobSpec
+from pollux.models.hints import JobHints
 from pollux.service.private import make_private_file
 from pollux.service.storage.records import (
     JOB_COLUMNS,
     UPDATABLE_COLUMNS,
+    JobDecoder,
     JobEvent,
     JobRecord,
     ReplicaRecord,
     encode_column,
-    job_from_row,
+    encode_hints,
 )
 from pollux.service.storage.sqlite_db import Database
 from pollux.service.storage.states import JobState, can_transition
@@ -51,16 +53,12 @@ INTENT_KEY = "intent"
 """In a replica's handle: recorded before the backend started it (see
 :meth:`JobStore.begin_launch`), not confirmed since."""
 
-RECORD_CACHE_SIZE = 50_000
-"""Decoded job records kept (by row) at most; the cache starts over when full."""
 COALESCE_WINDOW = 4
 """An event repeating one of its job's last this-many events (same kind and message)
 is coalesced into it (a count and the last time) instead of being added: a job whose
 batch size flips between two values adds two events, not one a second."""
 STATE_KINDS = frozenset(state.value for state in JobState)
 """Event kinds of state changes: never coalesced (each is one step of the history)."""
-"""Columns added to ``jobs`` after its first release: (name, SQL type), added to a store
-created before them when it is opened."""
 
 
 class JobStore:
@@ -84,9 +82,9 @@ class JobStore:
             if name == self.path or name.exists():
                 make_private_file(name)
         self.db = Database(self.path, synchronous, retry_s)
-        self._records: dict[tuple[Any, ...], JobRecord] = {}
-        """Decoded records by their whole row (decoding a spec is most of a list's cost;
-        a finished job's row never changes)."""
+        self._decoder = JobDecoder()
+        """Rows as records, each job's spec and hints parsed once (and the policy for
+        stored hints that no longer parse: see :class:`JobDecoder`)."""
         self._damaged: set[str] = set()
         """Jobs whose rows were found damaged (reported once per process)."""
 
@@ -117,6 +115,7 @@ class JobStore:
         id is refused, and a sequence number whose id would be another job's name is
         skipped."""
         token = secrets.token_urlsafe(24)
+        text = json.dumps(spec.to_dict())
 
         def write(cur: sqlite3.Cursor) -> str:
             if cur.execute("SELECT 1 FROM jobs WHERE id=?", (spec.name,)).fetchone():
@@ -126,7 +125,7 @@ class JobStore:
                 cur.execute(
                     "INSERT INTO jobs(id, name, spec, state, hints_token, submitted_at, "
                     "updated_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    (f"tmp-{token}", spec.name, json.dumps(spec.to_dict()),
+                    (f"tmp-{token}", spec.name, text,
                      JobState.PENDING.value, token, now, now))
                 seq = int(cur.lastrowid or 0)
                 job_id = f"{spec.name}-{seq}"
@@ -139,6 +138,7 @@ class JobStore:
             self._add_event(cur, job_id, now, "submitted", f"accepted as {job_id}")
             return job_id
         job_id = self.db.write(write)
+        self._decoder.remember_spec(job_id, text, spec)
         if self.jobs_dir is not None:  # after the commit: a directory always has its job
             try:
                 self.jobs_dir.mkdir(mode=0o700, exist_ok=True)
@@ -166,21 +166,14 @@ class JobStore:
 
     def _decode(self, row: Sequence[Any]) -> JobRecord:
         """A job row as a record; a row that does not read back (broken JSON, an unknown
-        state) raises StoreDamagedError naming the job, after an event saying so (once)."""
-        key = tuple(row)
-        cached = self._records.get(key)
-        if cached is not None:
-            return cached
+        state) raises StoreDamagedError naming the job, after an event saying so (once);
+        hints that do not parse leave a job without hints (see :class:`JobDecoder`)."""
         try:
-            record = job_from_row(row)
+            return self._decoder.record(row)
         except (ValueError, TypeError, KeyError, AttributeError, JobSpecError) as exc:
             job_id = str(row[0])
             self._report_damaged(job_id, f"{type(exc).__name__}: {exc}"[:300])
             raise StoreDamagedError(self.path, str(exc)[:300], job_id=job_id) from exc
-        if len(self._records) >= RECORD_CACHE_SIZE:
-            self._records.clear()
-        self._records[key] = record  # a row that changes is another key
-        return record
 
     def _decoded(self, rows: Iterable[Sequence[Any]]) -> list[JobRecord]:
         """The rows that read back; each damaged one is skipped (see :meth:`_decode`)."""
@@ -329,13 +322,16 @@ class JobStore:
                             "WHERE id=?", (float(amount), job_id))
         self.db.write(write)
 
-    def set_hints(self, job_id: str, hints: Mapping[str, Any], now: float) -> None:
+    def set_hints(self, job_id: str, hints: JobHints, now: float) -> None:
+        text = encode_hints(hints)
+
         def write(cur: sqlite3.Cursor) -> None:
             cur.execute("UPDATE jobs SET hints=?, hints_updated_at=? WHERE id=?",
-                        (json.dumps(dict(hints)), now, job_id))
+                        (text, now, job_id))
             if cur.rowcount == 0:
                 raise UnknownJobError(job_id)
         self.db.write(write)
+        self._decoder.remember_hints(job_id, text, hints)
 
     def request_cancel(self, job_id: str, now: float) -> JobRecord:
         def write(cur: sqlite3.Cursor) -> None:
