@@ -8,12 +8,14 @@ PolluxError
   +-- MixedGpuTypesError              an allocation spanning nodes of different GPU types
   +-- StoreError                      a job-store operation that cannot apply
   |     +-- UnknownJobError (KeyError) no job by that id or name
+  |     +-- UnknownUserError (KeyError) no registered user by that name
   |     +-- StoreUnavailableError      the store cannot be written now (full disk, locked)
   |     +-- StoreDamagedError          the store's file does not read back (use --recover)
   +-- StartupError                    the server cannot start: names the path and the fix
   +-- BackendError                    a backend could not do what it was asked (a launch)
   |     +-- SlurmCommandError          Slurm answered and refused a command
   |     +-- SlurmUnavailable           Slurm could not be reached (after retries)
+  +-- ForbiddenError                  an identity acting beyond its rights (names the rule)
   +-- ServiceError                    the server refused a request (status, field, message)
   +-- ServerUnreachableError          no server could be found or reached
   +-- UntrustedPeerError (OSError)    the process behind the server's socket is not ours
@@ -93,6 +95,18 @@ class UnknownJobError(StoreError, KeyError):
         return self.message
 
 
+class UnknownUserError(StoreError, KeyError):
+    """No registered user by that name."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.message = f"no user named {name!r} (see 'pollux user ls')"
+        super().__init__(self.message)
+
+    def __str__(self) -> str:
+        return self.message
+
+
 class StoreUnavailableError(StoreError):
     """The job store could not be written (or read) now: its disk is full, or a lock
     outlasted the retries. The operation was rolled back: nothing stored changed."""
@@ -147,6 +161,16 @@ class SlurmCommandError(BackendError):
 
 class SlurmUnavailable(BackendError):  # noqa: N818 - a state, named as Slurm users say it
     """Slurm could not be reached (after retries): nothing is known now."""
+
+
+class ForbiddenError(PolluxError):
+    """An identity asked for what its rights do not cover; the message names the rule
+    (the API answers 403 with it), ``field`` what the refusal is about."""
+
+    def __init__(self, message: str, field: str | None = None) -> None:
+        self.message = message
+        self.field = field
+        super().__init__(message)
 
 
 class ServiceError(PolluxError):

@@ -58,6 +58,9 @@ class LaunchRequest:
     gpu_type: str | None = None
     """The GPU type of the allocation's nodes (one type: the service checks it), passed
     to every replica as ``POLLUX_GPU_TYPE``; None on a cluster without declared types."""
+    account: str | None = None
+    """The account the launch is charged to (Slurm: ``sbatch --account``), the job's
+    team's; None: the backend's default."""
 
     @property
     def num_restarts(self) -> int:

@@ -37,13 +37,16 @@ def run_time_s(row: dict[str, Any], now: float | None = None) -> float | None:
 
 def jobs_table(rows: list[dict[str, Any]], title: str | None = None) -> Table:
     """The jobs; a ``gpu type`` column (of each job's current or last launch) appears
-    when some job ran on a node of a declared type."""
+    when some job ran on a node of a declared type, ``owner`` and ``team`` columns when
+    some job has an owner or a team (users are registered)."""
     typed = any(row.get("gpu_type") for row in rows)
+    owned = any(row.get("owner") or row.get("team") for row in rows)
     table = Table(title=title)
-    for column in ("job", "state", "replicas", "nodes", *(("gpu type",) if typed else ()),
+    for column in ("job", *(("owner", "team") if owned else ()), "state", "replicas",
+                   "nodes", *(("gpu type",) if typed else ()),
                    "batch size", "goodput (samples/s)", "restarts", "age", "run time"):
-        table.add_column(column, justify="left" if column in ("job", "state", "gpu type")
-                         else "right")
+        table.add_column(column, justify="left" if column in (
+            "job", "owner", "team", "state", "gpu type") else "right")
     for row in rows:
         state = row["state"]
         if row.get("cancel_requested") and state not in FINAL_STATES + ("Cancelling",):
@@ -53,7 +56,8 @@ def jobs_table(rows: list[dict[str, Any]], title: str | None = None) -> Table:
         goodput = row.get("goodput")
         ran = run_time_s(row)
         table.add_row(
-            row["id"], f"[{STATE_STYLES.get(row['state'], '')}]{state}[/]",
+            row["id"], *((row.get("owner") or "-", row.get("team") or "-") if owned else ()),
+            f"[{STATE_STYLES.get(row['state'], '')}]{state}[/]",
             str(row["replicas"]), str(row["nodes"]),
             *((row.get("gpu_type") or "-",) if typed else ()),
             "-" if row.get("batch_size") is None else str(row["batch_size"]),

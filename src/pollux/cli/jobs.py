@@ -106,7 +106,7 @@ def submit(args: argparse.Namespace) -> int:
                                           "train.py")
     spec = spec_from_args(args)
     with connect(args) as client:
-        job = client.submit(spec)
+        job = client.submit(spec, args.team)
     if args.json:
         print(json.dumps(job))
     else:
@@ -133,8 +133,13 @@ def list_jobs(args: argparse.Namespace) -> int:
     with connect(args) as client:
         rows = client.jobs(finished)
         line = None if args.json else cluster_line(client.cluster())
+        me = client.whoami()["name"] if args.mine else None
     if args.active:
         rows = [r for r in rows if r["state"] not in FINAL_STATES]
+    if args.mine:  # the server's own account owns the jobs of no user
+        rows = [r for r in rows if r.get("owner") == me]
+    if args.team is not None:
+        rows = [r for r in rows if r.get("team") == args.team]
     if args.json:
         print(json.dumps(rows, indent=2))
     else:
@@ -343,6 +348,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--max-failures", type=int, default=None,
                    help="crashes tolerated, each restarting from the last checkpoint, "
                         "before the job is Failed (default: 3)")
+    p.add_argument("--team", default=None, metavar="T",
+                   help="the team the job goes into (one of yours; default: your first)")
     p.add_argument("--json", action="store_true", help="print the job as JSON")
     add_connection_arguments(p)
     p.set_defaults(func=submit, print_usage=p.print_usage)
@@ -356,6 +363,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--finished", type=_finished_count, default=None, metavar="N",
                    help="show the newest N finished jobs (default: the server's, 100; "
                         "every job not finished is always shown)")
+    p.add_argument("--mine", action="store_true", help="only the jobs you own")
+    p.add_argument("--team", default=None, metavar="T", help="only the jobs of team T")
     p.add_argument("--json", action="store_true", help="print the rows as JSON")
     add_connection_arguments(p)
     p.set_defaults(func=list_jobs)

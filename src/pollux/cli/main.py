@@ -34,6 +34,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "pollux.cli.workload",
     "pollux.cli.server",
     "pollux.cli.jobs",
+    "pollux.cli.users",
     "pollux.cli.dashboard",
     "pollux.cli.demo",
 )

@@ -40,7 +40,7 @@ CONFIG_FLAGS: Mapping[str, str] = MappingProxyType({
     "min_nodes": "--min-nodes", "max_nodes": "--max-nodes",
     "node_price_per_hour": "--node-price",
     "keep_finished": "--keep-finished", "keep_finished_days": "--keep-finished-days",
-    "recover": "--recover", "log_budget_bytes": "--log-budget",
+    "recover": "--recover", "log_budget_bytes": "--log-budget", "teams_file": "--teams",
 })
 """ServerConfig field -> the flag that sets it (a test checks every field is here or in
 NOT_FLAGS, and that each flag's default is the field's)."""
@@ -116,6 +116,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         node_price_per_hour=args.node_price, keep_finished=args.keep_finished,
         keep_finished_days=args.keep_finished_days, recover=args.recover,
         log_budget_bytes=args.log_budget,
+        teams_file=None if args.teams is None else str(Path(args.teams).resolve()),
         tls_cert=None if args.tls_cert is None else str(Path(args.tls_cert).resolve()),
         tls_key=None if args.tls_key is None else str(Path(args.tls_key).resolve()))
 
@@ -204,6 +205,9 @@ def add_server_arguments(parser: argparse.ArgumentParser) -> None:
                         help="local and slurm backends: most bytes each replica's log "
                              "keeps (the newest output; the rest rotated away), e.g. 256MiB "
                              f"(default: {config_default('log_budget_bytes') >> 20}MiB)")
+    parser.add_argument("--teams", default=config_default("teams_file"), metavar="FILE",
+                        help="teams file (YAML): each team's GPU quota, weight and Slurm "
+                             "account; jobs go into one of their owner's teams")
     scaling = parser.add_argument_group("cloud autoscaling")
     scaling.add_argument("--autoscaler", default=config_default("autoscaler"),
                          metavar="{" + ",".join(autoscaler_names()) + "}",

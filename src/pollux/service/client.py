@@ -25,13 +25,21 @@ import httpx
 
 from pollux.errors import ServerUnreachableError, ServiceError
 from pollux.server_proof import NONCE_PARAM, PROOF_PATH, new_nonce, proof_matches
-from pollux.service.http.local_socket import UntrustedPeerError, local_transport, probe
+from pollux.service.http.local_socket import (
+    SOCKET_FILE,
+    UntrustedPeerError,
+    local_transport,
+    probe,
+)
 from pollux.service.http.sessions import format_origin, origin_of
 from pollux.service.http.tokens import read_token_file, token_from_environment
 from pollux.service.runner import SERVER_FILE
 from pollux.service.server import default_data_dir
 
 DEFAULT_TIMEOUT_S = 15.0
+LOCAL_HOST = "localhost"
+"""The host another user's client names over a server's shared socket (it cannot read
+the server's ``server.json``, so it knows no address; the server accepts it there)."""
 
 
 @dataclass(frozen=True)
@@ -44,6 +52,9 @@ class ServerAddress:
     socket: str | None = None
     """The server's Unix socket: requests go there (the URL then only names the server
     in ``Host`` and for TLS), never to the URL's TCP port."""
+    server_uid: int | None = None
+    """The Unix user the process behind ``socket`` must run as (None: this user): for
+    another user's server, the owner of its data directory."""
 
 
 def server_address(record: dict[str, Any]) -> ServerAddress:
@@ -93,17 +104,40 @@ def local_socket_of(record: dict[str, Any], server_file: Path) -> str:
     return str(path)
 
 
+def shared_socket_of(directory: Path) -> ServerAddress:
+    """The server of another user's data directory, reached through its Unix socket,
+    which the server opens to local users once users are registered; the server knows
+    who connects from the socket's peer uid, so no token is sent, and the process behind
+    the socket must run as the directory's owner."""
+    path = directory / SOCKET_FILE
+    try:
+        owner = directory.stat().st_uid
+        probe(path, server_uid=owner)
+    except UntrustedPeerError as exc:
+        raise ServerUnreachableError(f"{exc}; not trusting {path}") from exc
+    except OSError as exc:
+        raise ServerUnreachableError(
+            f"the pollux server of {directory} belongs to another user and does not "
+            f"answer on {path} ({exc.strerror or exc}): it opens that socket to other local "
+            "users once it has registered users ('pollux user add NAME --team T', run by "
+            "its owner)") from exc
+    return ServerAddress(f"http://{LOCAL_HOST}", None, None, str(path), owner)
+
+
 def locate_server(server: str | None = None, data_dir: str | os.PathLike[str] | None = None,
                   token: str | None = None, token_file: str | None = None) -> ServerAddress:
     """Where the server is and which token to send (see the module docstring)."""
     directory = Path(data_dir) if data_dir is not None else default_data_dir()
     record: dict[str, Any] = {}
     server_file = directory / SERVER_FILE
-    if server_file.is_file():
-        try:
+    try:
+        if server_file.is_file():
             record = json.loads(server_file.read_text())
-        except (OSError, json.JSONDecodeError):
-            record = {}
+    except PermissionError:  # another user's server: its shared socket, by peer uid
+        if server is None and not os.environ.get("POLLUX_SERVER"):
+            return shared_socket_of(directory)
+    except (OSError, json.JSONDecodeError):
+        record = {}
     url = server or os.environ.get("POLLUX_SERVER") or record.get("url")
     if not url:
         raise ServerUnreachableError(
@@ -136,7 +170,8 @@ class PolluxClient:
         if address.tls_cert:
             verify = ssl.create_default_context(cafile=address.tls_cert)
         transport = (None if address.socket is None
-                     else local_transport(Path(address.socket), address.tls_cert))
+                     else local_transport(Path(address.socket), address.tls_cert,
+                                          address.server_uid))
         self._http = httpx.Client(base_url=address.url, timeout=timeout_s, verify=verify,
                                   transport=transport)
 
@@ -203,8 +238,40 @@ class PolluxClient:
         result: dict[str, Any] = self._call("GET", "/api/health")
         return result
 
-    def submit(self, spec: dict[str, Any]) -> dict[str, Any]:
-        result: dict[str, Any] = self._call("POST", "/api/jobs", json=spec)
+    def submit(self, spec: dict[str, Any], team: str | None = None) -> dict[str, Any]:
+        """Submit ``spec`` into ``team`` (None: the submitter's first team)."""
+        params = {} if team is None else {"team": team}
+        result: dict[str, Any] = self._call("POST", "/api/jobs", json=spec, params=params)
+        return result
+
+    def whoami(self) -> dict[str, Any]:
+        """Who the server takes this client for (``GET /api/whoami``)."""
+        result: dict[str, Any] = self._call("GET", "/api/whoami")
+        return result
+
+    def users(self) -> list[dict[str, Any]]:
+        result: list[dict[str, Any]] = self._call("GET", "/api/users")
+        return result
+
+    def add_user(self, name: str, teams: list[str], team_admin: bool = False,
+                 admin: bool = False) -> dict[str, Any]:
+        """Register a user; the answer carries its token (shown this once)."""
+        result: dict[str, Any] = self._call("POST", "/api/users", json={
+            "name": name, "teams": teams, "team_admin": team_admin, "admin": admin})
+        return result
+
+    def remove_user(self, name: str) -> dict[str, Any]:
+        result: dict[str, Any] = self._call("DELETE", f"/api/users/{quote(name, safe='')}")
+        return result
+
+    def rotate_token(self, name: str) -> dict[str, Any]:
+        result: dict[str, Any] = self._call("POST",
+                                            f"/api/users/{quote(name, safe='')}/token")
+        return result
+
+    def teams(self) -> dict[str, Any]:
+        """Each team's quota, GPUs in use, lent, borrowed and pending (``/api/teams``)."""
+        result: dict[str, Any] = self._call("GET", "/api/teams")
         return result
 
     def jobs(self, finished: int | None = None) -> list[dict[str, Any]]:

@@ -40,7 +40,7 @@ def make_private_dir(directory: Path) -> None:
                           f"belongs to another user (uid {info.st_uid}); use a directory of "
                           "your own")
     mode = stat.S_IMODE(info.st_mode)
-    if mode & 0o077:
+    if mode & 0o066:  # read or write; search alone (0711: users reach the socket) is kept
         if not _is_data_dir(directory):
             raise ConfigError("data_dir", str(directory),
                               f"is open to other users (mode {mode:o}) and holds files that "

@@ -17,7 +17,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from pollux.errors import ConfigError, PolluxError, StartupError
-from pollux.service.http.local_socket import SOCKET_FILE, bind_local_socket
+from pollux.service.http.local_socket import SOCKET_FILE, bind_local_socket, share_local_socket
 from pollux.service.private import TOKEN_FILE, make_private_dir, make_private_file, new_token
 from pollux.service.server import ServerConfig, build_service, is_loopback
 
@@ -141,6 +141,7 @@ def run_server(config: ServerConfig, ready: Callable[[str], None] | None = None)
             (config.data_dir / SOCKET_FILE).unlink(missing_ok=True)
             raise
         assert config.token is not None
+        share_local_socket(config.data_dir, service.users.count() > 0)
         app = create_app(service, ApiAuth(config.token, allowed_hosts_for(
             config.host, config.advertise_host), secure_cookie=bool(config.tls_cert),
             port=port))

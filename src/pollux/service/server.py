@@ -33,6 +33,7 @@ from pollux.policies.autoscaling import (
 )
 from pollux.policies.base import NodeInfo, Policy
 from pollux.policies.registry import make_policy
+from pollux.service.http.team_usage import load_service_teams, team_usage
 from pollux.service.http.views import job_detail, job_summary, node_views
 from pollux.service.loop.allocator import Allocator, AllocatorConfig
 from pollux.service.loop.explain import batch_change_event
@@ -43,6 +44,8 @@ from pollux.service.storage.records import JobRecord
 from pollux.service.storage.states import ACTIVE_STATES
 from pollux.service.storage.store import JobStore
 from pollux.service.storage.store_check import backup, keep_instance_id, open_checked_store
+from pollux.service.storage.users import UserStore
+from pollux.teams import Teams
 
 if TYPE_CHECKING:
     from pollux.service.http.metrics import ServiceMetrics
@@ -121,6 +124,9 @@ class ServerConfig:
     log_budget_bytes: int = DEFAULT_LOG_BUDGET_BYTES
     """Local and slurm backends: each replica's log budget (the newest output kept,
     :mod:`pollux.backends.replica_log`)."""
+    teams_file: str | None = None
+    """The teams file (YAML, :mod:`pollux.teams`): each team's GPU quota, weight and
+    Slurm account; jobs are submitted into one of their owner's teams."""
 
     def __post_init__(self) -> None:
         check_autoscaler_name(self.autoscaler)
@@ -201,16 +207,24 @@ class SchedulerService:
         """Prometheus metrics (``/metrics``); None without prometheus_client."""
         self.pruner = pruner
         """Removes finished jobs past retention (None: keeps every job)."""
+        self.users = UserStore(store.db)
+        """The registered users (:mod:`pollux.service.storage.users`)."""
+        self.teams: Teams | None = None
+        """The server's teams file (None: no file, any team name)."""
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
     # --- API operations ---------------------------------------------------------------
 
-    def submit(self, data: Any) -> dict[str, Any]:
+    def submit(self, data: Any, owner: str | None = None, team: str | None = None
+               ) -> dict[str, Any]:
+        """Accept the job spec ``data`` of ``owner`` (None: the server's own account)
+        into ``team`` (checked by the caller: :func:`~pollux.service.http.authorization.
+        submit_team`)."""
         spec = JobSpec.from_dict(data)
         self.backend.validate(spec)
         check_fits_cluster(spec, self.backend.nodes())
-        record = self.store.add_job(spec, self.clock())
+        record = self.store.add_job(spec, self.clock(), owner, team)
         self.allocator.request_round()
         return job_summary(record, self.clock())
 
@@ -238,6 +252,16 @@ class SchedulerService:
         record = self.store.request_cancel(self.store.find_job(ref).id, self.clock())
         self.allocator.wake()
         return job_summary(record, self.clock())
+
+    @property
+    def team_names(self) -> tuple[str, ...] | None:
+        """The teams a job may go into (None: any name: no teams file)."""
+        return None if self.teams is None else self.teams.names
+
+    def team_usage(self) -> list[dict[str, Any]]:
+        """Each team's quota and GPUs in use, lent, borrowed and pending."""
+        return [usage.to_dict() for usage in
+                team_usage(self.store.list_jobs(ACTIVE_STATES), self.teams)]
 
     def job_for_hints(self, job_id: str) -> JobRecord:
         return self.store.get_job(job_id)
@@ -343,8 +367,10 @@ def build_service(config: ServerConfig, hints_url: str | None,
             options.update(log_budget_bytes=config.log_budget_bytes)
         backend = make_backend(config.backend, instance_id=instance_id, **options)
     policy: Policy = make_policy(config.policy, seed=POLICY_SEED)
+    teams = (None if config.teams_file is None else load_service_teams(
+        config.teams_file, backend.nodes(), check_cluster=config.backend == "local"))
     history = History()
-    metrics = service_metrics(store, backend, history)
+    metrics = service_metrics(store, backend, history, teams)
     recorder = RoundRecorder(history, lambda: store.list_jobs(ACTIVE_STATES),
                              backend.nodes, time.time,
                              None if metrics is None else metrics.round_duration.observe)
@@ -353,21 +379,26 @@ def build_service(config: ServerConfig, hints_url: str | None,
         poll_interval_s=config.poll_interval_s, stop_grace_s=config.stop_grace_s,
         hints_url=hints_url,
         gpu_type_speeds=({} if config.gpu_type_speeds is None
-                         else parse_type_speeds(config.gpu_type_speeds, "--gpu-type-speeds"))),
+                         else parse_type_speeds(config.gpu_type_speeds, "--gpu-type-speeds")),
+        team_accounts={} if teams is None else {
+            team.name: team.slurm_account for team in teams if team.slurm_account}),
         autoscaler=autoscaler_for(config, backend.nodes()),
         on_round=recorder)
-    return SchedulerService(store, backend, allocator, config.data_dir, policy.name,
-                            autoscaler=config.autoscaler, history=history, metrics=metrics,
-                            pruner=Pruner(store, config.data_dir, config.retention(),
-                                          time.time,
-                                          backup=lambda: backup(store, config.data_dir)))
+    service = SchedulerService(store, backend, allocator, config.data_dir, policy.name,
+                               autoscaler=config.autoscaler, history=history,
+                               metrics=metrics,
+                               pruner=Pruner(store, config.data_dir, config.retention(),
+                                             time.time,
+                                             backup=lambda: backup(store, config.data_dir)))
+    service.teams = teams
+    return service
 
 
-def service_metrics(store: JobStore, backend: Backend, history: History
-                    ) -> ServiceMetrics | None:
+def service_metrics(store: JobStore, backend: Backend, history: History,
+                    teams: Teams | None = None) -> ServiceMetrics | None:
     """This service's own Prometheus registry, or None without prometheus_client."""
     try:
-        from pollux.service.http.metrics import ClusterCollector, ServiceMetrics
+        from pollux.service.http.metrics import ClusterCollector, ServiceMetrics, TeamCollector
     except ImportError:
         logger.warning("prometheus_client is not installed: no /metrics")
         return None
@@ -375,4 +406,5 @@ def service_metrics(store: JobStore, backend: Backend, history: History
     metrics.watch_cluster(ClusterCollector(lambda: store.list_jobs(ACTIVE_STATES),
                                            backend.nodes, time.time,
                                            count_by_state=store.count_by_state))
+    metrics.watch_cluster(TeamCollector(lambda: store.list_jobs(ACTIVE_STATES), teams))
     return metrics

@@ -166,7 +166,8 @@ def output_pattern(path: Path) -> str:
 def batch_options(request: LaunchRequest, name: str, partition: str | None,
                   account: str | None) -> list[str]:
     """The options of a launch's ``sbatch`` (cluster mode), given on its command line
-    (one argument each, never parsed from ``#SBATCH`` lines of the script)."""
+    (one argument each, never parsed from ``#SBATCH`` lines of the script); the
+    request's own account (its job's team's) before the backend's ``account``."""
     nodes = list(dict.fromkeys(request.allocation))
     out = output_pattern(Path(request.log_dir)) + f"/slurm-launch-{request.generation}-%j.out"
     options = [f"--job-name={name}", f"--output={out}",
@@ -177,8 +178,8 @@ def batch_options(request: LaunchRequest, name: str, partition: str | None,
                f"--cpus-per-task={cpus_per_task(request)}"]
     if partition:
         options.append(f"--partition={partition}")
-    if account:
-        options.append(f"--account={account}")
+    if request.account or account:
+        options.append(f"--account={request.account or account}")
     return options
 
 

@@ -29,10 +29,12 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from pollux import __version__
 from pollux.errors import (
     ConfigError,
+    ForbiddenError,
     StoreDamagedError,
     StoreUnavailableError,
     UnknownJobError,
     UnknownPluginError,
+    UnknownUserError,
 )
 from pollux.service.http.auth import (
     ApiAuth,
@@ -41,16 +43,25 @@ from pollux.service.http.auth import (
     install_guard,
     tokens_match,
 )
+from pollux.service.http.authorization import JobAction, submit_team
 from pollux.service.http.dashboard import add_dashboard
+from pollux.service.http.identities import Identities
 from pollux.service.http.openapi import SUBMIT_OPENAPI, add_offline_docs, add_schemas
 from pollux.service.http.rate_limit import RateLimit, RateLimiter
 from pollux.service.http.sessions import Sessions
+from pollux.service.http.user_routes import (
+    add_user_routes,
+    authorize_job,
+    principal_of,
+    visible_summary,
+)
 from pollux.service.server import (
     DEFAULT_EVENTS_LISTED,
     DEFAULT_FINISHED_LISTED,
     MAX_LISTED,
     SchedulerService,
 )
+from pollux.service.storage.users import check_team_name
 
 MAX_BODY_BYTES = 1 << 20
 MAX_JSON_DEPTH = 32
@@ -166,7 +177,8 @@ def create_app(service: SchedulerService, auth: ApiAuth,
             return None
 
     install_guard(app, auth, exempt=is_hints_post, sessions=sessions,
-                  hints_token_of=hints_token_of)
+                  hints_token_of=hints_token_of,
+                  identities=Identities(service.users))
 
     if service.metrics is not None:
         request_duration = service.metrics.request_duration
@@ -187,6 +199,14 @@ def create_app(service: SchedulerService, auth: ApiAuth,
     @app.exception_handler(ConfigError)
     async def on_config_error(request: Request, exc: ConfigError) -> JSONResponse:
         return error_response(422, str(exc), exc.field)
+
+    @app.exception_handler(ForbiddenError)
+    async def on_forbidden(request: Request, exc: ForbiddenError) -> JSONResponse:
+        return error_response(403, exc.message, exc.field)
+
+    @app.exception_handler(UnknownUserError)
+    async def on_unknown_user(request: Request, exc: UnknownUserError) -> JSONResponse:
+        return error_response(404, str(exc), "name")
 
     @app.exception_handler(UnknownJobError)
     async def on_unknown_job(request: Request, exc: UnknownJobError) -> JSONResponse:
@@ -237,29 +257,43 @@ def create_app(service: SchedulerService, auth: ApiAuth,
         return service.cluster()
 
     @app.get("/api/jobs", response_model=list[dict[str, Any]])
-    def list_jobs(limit: int = Query(DEFAULT_FINISHED_LISTED, ge=0, le=MAX_LISTED),
+    def list_jobs(request: Request,
+                  limit: int = Query(DEFAULT_FINISHED_LISTED, ge=0, le=MAX_LISTED),
                   offset: int = Query(0, ge=0, le=1 << 40)) -> Response:
         """Every job not finished, and the newest ``limit`` finished jobs after skipping
         the ``offset`` newest (page through older ones with ``offset``), in submission
-        order."""
-        return JSONResponse(service.list_jobs(limit, offset))  # plain JSON: no re-encoding
+        order. Of others' jobs a user sees the id, name, owner, team, state and GPUs."""
+        jobs = service.list_jobs(limit, offset)
+        principal = principal_of(request)
+        if not principal.is_admin:
+            jobs = [visible_summary(principal, job) for job in jobs]
+        return JSONResponse(jobs)  # plain JSON: no re-encoding
 
     @app.post("/api/jobs", status_code=201, openapi_extra=SUBMIT_OPENAPI)
-    async def submit(request: Request) -> dict[str, Any]:
+    async def submit(request: Request, team: str | None = Query(
+            None, description="The team the job goes into (default: the submitter's "
+                              "first team)")) -> dict[str, Any]:
+        principal = principal_of(request)
+        chosen = submit_team(principal, None if team is None else check_team_name(team),
+                             service.team_names)
         body = await json_body(request)
-        return await run_in_threadpool(service.submit, body)  # a store write: off the loop
+        return await run_in_threadpool(service.submit, body, principal.name, chosen)
 
     @app.get("/api/jobs/{ref}")
-    def describe(ref: str,
+    def describe(ref: str, request: Request,
                  events_limit: int = Query(DEFAULT_EVENTS_LISTED, ge=0, le=MAX_LISTED),
                  events_offset: int = Query(0, ge=0, le=1 << 40)) -> dict[str, Any]:
         """The job in detail, with its newest ``events_limit`` events after skipping the
-        ``events_offset`` newest (oldest first)."""
-        return service.describe(ref, events_limit, events_offset)
+        ``events_offset`` newest (oldest first); a user's own jobs only (a team admin:
+        its teams'; an admin: all)."""
+        record = authorize_job(service, request, ref, JobAction.READ)
+        return service.describe(record.id, events_limit, events_offset)
 
     @app.post("/api/jobs/{ref}/cancel", status_code=202)
-    def cancel(ref: str) -> dict[str, Any]:
-        return service.cancel(ref)
+    def cancel(ref: str, request: Request) -> dict[str, Any]:
+        """Cancel the job (its owner, an admin of its team, or an admin)."""
+        record = authorize_job(service, request, ref, JobAction.CANCEL)
+        return service.cancel(record.id)
 
     @app.post("/api/jobs/{job_id}/hints", status_code=204)
     async def post_hints(job_id: str, request: Request) -> Response:
@@ -289,11 +323,15 @@ def create_app(service: SchedulerService, auth: ApiAuth,
         return Response(status_code=204)
 
     @app.get("/api/jobs/{ref}/logs")
-    def logs(ref: str, replica: int = Query(0, ge=0, le=100000),
+    def logs(ref: str, request: Request, replica: int = Query(0, ge=0, le=100000),
              offset: int = Query(0, ge=-(1 << 40), le=1 << 40),
              limit: int = Query(65536, ge=1, le=1 << 20)) -> dict[str, Any]:
-        return service.read_log(ref, replica, offset, limit)
+        """A replica's log: a user's own jobs only (a team admin: its teams'; an admin:
+        all)."""
+        record = authorize_job(service, request, ref, JobAction.READ)
+        return service.read_log(record.id, replica, offset, limit)
 
+    add_user_routes(app, service, json_body)
     add_dashboard(app, service)
     add_offline_docs(app)
     add_schemas(app)

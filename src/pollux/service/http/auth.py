@@ -52,6 +52,9 @@ from pollux.server_proof import (
     PROOF_PATH,
     server_proof,
 )
+from pollux.service.http.authorization import SERVER_ACCOUNT, Principal
+from pollux.service.http.connections import PEER_UID_STATE
+from pollux.service.http.identities import Identities
 from pollux.service.http.sessions import (
     CSRF_FRAGMENT,
     CSRF_HEADER,
@@ -72,6 +75,10 @@ __all__ = ["TOKEN_FILE", "ApiAuth", "install_guard"]
 
 logger = logging.getLogger(__name__)
 
+LOCAL_HOST = "localhost"
+"""The ``Host`` other local users' clients name over the local socket (they cannot read
+``server.json``, so they do not know the server's address): accepted on that socket
+only (a browser cannot reach a Unix socket: no DNS rebinding there)."""
 TOKEN_QUERY = "token"
 """Query parameter of the link that opens a dashboard session in a browser."""
 JSON_TYPE = "application/json"
@@ -222,12 +229,12 @@ async def prove_server(request: Request, auth: ApiAuth, own: Origin,
 
 
 def open_session(request: Request, auth: ApiAuth, sessions: Sessions,
-                 own: Origin) -> Response:
+                 own: Origin, user: str | None = None) -> Response:
     """Answer a valid ``?token=`` link: a new session, its cookie, and a redirect to the
     page without the token (the dashboard's CSRF token in the fragment). A link followed
     from another site's page gets the redirect as a page of this server (a browser would
     not send the strict cookie along a redirect another site started)."""
-    session = sessions.create(own)
+    session = sessions.create(own, user)
     target = _without_token_query(request)
     if request.url.path == "/":
         target += "#" + urlencode({CSRF_FRAGMENT: session.csrf})
@@ -279,19 +286,36 @@ def session_refusal(request: Request, session: Session | None,
 def install_guard(app: FastAPI, auth: ApiAuth,
                   exempt: Callable[[Request], bool] = lambda request: False,
                   sessions: Sessions | None = None,
-                  hints_token_of: HintsTokenOf | None = None) -> None:
+                  hints_token_of: HintsTokenOf | None = None,
+                  identities: Identities | None = None) -> None:
     """Check every request to ``app`` as the module docstring says; ``exempt(request)``
     True skips the token check only (the route then checks its own token);
     ``sessions``: the dashboard sessions (default: new, in memory); ``hints_token_of``:
-    a job's hints token, for the proofs asked by jobs' hints reporters."""
+    a job's hints token, for the proofs asked by jobs' hints reporters; ``identities``:
+    the registered users (default: none, the server token only). Each request that
+    passes carries who it acts as in ``request.state.principal``
+    (:mod:`pollux.service.http.identities`)."""
     live = sessions if sessions is not None else Sessions()
     app.state.sessions = live
+    ids = identities if identities is not None else Identities()
+
+    def identify_token(token: str | None) -> Principal | None:
+        if auth.accepts_token(token):
+            return SERVER_ACCOUNT
+        return ids.by_user_token(token)
+
+    def identify(request: Request) -> Principal | None:
+        """The identity a request proves by its token or its socket's peer uid."""
+        return identify_token(bearer_token(request)) or ids.by_peer_uid(
+            request.scope.get("state", {}).get(PEER_UID_STATE))
 
     @app.middleware("http")
     async def guard(request: Request, call_next: Any) -> Response:
         host = request.headers.get("host")
         own = None if host is None else origin_of(auth.scheme, host)
-        if own is None or not auth.accepts_host(host):
+        local_user = (PEER_UID_STATE in request.scope.get("state", {})
+                      and own is not None and own[1] == LOCAL_HOST)
+        if own is None or not (auth.accepts_host(host) or local_user):
             return error_response(400, "this server does not answer to Host "
                                        f"{host!r}; address it by the address it is bound to",
                                   "Host")
@@ -303,20 +327,33 @@ def install_guard(app: FastAPI, auth: ApiAuth,
             return await prove_server(request, auth, own, hints_token_of)
         link_token = request.query_params.get(TOKEN_QUERY)
         if link_token is not None and request.method == "GET":
-            if not auth.accepts_token(link_token):
+            opener = await run_in_threadpool(identify_token, link_token)
+            if opener is None:
                 return error_response(401, "wrong token in the link", "token")
-            return open_session(request, auth, live, own)
+            return open_session(request, auth, live, own, opener.name)
         login = request.query_params.get(LOGIN_QUERY)
         if login is not None and request.method == "GET":
-            if not live.redeem_login(login):
+            redeemed, user = live.redeem_login(login)
+            if not redeemed:
                 return error_response(401, "this login link was used or has expired; run "
                                            "'pollux dashboard' for a new one", LOGIN_QUERY)
-            return open_session(request, auth, live, own)
-        if not exempt(request) and not auth.accepts_token(bearer_token(request)):
-            session = live.find(request.cookies.get(cookie_name(own)))
-            refused = session_refusal(request, session, own)
-            if refused is not None:
-                return refused
+            return open_session(request, auth, live, own, user)
+        if not exempt(request):
+            principal = (SERVER_ACCOUNT if auth.accepts_token(bearer_token(request))
+                         else await run_in_threadpool(identify, request))
+            if principal is None:
+                session = live.find(request.cookies.get(cookie_name(own)))
+                refused = session_refusal(request, session, own)
+                if refused is not None:
+                    return refused
+                assert session is not None
+                principal = (SERVER_ACCOUNT if session.user is None else
+                             await run_in_threadpool(ids.by_session_user, session.user))
+                if principal is None:
+                    return error_response(401, f"user {session.user!r} of this dashboard "
+                                               "session is no longer registered",
+                                          "Authorization")
+            request.state.principal = principal
         if request.method in BODY_METHODS and (
                 _has_body(request) or "content-type" in request.headers
         ) and not _content_type_is_json(request):

@@ -29,7 +29,9 @@ import asyncio
 import asyncio.sslproto
 import logging
 import resource
+import socket
 import ssl
+import struct
 import threading
 import time
 from collections.abc import Callable
@@ -50,6 +52,10 @@ long queue keeps a flood of connections from dropping new ones' SYNs (a client w
 wait a second for its retransmission) while the server accepts and evicts."""
 RESERVED_FILES = 128
 """Open files kept free of connections for the store, the launcher and the runtime."""
+PEER_UID_STATE = "pollux_peer_uid"
+"""Key of a Unix-socket request's peer uid in its ASGI ``scope["state"]`` (set by the
+connection, never from anything the client sends)."""
+_PEERCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
 
 
 @dataclass(frozen=True)
@@ -73,6 +79,19 @@ def connection_limits(open_files_limit: int | None = None) -> ConnectionLimits:
         open_files_limit = 1 << 20 if soft == resource.RLIM_INFINITY else int(soft)
     room = open_files_limit - RESERVED_FILES - 2 * ACCEPT_BACKLOG
     return ConnectionLimits(max_connections=max(16, min(room, 4096)))
+
+
+def unix_peer_uid(transport: asyncio.BaseTransport) -> int | None:
+    """The user id of the process at the other end of a Unix-socket connection
+    (``SO_PEERCRED``, as the kernel recorded it at connect time); None over TCP."""
+    sock = transport.get_extra_info("socket")
+    if sock is None or getattr(sock, "family", None) != socket.AF_UNIX:
+        return None
+    try:
+        raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEERCRED.size)
+    except OSError:
+        return None
+    return int(_PEERCRED.unpack(raw)[1])
 
 
 class ConnectionTable:
@@ -115,6 +134,9 @@ class GuardedProtocol(H11Protocol):
         self._deadline: asyncio.TimerHandle | None = None
         self._watching: str | None = None
         super().connection_made(transport)
+        uid = unix_peer_uid(transport)
+        if uid is not None:  # the kernel's word, in every request's scope["state"]
+            self.app_state = {**self.app_state, PEER_UID_STATE: uid}
         if self.handshake is not None:
             self.handshake.handshaken()
         if not self.table.admit(self):

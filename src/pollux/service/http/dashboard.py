@@ -20,8 +20,10 @@ from fastapi import FastAPI, Request
 from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 
+from pollux.service.http.authorization import JobAction
 from pollux.service.http.openapi import STATIC_PREFIX
 from pollux.service.http.sessions import LOGIN_QUERY, LOGIN_TTL_S
+from pollux.service.http.user_routes import authorize_job, principal_of, visible_summary
 from pollux.service.loop.telemetry import job_sample, samples_as_columns
 from pollux.service.server import SchedulerService
 
@@ -64,15 +66,21 @@ def add_dashboard(app: FastAPI, service: SchedulerService) -> None:
         """A one-time link that opens the dashboard in a browser (one use, within
         ``expires_in_s``): the token itself need not go into the browser. Needs the
         token (a dashboard session cannot ask)."""
-        code = request.app.state.sessions.create_login()
+        code = request.app.state.sessions.create_login(principal_of(request).name)
         return {"path": f"/?{urlencode({LOGIN_QUERY: code})}", "expires_in_s": LOGIN_TTL_S}
 
     @app.get("/api/dashboard", tags=["dashboard"], response_model=dict[str, Any])
-    def overview() -> Response:
+    def overview(request: Request) -> Response:
         """Everything the dashboard's page shows but one job's details, in one request:
         health, cluster size, nodes with the jobs holding their slots, jobs (with their
-        speedup and efficiency now) and the cluster's history."""
-        return JSONResponse(dashboard_view(service))  # plain JSON: no re-encoding
+        speedup and efficiency now) and the cluster's history; of others' jobs what
+        every user sees (their id, name, owner, team, state and GPUs)."""
+        view = dashboard_view(service)
+        principal = principal_of(request)
+        view["user"] = principal.name
+        if not principal.is_admin:
+            view["jobs"] = [visible_summary(principal, job) for job in view["jobs"]]
+        return JSONResponse(view)  # plain JSON: no re-encoding
 
     @app.get("/api/cluster/history", tags=["dashboard"])
     def cluster_history() -> dict[str, Any]:
@@ -81,10 +89,10 @@ def add_dashboard(app: FastAPI, service: SchedulerService) -> None:
         return {"samples": samples_as_columns(service.history.cluster())}
 
     @app.get("/api/jobs/{ref}/history", tags=["dashboard"])
-    def job_history(ref: str) -> dict[str, Any]:
+    def job_history(ref: str, request: Request) -> dict[str, Any]:
         """One sample per scheduling round of the job (time, state, replicas, nodes,
-        batch_size, goodput, efficiency), as columns."""
-        record = service.store.find_job(ref)
+        batch_size, goodput, efficiency), as columns (a user's own jobs only)."""
+        record = authorize_job(service, request, ref, JobAction.READ)
         return {"job": record.id, "samples": samples_as_columns(service.history.job(record.id))}
 
     @app.get("/metrics", include_in_schema=False)

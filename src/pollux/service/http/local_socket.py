@@ -71,32 +71,52 @@ def bind_local_socket(data_dir: Path) -> socket.socket:
     return sock
 
 
+def share_local_socket(data_dir: Path, shared: bool) -> None:
+    """Open the socket to every local user (``shared``: registered users are
+    configured; the data directory becomes 0711, searchable but not listable, and the
+    socket 0666: the server tells users apart by their peer uid), or close it to all but
+    this user again (0700 and 0600)."""
+    path = data_dir / SOCKET_FILE
+    try:
+        os.chmod(data_dir, 0o711 if shared else 0o700)
+        if path.exists():
+            os.chmod(path, 0o666 if shared else 0o600)
+    except OSError as exc:
+        raise ConfigError("data_dir", str(data_dir), f"cannot change the mode of {path}: "
+                                                     f"{exc}") from exc
+
+
 def peer_uid(sock: socket.socket) -> int:
     """The user id of the process at the other end of a connected Unix socket."""
     raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEERCRED.size)
     return int(_PEERCRED.unpack(raw)[1])
 
 
-def check_peer(sock: socket.socket, path: Path | str) -> None:
-    """Refuse a peer that is neither this user nor root."""
+def check_peer(sock: socket.socket, path: Path | str, server_uid: int | None = None) -> None:
+    """Refuse a peer that is neither ``server_uid`` (default: this user) nor root."""
     uid = peer_uid(sock)
-    if uid not in (os.getuid(), 0):
-        raise UntrustedPeerError(f"the process behind {path} runs as uid {uid}, not as you "
-                                 f"(uid {os.getuid()}): not sending it anything")
+    expected = os.getuid() if server_uid is None else server_uid
+    if uid not in (expected, 0):
+        whom = "you" if server_uid is None else "the owner of the data directory"
+        raise UntrustedPeerError(f"the process behind {path} runs as uid {uid}, not as "
+                                 f"{whom} (uid {expected}): not sending it anything")
 
 
-def probe(path: Path, timeout_s: float = 5.0) -> None:
+def probe(path: Path, timeout_s: float = 5.0, server_uid: int | None = None) -> None:
     """Connect to the server's socket and check its peer; OSError when nobody answers
     (FileNotFoundError, ConnectionRefusedError) or the peer is untrusted."""
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
         sock.settimeout(timeout_s)
         with short_path(path) as name:
             sock.connect(name)
-        check_peer(sock, path)
+        check_peer(sock, path, server_uid)
 
 
 class _PeerCheckedBackend(httpcore.SyncBackend):
     """httpcore's network backend, checking the peer of every Unix socket it opens."""
+
+    def __init__(self, server_uid: int | None = None) -> None:
+        self.server_uid = server_uid
 
     def connect_unix_socket(self, path: str, timeout: float | None = None,
                             socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None
@@ -104,20 +124,21 @@ class _PeerCheckedBackend(httpcore.SyncBackend):
         with short_path(Path(path)) as name:
             stream = super().connect_unix_socket(name, timeout, socket_options)
         try:
-            check_peer(stream.get_extra_info("socket"), path)
+            check_peer(stream.get_extra_info("socket"), path, self.server_uid)
         except OSError as exc:
             stream.close()
             raise httpcore.ConnectError(str(exc)) from exc
         return stream
 
 
-def local_transport(path: Path, tls_cert: str | None) -> httpx.HTTPTransport:
+def local_transport(path: Path, tls_cert: str | None, server_uid: int | None = None
+                    ) -> httpx.HTTPTransport:
     """An httpx transport to the server's Unix socket at ``path`` (requests keep their
     URL: its host names the server in ``Host``, and for ``https`` the certificate is
     checked against it, trusting ``tls_cert``)."""
     context = ssl.create_default_context(cafile=tls_cert)
     transport = httpx.HTTPTransport(uds=str(path), verify=context)
     transport._pool = httpcore.ConnectionPool(  # the same pool, peer-checked connections
-        ssl_context=context, uds=str(path), network_backend=_PeerCheckedBackend(),
+        ssl_context=context, uds=str(path), network_backend=_PeerCheckedBackend(server_uid),
         max_connections=100, max_keepalive_connections=20, keepalive_expiry=5.0)
     return transport

@@ -13,6 +13,9 @@ Names (all prefixed ``pollux_``):
   names operators look for;
 - ``job_goodput_samples_per_second{job}``, ``job_batch_size{job}``,
   ``job_replicas{job}``, ``job_restarts_total{job}``: per active job;
+- ``team_quota_gpus{team}``, ``team_gpus_in_use{team}``, ``team_gpus_lent{team}``,
+  ``team_gpus_borrowed{team}``, ``team_gpus_pending{team}``, ``team_jobs{team}``: per
+  team (:mod:`pollux.service.http.team_usage`);
 - ``policy_round_duration_seconds``: histogram of the policy's ``optimize`` wall time;
 - ``api_request_duration_seconds{method,route,status}``: histogram of request latency,
   labelled by the route template (``/api/jobs/{ref}``), not the raw path.
@@ -27,9 +30,11 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from pollux.policies.base import NodeInfo
+from pollux.service.http.team_usage import team_usage
 from pollux.service.loop.telemetry import job_sample, slots_used_and_total
 from pollux.service.storage.records import JobRecord
 from pollux.service.storage.states import JobState
+from pollux.teams import Teams
 
 ROUND_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
                    10.0, 30.0)
@@ -96,6 +101,35 @@ class ClusterCollector(Collector):
         yield from (goodput, batch, replicas, restarts)
 
 
+TEAM_GAUGES = (
+    ("quota_gpus", "pollux_team_quota_gpus", "GPUs guaranteed to the team (its quota)"),
+    ("in_use_gpus", "pollux_team_gpus_in_use", "GPUs held by the team's jobs"),
+    ("lent_gpus", "pollux_team_gpus_lent", "Idle quota of the team that others borrow"),
+    ("borrowed_gpus", "pollux_team_gpus_borrowed", "GPUs the team holds beyond its quota"),
+    ("pending_gpus", "pollux_team_gpus_pending", "GPUs the team's waiting jobs need to "
+                                                 "start"),
+    ("num_jobs", "pollux_team_jobs", "Active jobs of the team"),
+)
+"""Per-team gauges: (field of :class:`TeamUsage`, metric name, help)."""
+
+
+class TeamCollector(Collector):
+    """Per-team gauges computed from the active jobs and the teams file at each scrape."""
+
+    def __init__(self, list_jobs: Callable[[], Sequence[JobRecord]],
+                 teams: Teams | None) -> None:
+        self.list_jobs = list_jobs
+        self.teams = teams
+
+    def collect(self) -> Iterator[Metric]:
+        usage = team_usage(self.list_jobs(), self.teams)
+        for field, name, help_text in TEAM_GAUGES:
+            gauge = GaugeMetricFamily(name, help_text, labels=["team"])
+            for team in usage:
+                gauge.add_metric([team.team], float(getattr(team, field)))
+            yield gauge
+
+
 class ServiceMetrics:
     """The registry of one service and the histograms it observes into."""
 
@@ -109,7 +143,7 @@ class ServiceMetrics:
             labelnames=("method", "route", "status"), buckets=REQUEST_BUCKETS_S,
             registry=self.registry)
 
-    def watch_cluster(self, collector: ClusterCollector) -> None:
+    def watch_cluster(self, collector: Collector) -> None:
         self.registry.register(collector)
 
     def exposition(self) -> bytes:

@@ -110,6 +110,8 @@ class Session:
     origin: Origin
     """Where the session was opened: only requests to this origin may use it."""
     expires_at: float
+    user: str | None = None
+    """The registered user who opened it (None: the server's account, by its token)."""
 
     def csrf_matches(self, given: str | None) -> bool:
         return bool(given) and hmac.compare_digest(str(given).encode(), self.csrf.encode())
@@ -124,27 +126,31 @@ class Sessions:
         self.max_sessions = max_sessions
         self._clock = clock
         self._live: OrderedDict[str, Session] = OrderedDict()
-        self._logins: OrderedDict[str, float] = OrderedDict()
+        self._logins: OrderedDict[str, tuple[float, str | None]] = OrderedDict()
         self._lock = threading.Lock()
 
-    def create_login(self) -> str:
-        """A one-time login code (``/?login=<code>``), good for ``LOGIN_TTL_S``."""
+    def create_login(self, user: str | None = None) -> str:
+        """A one-time login code (``/?login=<code>``) for ``user`` (None: the server's
+        account), good for ``LOGIN_TTL_S``."""
         code = secrets.token_urlsafe(32)
         with self._lock:
-            self._logins[code] = self._clock() + LOGIN_TTL_S
+            self._logins[code] = (self._clock() + LOGIN_TTL_S, user)
             while len(self._logins) > MAX_LOGINS:
                 self._logins.popitem(last=False)
         return code
 
-    def redeem_login(self, code: str) -> bool:
-        """Whether ``code`` is a live login code; it is used up either way."""
+    def redeem_login(self, code: str) -> tuple[bool, str | None]:
+        """Whether ``code`` is a live login code, and the user it was made for; it is
+        used up either way."""
         with self._lock:
-            expires_at = self._logins.pop(code, None)
-        return expires_at is not None and expires_at > self._clock()
+            login = self._logins.pop(code, None)
+        if login is None or login[0] <= self._clock():
+            return False, None
+        return True, login[1]
 
-    def create(self, origin: Origin) -> Session:
+    def create(self, origin: Origin, user: str | None = None) -> Session:
         session = Session(secrets.token_urlsafe(32), secrets.token_urlsafe(32), origin,
-                          self._clock() + self.ttl_s)
+                          self._clock() + self.ttl_s, user)
         with self._lock:
             self._live[session.id] = session
             while len(self._live) > self.max_sessions:

@@ -40,6 +40,8 @@ def job_summary(record: JobRecord, now: float, recovering: bool = False) -> dict
     return {
         "id": record.id,
         "name": record.spec.name,
+        "owner": record.owner,
+        "team": record.team,
         "state": record.state.value,
         "recovering": recovering,
         "reason": record.reason,

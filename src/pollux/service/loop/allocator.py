@@ -69,6 +69,9 @@ class AllocatorConfig:
     gpu_type_speeds: Mapping[str, float] = field(default_factory=dict)
     """Declared relative GPU type speeds; the others are learned from the jobs' hints
     (:func:`pollux.policies.snapshot.learned_type_speeds`)."""
+    team_accounts: Mapping[str, str] = field(default_factory=dict)
+    """The account each team's launches are charged to (the teams file's
+    ``slurm_account``); a team not named: the backend's default."""
 
 
 class Allocator:

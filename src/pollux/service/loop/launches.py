@@ -143,7 +143,8 @@ class LaunchSupervisor:
             checkpoint_dir=str(directory / "checkpoint"), log_dir=str(directory / "logs"),
             hints_target=(None if self.config.hints_url is None
                           else self.config.hints_url.format(job_id=record.id)),
-            hints_token=record.hints_token, gpu_type=gpu_type)
+            hints_token=record.hints_token, gpu_type=gpu_type,
+            account=self.config.team_accounts.get(record.team or ""))
         try:
             launched = self.backend.launch(request)
         except Exception as exc:  # noqa: BLE001 - whatever it was, nothing was started

@@ -51,6 +51,11 @@ class JobRecord:
     hints_problem: str | None = None
     """Why the stored hints are not used (they no longer parse), naming the field; None
     when they are used or there are none."""
+    owner: str | None = None
+    """The registered user who submitted it; None: the server's own account (a job
+    submitted with the server token, or stored before users were configured)."""
+    team: str | None = None
+    """The team it runs in (one of its owner's teams); None: no team."""
 
     @property
     def num_restarts(self) -> int:
@@ -94,9 +99,9 @@ class JobEvent:
 JOB_COLUMNS = ("id", "seq", "spec", "state", "reason", "allocation", "target_allocation",
                "num_launches", "num_failures", "num_rescales", "cancel_requested", "hints",
                "hints_updated_at", "hints_token", "attained_service_s", "submitted_at",
-               "started_at", "finished_at", "updated_at", "gpu_type")
+               "started_at", "finished_at", "updated_at", "gpu_type", "owner", "team")
 UPDATABLE_COLUMNS = frozenset(JOB_COLUMNS) - {"id", "seq", "spec", "state", "hints_token",
-                                              "submitted_at"}
+                                              "submitted_at", "owner", "team"}
 
 
 DECODED_JOBS_KEPT = 50_000
@@ -146,7 +151,8 @@ class JobDecoder:
             hints_token=data["hints_token"], attained_service_s=data["attained_service_s"],
             submitted_at=data["submitted_at"], started_at=data["started_at"],
             finished_at=data["finished_at"], updated_at=data["updated_at"],
-            gpu_type=data["gpu_type"], hints_problem=problem)
+            gpu_type=data["gpu_type"], hints_problem=problem, owner=data["owner"],
+            team=data["team"])
 
     def remember_spec(self, job_id: str, text: str, spec: JobSpec) -> None:
         """``text`` (as stored) is ``spec``: a read of it needs no parse."""

@@ -109,8 +109,10 @@ class JobStore:
 
     # --- jobs -------------------------------------------------------------------------
 
-    def add_job(self, spec: JobSpec, now: float) -> JobRecord:
-        """Accept a job (Pending) with a fresh hints token; its id is ``name-seq``. Ids and
+    def add_job(self, spec: JobSpec, now: float, owner: str | None = None,
+                team: str | None = None) -> JobRecord:
+        """Accept a job (Pending) of ``owner`` in ``team`` (None: the server's own, no
+        team) with a fresh hints token; its id is ``name-seq``. Ids and
         names never collide (so a reference means one job): a name that is another job's
         id is refused, and a sequence number whose id would be another job's name is
         skipped."""
@@ -124,9 +126,9 @@ class JobStore:
             while True:
                 cur.execute(
                     "INSERT INTO jobs(id, name, spec, state, hints_token, submitted_at, "
-                    "updated_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    "updated_at, owner, team) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (f"tmp-{token}", spec.name, text,
-                     JobState.PENDING.value, token, now, now))
+                     JobState.PENDING.value, token, now, now, owner, team))
                 seq = int(cur.lastrowid or 0)
                 job_id = f"{spec.name}-{seq}"
                 if not (cur.execute("SELECT 1 FROM jobs WHERE name=?", (job_id,)).fetchone()

@@ -1,5 +1,6 @@
 """The job store's tables (SQLite), and the columns added to them since their first
-release (added to an older store when it is opened)."""
+release (added to an older store when it is opened; a table added later, such as
+``users``, is created in an older store the same way: nothing stored is lost)."""
 
 from __future__ import annotations
 
@@ -50,8 +51,19 @@ CREATE TABLE IF NOT EXISTS events (
 );
 CREATE INDEX IF NOT EXISTS events_by_job ON events(job_id, id);
 CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs(state, seq);
+CREATE TABLE IF NOT EXISTS users (
+    name TEXT PRIMARY KEY,
+    teams TEXT NOT NULL,
+    team_admin INTEGER NOT NULL DEFAULT 0,
+    admin INTEGER NOT NULL DEFAULT 0,
+    token_hash TEXT UNIQUE NOT NULL,
+    created_at REAL NOT NULL,
+    token_rotated_at REAL NOT NULL
+);
 """
-ADDED_JOB_COLUMNS = (("gpu_type", "TEXT"),)
+ADDED_JOB_COLUMNS = (("gpu_type", "TEXT"), ("owner", "TEXT"), ("team", "TEXT"))
+"""Columns added to ``jobs`` later: the GPU type of its launch; the user who submitted
+it and the team it runs in (NULL for jobs stored before users: the server's own)."""
 ADDED_EVENT_COLUMNS = (("repeats", "INTEGER NOT NULL DEFAULT 0"), ("last_time", "REAL"))
 """Columns added to ``events`` later: how often an event was repeated (coalesced) and
 when it last was."""

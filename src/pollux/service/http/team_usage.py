@@ -1,0 +1,92 @@
+"""Each team's GPUs now: its quota, what its jobs hold, what it lends and borrows, and
+what its waiting jobs ask for (``pollux teams``, ``GET /api/teams``, ``/metrics``).
+
+* ``in_use_gpus``: GPUs held by the team's jobs (replicas x GPUs per replica);
+* ``borrowed_gpus``: what it holds beyond its quota (``in_use - quota``, at least 0);
+* ``lent_gpus``: the part of its idle quota (``quota - in_use``, at least 0) that other
+  teams are borrowing: all teams' borrowed GPUs, shared among the lenders in proportion
+  to their idle quota (so lent and borrowed GPUs add up to the same total);
+* ``pending_gpus``: GPUs that its jobs waiting without replicas need to start (their
+  minimum replicas x GPUs per replica).
+
+A job without a team counts under :data:`~pollux.teams.DEFAULT_TEAM`; a team that has
+jobs but is not in the teams file is listed with a quota of 0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+from pollux.policies.base import NodeInfo
+from pollux.resources import GPU
+from pollux.service.storage.records import JobRecord
+from pollux.teams import DEFAULT_TEAM, Teams, load_teams
+
+__all__ = ["TeamUsage", "load_service_teams", "team_usage"]
+
+
+@dataclass(frozen=True)
+class TeamUsage:
+    team: str
+    quota_gpus: int
+    weight: float
+    in_use_gpus: float
+    lent_gpus: float
+    borrowed_gpus: float
+    pending_gpus: float
+    num_jobs: int
+    """Active jobs (not finished)."""
+    slurm_account: str | None = None
+
+    def to_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+def _gpus(record: JobRecord, replicas: int) -> float:
+    return float(record.spec.resources.gpu) * replicas
+
+
+def team_usage(records: Sequence[JobRecord], teams: Teams | None) -> list[TeamUsage]:
+    """The usage of every team of ``teams`` (in the file's order), then of the other
+    teams the active ``records`` name (by name)."""
+    in_use: dict[str, float] = {}
+    pending: dict[str, float] = {}
+    num_jobs: dict[str, int] = {}
+    for record in records:
+        if record.state.is_final:
+            continue
+        name = record.team or DEFAULT_TEAM
+        num_jobs[name] = num_jobs.get(name, 0) + 1
+        held = len(record.allocation) if record.state.has_replicas else 0
+        in_use[name] = in_use.get(name, 0.0) + _gpus(record, held)
+        if not held:
+            pending[name] = pending.get(name, 0.0) + _gpus(record, record.spec.min_replicas)
+    names = list(teams.names if teams is not None else ())
+    names += sorted(set(num_jobs) - set(names))
+    quota = {name: (teams[name].total_quota_gpus if teams is not None and name in teams
+                    else 0) for name in names}
+    borrowed = {name: max(0.0, in_use.get(name, 0.0) - quota[name]) for name in names}
+    idle = {name: max(0.0, quota[name] - in_use.get(name, 0.0)) for name in names}
+    total_borrowed, total_idle = sum(borrowed.values()), sum(idle.values())
+    usage = []
+    for name in names:
+        known = teams[name] if teams is not None and name in teams else None
+        lent = (0.0 if total_idle <= 0 else
+                min(idle[name], total_borrowed * idle[name] / total_idle))
+        usage.append(TeamUsage(
+            team=name, quota_gpus=quota[name], weight=1.0 if known is None else known.weight,
+            in_use_gpus=in_use.get(name, 0.0), lent_gpus=lent, borrowed_gpus=borrowed[name],
+            pending_gpus=pending.get(name, 0.0), num_jobs=num_jobs.get(name, 0),
+            slurm_account=None if known is None else known.slurm_account))
+    return usage
+
+
+def load_service_teams(path: str, nodes: Sequence[NodeInfo], check_cluster: bool) -> Teams:
+    """The teams file of a server; with ``check_cluster`` its quotas are checked against
+    ``nodes`` (the local backend's: other backends' clusters change size)."""
+    cluster: dict[str, int] = {}
+    for node in nodes:
+        cluster[node.gpu_type] = cluster.get(node.gpu_type, 0) + int(
+            node.resources.get(GPU, 0.0) + 1e-9)
+    return load_teams(path, cluster if check_cluster else None)
