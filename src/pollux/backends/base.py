@@ -162,10 +162,16 @@ class Backend(ABC):
         return None
 
     def request_cluster_size(self, num_nodes: int | None) -> None:
-        """Ask for ``num_nodes`` nodes in all: the autoscaler's desired size, passed on
-        every scheduling round before the policy runs (None: no opinion). A backend that
-        cannot resize ignores it (the default)."""
+        """Ask for ``num_nodes`` nodes in all (None: no opinion). A backend that cannot
+        resize ignores it (the default)."""
         return None
+
+    def request_nodes_by_type(self, num_nodes_by_type: Mapping[str, int]) -> None:
+        """Ask for ``num_nodes_by_type`` nodes of each GPU type: the autoscaler's desired
+        size, passed on every scheduling round before the policy runs. A backend that
+        cannot tell types apart asks for their sum (the default,
+        :meth:`request_cluster_size`)."""
+        self.request_cluster_size(sum(int(n) for n in num_nodes_by_type.values()))
 
     def adopt(self, replicas: Sequence[LiveReplica]) -> set[str]:
         """At startup, before :meth:`recover`: take over the launches of a previous server

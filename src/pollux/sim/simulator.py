@@ -45,20 +45,14 @@ from dataclasses import dataclass, field
 
 from threadpoolctl import threadpool_limits
 
-from pollux.cluster_spec import allocation_gpu_type, gpu_types_of
+from pollux.cluster_spec import allocation_gpu_type
 from pollux.errors import ConfigError
 from pollux.models import ThroughputParams
 from pollux.models.type_speeds import estimate_type_speeds
 from pollux.policies.autoscaling import Autoscaler, BatchObjective
-from pollux.policies.base import Allocation, JobInfo, Policy
-from pollux.policies.decision import check_decision
-from pollux.policies.snapshot import (
-    EXPLORATION_FACTOR,
-    JobReport,
-    Snapshot,
-    SpeedupCache,
-    job_infos,
-)
+from pollux.policies.base import Allocation, NodeInfo, Policy
+from pollux.policies.round import RoundRequest, SchedulingRound
+from pollux.policies.snapshot import EXPLORATION_FACTOR, JobReport
 from pollux.sim.adaptive import FitCache
 from pollux.sim.applications import Application
 from pollux.sim.cluster import ClusterSize, ElasticCluster
@@ -125,12 +119,11 @@ class Simulator:
                  job_knowledge: JobKnowledge | str = JobKnowledge.MEASURED) -> None:
         self.config = cfg = config or ClusterConfig()
         self.interval_s, self.max_time_s = cfg.interval_s, cfg.max_time_s
-        self._speedups = SpeedupCache()
-        self._infeasible: dict[str, str] = {}
         self.workload = workload
         self.policy = policy
         self.autoscaler = autoscaler
-        self.throughput_speedups = autoscaler is not None
+        self.round = SchedulingRound(policy, autoscaler)
+        """The scheduling round this driver gathers reports for and carries out."""
         self.semantics = sem = cfg.semantics
         spec = cfg.spec
         if adaptive_jobs is None:
@@ -168,7 +161,7 @@ class Simulator:
         aware = bool(getattr(type(policy), "heterogeneity_aware", True))
         pooled = None if aware or len(spec.gpu_types) == 1 else (
             getattr(type(policy), "pooled_limits_type", None) or "")
-        factor, self._initial_replicas = policy.growth_rule(spec.gpu_types)
+        factor, self._initial_replicas = self.round.growth_rule(spec.gpu_types)
         self._growth_factor = factor or EXPLORATION_FACTOR
         self.jobs = tuple(
             SimJob(js, apps[js.application], mode, self.fits, batch_objective,
@@ -254,40 +247,34 @@ class Simulator:
         return tuple(rounds)
 
     def _round(self, jobs: list[SimJob], now: float) -> RoundLog:
-        """One scheduling round, in the service's order: the jobs' records; with an
-        autoscaler, the cluster resized; the policy asked on the nodes there are then; its
-        decision checked and applied."""
-        infos = job_infos([self._report(job) for job in jobs], now, self._speedups,
-                          throughput_speedups=self.throughput_speedups,
-                          exploration_factor=self.policy.growth_rule(
-                              tuple(gpu_types_of(self.nodes)))[0])
-        if self.autoscaler is not None and self.cluster is not None:
-            self._resize(self.autoscaler, self.cluster, jobs, infos, now)
+        """One scheduling round (:mod:`pollux.policies.round`), as the service runs one:
+        the jobs' reports, the nodes and what each job holds go in; the cluster is resized
+        to the nodes wanted, the reply's events go to the jobs and its allocations are
+        applied."""
+        cluster = self.cluster
+        if cluster is not None:
+            cluster.refresh(now)
+        request = RoundRequest(now, tuple(self._report(job) for job in jobs), tuple(self.nodes),
+                               {job.name: job.allocation for job in jobs if job.allocation},
+                               None if cluster is None else cluster.billed_by_type())
+        reply = self.round.schedule(request, None if cluster is None else (
+            lambda wanted: self._resize(cluster, jobs, wanted, now)))
+        if reply.scaling is not None and cluster is not None:
+            cluster.record(now, reply.scaling.num_nodes)
         if not jobs:
             return RoundLog(now, 0)
-        snapshot = Snapshot(now, infos, tuple(self.nodes),
-                            {job.name: job.allocation for job in jobs if job.allocation})
-        tic = time.perf_counter()
-        decision = self.policy.optimize(list(snapshot.jobs), list(snapshot.nodes),
-                                        snapshot.previous_allocations)
-        policy_s = time.perf_counter() - tic
-        decision = check_decision(decision, snapshot)
+        by_name = {job.name: job for job in jobs}
+        for event in reply.events:
+            if event.level == "warning":
+                logger.warning("t=%.0f s: job %s: %s", now, event.job, event.message)
+            by_name[event.job].events.append((now, event.message))
         gpus: dict[str, int] = {}
         for job in jobs:
-            reason = decision.infeasible.get(job.name)
-            if reason is None:
-                self._infeasible.pop(job.name, None)
-            elif self._infeasible.get(job.name) != reason:  # once per reason, as the service
-                self._infeasible[job.name] = reason
-                logger.warning("t=%.0f s: policy %s: allocation of %s infeasible: %s", now,
-                               self.policy.name, job.name, reason)
-                job.events.append((now, f"policy {self.policy.name}: allocation infeasible: "
-                                        f"{reason}"))
-            new = tuple(decision.allocations.get(job.name, ()))
+            new = tuple(reply.decision.allocations.get(job.name, ()))
             self._apply(job, new)
             if new:
                 gpus[job.name] = len(new)
-        return RoundLog(now, len(jobs), gpus, policy_s)
+        return RoundLog(now, len(jobs), gpus, reply.policy_s)
 
     # -- effects -------------------------------------------------------------------------
     def _interfered(self, running: Sequence[SimJob]) -> set[str]:
@@ -344,20 +331,18 @@ class Simulator:
             cluster_sizes=sizes, batch_objective=self.batch_objective,
             gpu_types={name: dict(held) for name, held in self._held.items()})
 
-    def _resize(self, autoscaler: Autoscaler, cluster: ElasticCluster, jobs: Sequence[SimJob],
-                infos: Sequence[JobInfo], now: float) -> None:
-        """Ask the autoscaler for the cluster's size and resize; jobs on released nodes
-        lose their allocation."""
-        cluster.refresh(now)
-        decision = autoscaler.decide_by_type(infos, cluster.billed_by_type())
+    def _resize(self, cluster: ElasticCluster, jobs: Sequence[SimJob],
+                num_nodes_by_type: Mapping[str, int], now: float) -> tuple[NodeInfo, ...]:
+        """Resize the cluster to the nodes wanted; jobs on released nodes lose their
+        allocation. The nodes ready now."""
         load = Counter(node for job in jobs for node in job.allocation)
-        released = cluster.resize(decision.num_nodes_by_type, now, load)
+        released = cluster.resize(num_nodes_by_type, now, load)
         for job in jobs:
             if released.intersection(job.allocation):
                 job.reallocate((), (), self._restart_delay_s(job))
-        cluster.record(now, decision.num_nodes)
         self.nodes = cluster.nodes()
         self._by_name = {node.name: node for node in self.nodes}
+        return self.nodes
 
 
 def projection_speeds(applications: Mapping[str, TypedApplication], speeds_from: str

@@ -148,7 +148,8 @@ class ScalingDecision:
     """Cost per hour of ``num_nodes`` template nodes."""
     info: Mapping[str, Any] = field(default_factory=dict)
     num_nodes_by_type: Mapping[str, int] = field(default_factory=dict)
-    """Desired nodes per GPU type (:meth:`Autoscaler.decide_by_type`)."""
+    """Desired nodes per GPU type of a typed autoscaler; empty: ``num_nodes`` of the
+    cluster's one type (:meth:`Autoscaler.decide_by_type`)."""
 
 
 class Autoscaler(ABC):
@@ -203,14 +204,14 @@ class Autoscaler(ABC):
 
     def decide_by_type(self, jobs: Sequence[JobInfo], current: Mapping[str, int]
                        ) -> ScalingDecision:
-        """:meth:`decide` on a cluster of one GPU type, the desired size as that type's
-        (the typed autoscaler, :mod:`.typed`, decides several)."""
-        if len(current) != 1:
+        """The desired size per GPU type given the size per type ``current`` (nodes ready
+        and being provisioned). Here, on a cluster of one type (or none yet): :meth:`decide`
+        on its size, whose ``num_nodes`` is that type's (``num_nodes_by_type`` stays empty);
+        the typed autoscaler (:mod:`.typed`) decides several."""
+        if len(current) > 1:
             raise ConfigError("autoscaler", self.name, "this autoscaler sizes a cluster of "
                               "one GPU type; a typed cluster takes --autoscaler pollux")
-        ((gpu_type, num_nodes),) = current.items()
-        decision = self.decide(jobs, num_nodes)
-        return replace(decision, num_nodes_by_type={gpu_type: decision.num_nodes})
+        return self.decide(jobs, sum(int(n) for n in current.values()))
 
     def evaluator(self, jobs: Sequence[JobInfo]) -> SizeEvaluator:
         return SizeEvaluator(self.estimator, jobs, self.config.template.resources)

@@ -18,30 +18,24 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from pollux.backends.base import Backend, rank_order
 from pollux.cluster_spec import gpu_types_of
 from pollux.policies.autoscaling import Autoscaler, ScalingDecision
-from pollux.policies.base import Allocation, JobInfo, Policy, PolicyDecision
-from pollux.policies.decision import check_decision
-from pollux.policies.snapshot import (
-    Snapshot,
-    SpeedupCache,
-    job_infos,
-    learned_type_speeds,
-    without_models,
-)
+from pollux.policies.base import Allocation, NodeInfo, Policy, PolicyDecision
+from pollux.policies.round import RoundRequest, SchedulingRound
+from pollux.policies.snapshot import Snapshot
 from pollux.service.loop.explain import rescale_reason
 from pollux.service.loop.launches import LaunchSupervisor, StopCause
 from pollux.service.loop.recovery import JobNotices, Recovery
 from pollux.service.loop.snapshot import (
     active_records,
+    held_allocation,
     hints_problems,
     job_reports,
-    previous_allocations,
 )
 from pollux.service.storage.records import JobRecord
 from pollux.service.storage.states import ACTIVE_STATES, LIVE_STATES, JobState
@@ -105,8 +99,9 @@ class Allocator:
         self.last_scaling: ScalingDecision | None = None
         self.type_speeds: dict[str, float] = dict(config.gpu_type_speeds)
         """GPU type -> relative speed used in the latest round (declared and learned)."""
-        self._speedups = SpeedupCache(guarded=True)
-        self._infeasible: dict[str, str] = {}
+        self.round = SchedulingRound(policy, autoscaler, guarded=True,
+                                     declared_type_speeds=config.gpu_type_speeds)
+        """The scheduling round this loop gathers reports for and carries out."""
         self._round_due_at = 0.0
         self._last_tick_at: float | None = None
         """Monotonic time of the previous tick."""
@@ -172,58 +167,37 @@ class Allocator:
     # --- scheduling -------------------------------------------------------------------
 
     def schedule_round(self, now: float) -> None:
-        """One round, in the simulator's order: the active jobs' records (their reports
-        through :mod:`pollux.policies.snapshot`); with an autoscaler, its desired size
-        passed to the backend; the policy asked on the nodes there are then; its decision
-        checked (infeasible allocations become job events) and applied."""
+        """One round (:mod:`pollux.policies.round`): the active jobs' reports, the nodes and
+        what each job holds go in; the nodes wanted per GPU type go to the backend, the
+        reply's events to the jobs and its allocations are applied."""
         records = active_records(self.store.list_jobs(ACTIVE_STATES))
         nodes = tuple(self.backend.nodes())
-        reports = job_reports(records)
-        types = tuple(gpu_types_of(nodes))
-        if len(types) > 1:
-            self.type_speeds = learned_type_speeds(reports, types, self.config.gpu_type_speeds)
-        factor, initial = self.policy.growth_rule(types)
-        jobs = job_infos(reports, now, self._speedups,
-                         throughput_speedups=self.autoscaler is not None, gpu_types=types,
-                         exploration_factor=factor, initial_replicas=initial,
-                         type_speeds=self.type_speeds if len(types) > 1 else None)
-        if not jobs and self.autoscaler is None:
+        held = {r.id: held_allocation(r) for r in records}
+        request = RoundRequest(now, tuple(job_reports(records)), nodes,
+                               {job_id: alloc for job_id, alloc in held.items() if alloc})
+        reply = self.round.schedule(request, self._resize)
+        if len(gpu_types_of(nodes)) > 1:
+            self.type_speeds = dict(reply.type_speeds)
+        if reply.scaling is not None:
+            self.last_scaling = reply.scaling
+        if reply.snapshot is None:
             return
-        if self.autoscaler is not None:
-            self._resize(self.autoscaler, jobs)
-            nodes = tuple(self.backend.nodes())
-        snapshot = Snapshot(now, jobs, nodes, previous_allocations(records, nodes))
-        decision = PolicyDecision(allocations={})
-        if jobs:
-            started_s = time.perf_counter()
-            try:
-                decision = self.policy.optimize(list(snapshot.jobs), list(snapshot.nodes),
-                                                dict(snapshot.previous_allocations))
-            except Exception as exc:  # never a round that fails for all: retry without models
-                logger.exception("policy failed; retrying the round without the jobs' models")
-                snapshot = Snapshot(now, without_models(jobs), nodes,
-                                    snapshot.previous_allocations)
-                decision = self.policy.optimize(list(snapshot.jobs), list(snapshot.nodes),
-                                                dict(snapshot.previous_allocations))
-                for record in records:
-                    self.store.add_event(
-                        record.id, now, "info",
-                        f"scheduling round failed ({type(exc).__name__}: {exc}); this round "
-                        "treats every job as one without a model")
-            self._report_round(time.perf_counter() - started_s)
-        self._notices.unusable_models({**hints_problems(records), **self._speedups.problems()},
+        if reply.snapshot.jobs:
+            self._report_round(reply.policy_s)
+        for event in reply.events:
+            self.store.add_event(event.job, now, event.level, event.message)
+        self._notices.unusable_models({**hints_problems(records), **reply.unusable_models},
                                       records, now)
         self._notices.fresh_starts(records, now)
-        decision = check_decision(decision, snapshot)
         self.num_rounds += 1
-        self.last_snapshot, self.last_decision = snapshot, decision
+        self.last_snapshot, self.last_decision = reply.snapshot, reply.decision
+        nodes = reply.snapshot.nodes
         gpu_types = ({n.name: n.gpu_type for n in nodes}
                      if len(gpu_types_of(nodes)) > 1 else None)
         for record in records:
             if record.id in self.recovering_jobs:
                 continue  # a previous server's: left alone until recovery settles it
-            self._record_infeasible(record.id, decision.infeasible.get(record.id), now)
-            self._apply(record, decision.allocations.get(record.id, ()), now,
+            self._apply(record, reply.decision.allocations.get(record.id, ()), now,
                         len(records) - 1, gpu_types)
 
     def _report_round(self, round_s: float) -> None:
@@ -234,24 +208,13 @@ class Allocator:
         except Exception:  # telemetry must never stop scheduling
             logger.exception("cannot report the scheduling round")
 
-    def _resize(self, autoscaler: Autoscaler, jobs: Sequence[JobInfo]) -> None:
-        """Ask the autoscaler for the cluster's size and pass it to the backend."""
-        scaling = autoscaler.decide(jobs, len(self.backend.nodes()))
-        self.last_scaling = scaling
+    def _resize(self, num_nodes_by_type: Mapping[str, int]) -> tuple[NodeInfo, ...]:
+        """Pass the nodes wanted per GPU type to the backend; the nodes there are now."""
         try:
-            self.backend.request_cluster_size(scaling.num_nodes)
+            self.backend.request_nodes_by_type(num_nodes_by_type)
         except Exception:  # a backend that cannot resize must not stop scheduling
             logger.exception("cannot pass the desired cluster size on")
-
-    def _record_infeasible(self, job_id: str, reason: str | None, now: float) -> None:
-        """An event when the policy's allocation of the job cannot be applied (once per
-        reason, not every round)."""
-        if reason is None:
-            self._infeasible.pop(job_id, None)
-        elif self._infeasible.get(job_id) != reason:
-            self._infeasible[job_id] = reason
-            self.store.add_event(job_id, now, "warning",
-                                 f"policy {self.policy.name}: allocation infeasible: {reason}")
+        return tuple(self.backend.nodes())
 
     def _apply(self, record: JobRecord, new: Allocation, now: float,
                num_other_jobs: int = 0, gpu_types: Mapping[str, str] | None = None) -> None:
