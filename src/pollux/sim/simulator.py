@@ -1,12 +1,12 @@
 """The simulator: a thin driver around one scheduling policy, on any cluster.
 
 Every ``interval_s`` of simulated time the jobs that hold GPUs train, completed jobs
-release theirs, arrived jobs join the active ones (in workload order), and a scheduling
-round runs the way the service runs one: each active job's report (:mod:`.reports`)
-becomes the policy's :class:`~pollux.policies.base.JobInfo` through
-:mod:`pollux.policies.snapshot`, the policy is asked, its decision is checked
-(:func:`~pollux.policies.decision.check_decision`; an infeasible allocation becomes a job
-event, once per reason, and the job gets nothing) and applied. A run stops when every job
+release theirs, arrived jobs join the active ones (in workload order), and the
+scheduling round the service runs too (:mod:`pollux.policies.round`) is asked with each
+active job's report (:mod:`.reports`), the nodes and what each job holds; the driver
+carries out its reply: the cluster resized to the nodes wanted, its events (an
+infeasible allocation, once per reason; a retry without models) added to the jobs, its
+allocations applied. A run stops when every job
 has completed, at ``max_time_s``, or after :data:`MAX_IDLE_ROUNDS` rounds in which
 nothing runs and nothing is left to arrive. A homogeneous cluster is a typed cluster with
 one type: nodes carry their GPU type, a job's allocation never spans types (the decision

@@ -5,8 +5,8 @@
 (``throughput``) is the throughput-based baseline and :class:`FixedSizeAutoscaler`
 (``none``) keeps the size; :class:`TypedAutoscaler` sizes each GPU type of a typed
 cluster by goodput per dollar. Pure functions of the job records, like the policies: the
-simulator and the service ask the autoscaler every round, before the policy, and apply
-the desired size themselves.
+scheduling round (:mod:`pollux.policies.round`) both drivers call asks the autoscaler
+every round, before the policy, and the driver carries out the nodes wanted per type.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """What the drivers need around an autoscaler: the node template a cluster grows by, and
-the JSON view of a decision that runtimes show. The drivers (the simulator and the
-service) call :meth:`~pollux.policies.autoscaling.Autoscaler.decide` themselves every
-round, before the policy, and apply the desired size."""
+the JSON view of a decision that runtimes show. The scheduling round
+(:mod:`pollux.policies.round`) asks the autoscaler every round, before the policy; the
+drivers (the simulator and the service) carry out the nodes it wants."""
 
 from __future__ import annotations
 
