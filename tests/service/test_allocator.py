@@ -339,3 +339,14 @@ def test_a_fresh_start_over_corrupt_checkpoints_is_an_event(store, fake_backend,
         allocator.tick(second)
     messages = [e.message for e in store.events(job.id) if "started over" in e.message]
     assert len(messages) == 1 and "checkpoint-00000003.pt.corrupt" in messages[0]
+
+
+def test_the_loop_and_its_launch_supervisor_form_no_import_circle() -> None:
+    """The supervisor has its own small configuration and owns its state (the loop tells
+    each operation the time), so it imports nothing of the loop, not even for typing."""
+    from tests.test_import_cycles import PACKAGE, import_cycles
+
+    cycles = import_cycles(PACKAGE, type_checking=True, within="pollux.service")
+    around = [sorted(c) for c in cycles
+              if any(m.endswith(".allocator") or m.endswith(".launches") for m in c)]
+    assert around == [], around

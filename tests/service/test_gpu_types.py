@@ -89,7 +89,7 @@ def test_a_stored_target_spanning_types_is_not_launched(store, tmp_path):
     backend = FakeBackend(typed_nodes())
     job = store.add_job(make_spec("j", max_replicas=4), now=0.0)
     store.update_job(job.id, 0.0, target_allocation=("a-1", "b-0"))
-    allocator_on(store, backend, RecordingPolicy(), tmp_path).launches.launch_ready(1.0)
+    allocator_on(store, backend, RecordingPolicy(), tmp_path).launches.launch_ready(1.0, 1.0)
     assert backend.launches == [] and store.get_job(job.id).target_allocation is None
     assert "not launched: allocation spans GPU types" in store.events(job.id)[-1].message
 

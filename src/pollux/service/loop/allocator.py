@@ -29,7 +29,7 @@ from pollux.policies.base import Allocation, NodeInfo, Policy, PolicyDecision
 from pollux.policies.round import RoundRequest, SchedulingRound
 from pollux.policies.snapshot import Snapshot
 from pollux.service.loop.explain import rescale_reason
-from pollux.service.loop.launches import LaunchSupervisor, StopCause
+from pollux.service.loop.launches import LaunchSupervisor, StopCause, SupervisorConfig
 from pollux.service.loop.recovery import JobNotices, Recovery
 from pollux.service.loop.snapshot import (
     active_records,
@@ -67,6 +67,12 @@ class AllocatorConfig:
     """The account each team's launches are charged to (the teams file's
     ``slurm_account``); a team not named: the backend's default."""
 
+    @property
+    def supervisor(self) -> SupervisorConfig:
+        """What the launch supervisor needs of this configuration."""
+        return SupervisorConfig(self.data_dir, self.stop_grace_s, self.hints_url,
+                                self.relaunch_backoff_s, self.relaunch_backoff_max_s)
+
 
 class Allocator:
     """Drives jobs through their states; one instance per server, one thread."""
@@ -78,7 +84,6 @@ class Allocator:
                  monotonic: Callable[[], float] | None = None) -> None:
         self.store = store
         self.backend = backend
-        self.policy = policy
         self.config = config
         self.clock = clock
         """Wall-clock time: what records and events are stamped with."""
@@ -105,13 +110,14 @@ class Allocator:
         self._round_due_at = 0.0
         self._last_tick_at: float | None = None
         """Monotonic time of the previous tick."""
+        self._mono = 0.0
+        """Monotonic time of the current tick."""
         self._recovery: Recovery | None = None
         """A recovery going on in the background (see :meth:`recover_and_run`)."""
         self._recovery_retry_at = 0.0
         self._notices = JobNotices(store, config.data_dir)
-        self.recovering_jobs: frozenset[str] = frozenset()
-        """Jobs of a previous server whose replicas :meth:`recover` is still stopping."""
-        self.launches = LaunchSupervisor(store, backend, config, on_ended=self.request_round)
+        self.launches = LaunchSupervisor(store, backend, config.supervisor,
+                                         on_ended=self.request_round)
         """Carries out the decisions: launches, replica exits, stops, relaunches."""
         self._wake = threading.Event()
 
@@ -154,15 +160,29 @@ class Allocator:
             now, mono = self.clock(), self.monotonic()
         else:
             mono = now
-        self.launches.mono = mono
+        self._mono = mono
         self._account_service(now, mono)
-        self.launches.poll(now)
-        self.launches.cancel_requested(now)
+        self.launches.poll(now, mono)
+        self.launches.cancel_requested(now, mono)
         if mono >= self._round_due_at:
             self._round_due_at = mono + self.config.interval_s
             self.schedule_round(now)
-        self.launches.launch_ready(now)
-        self.launches.enforce_stop_deadlines(now)
+        self.launches.launch_ready(now, mono)
+        self.launches.enforce_stop_deadlines(now, mono)
+
+    @property
+    def policy(self) -> Policy:
+        """The policy the round asks."""
+        return self.round.policy
+
+    @policy.setter
+    def policy(self, policy: Policy) -> None:
+        self.round.policy = policy
+
+    @property
+    def recovering_jobs(self) -> frozenset[str]:
+        """Jobs of a previous server whose replicas :meth:`recover` is still stopping."""
+        return self.launches.recovering
 
     # --- scheduling -------------------------------------------------------------------
 
@@ -233,7 +253,7 @@ class Allocator:
         verb = "preempted" if not new else f"rescale {len(record.allocation)} -> {len(new)}"
         why = rescale_reason(record.hints, record.allocation, new, num_other_jobs,
                              gpu_types)
-        self.launches.request_stop(record.id, StopCause.RESCALE, now)
+        self.launches.request_stop(record.id, StopCause.RESCALE, now, self._mono)
         self.store.transition(record.id, JobState.RESCALING, now,
                               f"{verb} replicas: {why}; asked replicas to checkpoint and stop",
                               target_allocation=new, num_rescales=record.num_rescales + 1)
@@ -278,7 +298,7 @@ class Allocator:
                 self.recover()
         except Exception:  # a failed recovery must not leave the service without a loop
             logger.exception("recovery failed; scheduling anyway")
-            self.recovering_jobs = self.launches.recovering = frozenset()
+            self.launches.recovery_ended()
             self._recovery = None
         self.run(stop)
 
@@ -286,7 +306,7 @@ class Allocator:
         recovery = Recovery(self.store, self.backend, self.config.data_dir,
                             self.config.stop_grace_s, self.clock)
         recovery.adopt()
-        self.recovering_jobs = self.launches.recovering = recovery.job_ids
+        self.launches.recovery_began(recovery.job_ids)
         return recovery
 
     def _advance_recovery(self, mono: float) -> None:
@@ -306,7 +326,7 @@ class Allocator:
 
     def _finish_recovery(self, recovery: Recovery) -> None:
         recovery.settle()
-        self.recovering_jobs = self.launches.recovering = frozenset()
+        self.launches.recovery_ended()
         self.request_round()
 
     def shutdown(self, grace_s: float) -> None:
@@ -314,7 +334,7 @@ class Allocator:
         rest, and requeue their jobs so a restarted server resumes them."""
         now = self.clock()
         self.launches.stop_all(now, grace_s)
-        self.launches.poll(self.clock())
+        self.launches.poll(self.clock(), self.monotonic())
         for record in self.store.list_jobs(LIVE_STATES):
             self.store.transition(record.id, JobState.PENDING, now, "server shut down",
                                   target_allocation=record.allocation)

@@ -14,8 +14,9 @@ import logging
 import signal
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from enum import Enum
-from typing import TYPE_CHECKING
+from pathlib import Path
 
 from pollux.backends.base import Backend, LaunchRequest, ReplicaState, ReplicaStatus, rank_order
 from pollux.cluster_spec import allocation_gpu_type
@@ -30,9 +31,6 @@ from pollux.service.storage.records import JobRecord, ReplicaRecord
 from pollux.service.storage.states import ACTIVE_STATES, LIVE_STATES, JobState
 from pollux.service.storage.store import JobStore
 
-if TYPE_CHECKING:
-    from pollux.service.loop.allocator import AllocatorConfig
-
 logger = logging.getLogger(__name__)
 
 
@@ -44,6 +42,21 @@ class StopCause(Enum):
     CANCEL = "cancel"
     SHUTDOWN = "shutdown"
 
+
+@dataclass(frozen=True)
+class SupervisorConfig:
+    """What carrying out launches needs (the loop's configuration gives it)."""
+
+    data_dir: Path
+    """Checkpoints go to ``<data_dir>/jobs/<id>/checkpoint``, logs to ``.../logs``."""
+    stop_grace_s: float = 60.0
+    """Seconds replicas get to checkpoint and exit after SIGTERM before SIGKILL."""
+    hints_url: str | None = None
+    """Hints endpoint with a ``{job_id}`` placeholder; None: no hints target."""
+    relaunch_backoff_s: float = 1.0
+    """Wait before relaunching a job after its first failure; doubled after each more."""
+    relaunch_backoff_max_s: float = 60.0
+    """Longest wait before relaunching a failed job."""
 
 
 def describe_exit(code: int | None) -> str:
@@ -66,9 +79,11 @@ def describe_exit(code: int | None) -> str:
 class LaunchSupervisor:
     """Launches, polls, stops and relaunches the jobs' replicas; owned by the allocator
     and driven from its thread (``on_ended`` is called when a launch ends, so that the
-    allocator schedules a round soon)."""
+    allocator schedules a round soon). Each operation is told the time: ``now`` (the wall
+    clock, which stamps records) and ``mono`` (the loop's monotonic time, which stop
+    deadlines and relaunch back-offs are measured on)."""
 
-    def __init__(self, store: JobStore, backend: Backend, config: AllocatorConfig,
+    def __init__(self, store: JobStore, backend: Backend, config: SupervisorConfig,
                  on_ended: Callable[[], None]) -> None:
         self.store = store
         self.backend = backend
@@ -83,15 +98,26 @@ class LaunchSupervisor:
         self._marked_exits: set[tuple[str, int, int]] = set()
         self._unknown: dict[str, str] = {}
         """Job id -> the kind of evidence the backend lacks for it now (one event each)."""
-        self.recovering: frozenset[str] = frozenset()
-        """Jobs of a previous server whose recovery is under way: left alone here."""
-        self.mono = 0.0
-        """The loop's monotonic time of the current tick: stop deadlines and relaunch
-        back-offs are measured on it (``now``, the wall clock, stamps records)."""
+        self._recovering: frozenset[str] = frozenset()
+        self._mono = 0.0
+        """The monotonic time the latest operation was told."""
 
-    def launch_ready(self, now: float) -> None:
+    @property
+    def recovering(self) -> frozenset[str]:
+        """Jobs of a previous server whose recovery is under way: left alone here."""
+        return self._recovering
+
+    def recovery_began(self, job_ids: frozenset[str]) -> None:
+        """Leave ``job_ids`` alone until :meth:`recovery_ended`."""
+        self._recovering = frozenset(job_ids)
+
+    def recovery_ended(self) -> None:
+        self._recovering = frozenset()
+
+    def launch_ready(self, now: float, mono: float) -> None:
         """Launch each pending job whose target allocation's resources are free (after
         its relaunch back-off; a target spanning GPU types is dropped with an event)."""
+        self._mono = mono
         records = self.store.list_jobs(ACTIVE_STATES)
         infos = {n.name: n for n in self.backend.nodes()}
         nodes = {name: dict(n.resources) for name, n in infos.items()}
@@ -101,7 +127,7 @@ class LaunchSupervisor:
             target = record.target_allocation
             if (record.state is not JobState.PENDING or not target
                     or record.cancel_requested
-                    or self.mono < self._relaunch_not_before.get(record.id, self.mono)):
+                    or mono < self._relaunch_not_before.get(record.id, mono)):
                 continue
             if any(node not in nodes for node in target):
                 self.store.update_job(record.id, now, target_allocation=None)
@@ -163,12 +189,13 @@ class LaunchSupervisor:
 
     # --- replica exits ----------------------------------------------------------------
 
-    def poll(self, now: float) -> None:
+    def poll(self, now: float, mono: float) -> None:
         """Record replica exits; a launch whose replicas all exited ends (see
         :meth:`_launch_ended`), a failed replica stops the others. Only the backend's
         evidence ends a launch: a replica it reports UNKNOWN, a poll that raises
         BackendError and a launch the backend knows nothing of leave the job as it is
         (polled again next time), never failed or relaunched."""
+        self._mono = mono
         for record in self.store.list_jobs(LIVE_STATES):
             if record.id in self.recovering:
                 continue
@@ -233,7 +260,7 @@ class LaunchSupervisor:
         abnormal = {rank: code for rank, code in exits.items() if code != 0}
         if abnormal:
             rank, code = min(abnormal.items())
-            self.request_stop(record.id, StopCause.FAILURE, now)
+            self.request_stop(record.id, StopCause.FAILURE, now, self._mono)
             self.store.transition(record.id, JobState.FAILING, now,
                                   f"replica {rank} {describe_exit(code)}; stopping the others "
                                   "to restart from the last checkpoint",
@@ -322,7 +349,7 @@ class LaunchSupervisor:
                else "from the start (no checkpoint yet)") + f" in {delay_s:g} s",
             reason=reason, num_failures=failures,
             target_allocation=record.allocation if target is None else target)
-        self._relaunch_not_before[record.id] = self.mono + delay_s
+        self._relaunch_not_before[record.id] = self._mono + delay_s
 
     def _has_checkpoint(self, job_id: str) -> bool:
         """Whether the job wrote anything in its checkpoint directory."""
@@ -332,8 +359,9 @@ class LaunchSupervisor:
         except OSError:
             return False
 
-    def cancel_requested(self, now: float) -> None:
+    def cancel_requested(self, now: float, mono: float) -> None:
         """Carry out the cancellations the API flagged."""
+        self._mono = mono
         for record in self.store.list_jobs(ACTIVE_STATES):
             if not record.cancel_requested or record.id in self.recovering:
                 continue
@@ -341,7 +369,7 @@ class LaunchSupervisor:
                 self.store.transition(record.id, JobState.CANCELLED, now, "cancelled")
                 self.on_ended()
             elif record.state in (JobState.STARTING, JobState.RUNNING):
-                self.request_stop(record.id, StopCause.CANCEL, now)
+                self.request_stop(record.id, StopCause.CANCEL, now, mono)
                 self.store.transition(record.id, JobState.CANCELLING, now,
                                       "cancelling: asked replicas to checkpoint and stop")
             elif record.state in (JobState.RESCALING, JobState.FAILING):
@@ -349,15 +377,17 @@ class LaunchSupervisor:
                 self.store.transition(record.id, JobState.CANCELLING, now,
                                       "cancelling: replicas are already stopping")
 
-    def request_stop(self, job_id: str, cause: StopCause, now: float) -> None:
+    def request_stop(self, job_id: str, cause: StopCause, now: float, mono: float) -> None:
         """Ask the replicas to checkpoint and stop; SIGKILL them after the grace."""
+        self._mono = mono
         self.backend.stop(job_id)
         self._stop_causes[job_id] = cause
-        self._stop_deadlines[job_id] = self.mono + self.config.stop_grace_s
+        self._stop_deadlines[job_id] = mono + self.config.stop_grace_s
 
-    def enforce_stop_deadlines(self, now: float) -> None:
+    def enforce_stop_deadlines(self, now: float, mono: float) -> None:
+        self._mono = mono
         for job_id, deadline in list(self._stop_deadlines.items()):
-            if self.mono >= deadline and job_id not in self._killed:
+            if mono >= deadline and job_id not in self._killed:
                 self._killed.add(job_id)
                 self.backend.stop(job_id, force=True)
                 self.store.add_event(job_id, now, "info",
@@ -371,7 +401,7 @@ class LaunchSupervisor:
         self.shutting_down = True
         live = self.store.list_jobs(LIVE_STATES)
         for record in live:
-            self.request_stop(record.id, StopCause.SHUTDOWN, now)
+            self.request_stop(record.id, StopCause.SHUTDOWN, now, self._mono)
         deadline = time.monotonic() + grace_s
         pending = {r.id for r in live}
         while pending and time.monotonic() < deadline:
