@@ -18,7 +18,7 @@ from pollux.sim import ClusterConfig, JobSpec, Workload, run_simulation
 from pollux.sim.catalog import load_builtin_applications
 
 PACKAGE = Path(pollux.__file__).parent
-DRIVERS = ("service/allocator.py", "sim/simulator.py")
+DRIVERS = ("service/loop/allocator.py", "sim/simulator.py")
 FORBIDDEN = {"optimize", "decide", "decide_by_type", "propose", "growth_rule",
              "check_decision", "job_info", "job_infos", "without_models",
              "learned_type_speeds", "typed_caps", "exploration_bound"}
