@@ -71,7 +71,8 @@ class AllocatorConfig:
     def supervisor(self) -> SupervisorConfig:
         """What the launch supervisor needs of this configuration."""
         return SupervisorConfig(self.data_dir, self.stop_grace_s, self.hints_url,
-                                self.relaunch_backoff_s, self.relaunch_backoff_max_s)
+                                self.relaunch_backoff_s, self.relaunch_backoff_max_s,
+                                self.team_accounts)
 
 
 class Allocator:

@@ -14,7 +14,7 @@ import logging
 import signal
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
 
@@ -57,6 +57,9 @@ class SupervisorConfig:
     """Wait before relaunching a job after its first failure; doubled after each more."""
     relaunch_backoff_max_s: float = 60.0
     """Longest wait before relaunching a failed job."""
+    team_accounts: Mapping[str, str] = field(default_factory=dict)
+    """The account each team's launches are charged to; a team not named: the backend's
+    default."""
 
 
 def describe_exit(code: int | None) -> str:
