@@ -177,6 +177,9 @@ def test_a_users_session_is_that_user(app, world):
     assert bob.get("/api/jobs", headers=session).status_code == 200
     overview = bob.get("/api/dashboard", headers=session).json()
     assert overview["user"] == "bob" and SECRET not in str(overview)
+    row = next(job for job in overview["jobs"] if job["id"] == world["job"])
+    assert row["may_act"] is False and row["owner"] == "alice"
+    assert {team["team"] for team in overview["teams"]} >= {"vision"}
     assert bob.get(f"/api/jobs/{world['job']}", headers=session).status_code == 403
     assert bob.post(f"/api/jobs/{world['job']}/cancel", headers=session).status_code == 403
     alice = as_user(app, None)

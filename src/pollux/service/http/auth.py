@@ -23,6 +23,12 @@ application/json`` (415; a cross-site HTML form can only send form or text bodie
 Routes listed as ``exempt`` (a job's hints, which carry the job's own token) skip only
 the token check and must check their own token before revealing anything.
 
+With registered users (``pollux user add``) a user's own token opens the API as that
+user, and over the local socket the peer's Unix account does (see
+:mod:`pollux.service.http.identities`); a dashboard session carries the identity that
+opened it. Each request that passes carries its identity, and the routes apply the rules
+of :mod:`pollux.service.http.authorization` (403 naming the rule).
+
 Routes are added to the app as usual; the guard covers every one of them (a dashboard at
 ``/`` or ``/metrics`` included) with no extra code.
 """

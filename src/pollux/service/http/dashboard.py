@@ -20,7 +20,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 
-from pollux.service.http.authorization import JobAction
+from pollux.service.http.authorization import JobAction, may_act
 from pollux.service.http.openapi import STATIC_PREFIX
 from pollux.service.http.sessions import LOGIN_QUERY, LOGIN_TTL_S
 from pollux.service.http.user_routes import authorize_job, principal_of, visible_summary
@@ -78,8 +78,11 @@ def add_dashboard(app: FastAPI, service: SchedulerService) -> None:
         view = dashboard_view(service)
         principal = principal_of(request)
         view["user"] = principal.name
-        if not principal.is_admin:
-            view["jobs"] = [visible_summary(principal, job) for job in view["jobs"]]
+        view["teams"] = service.team_usage() if service.users.count() or service.teams \
+            else []
+        view["jobs"] = [{**visible_summary(principal, job),
+                         "may_act": may_act(principal, job["owner"], job["team"])}
+                        for job in view["jobs"]]
         return JSONResponse(view)  # plain JSON: no re-encoding
 
     @app.get("/api/cluster/history", tags=["dashboard"])

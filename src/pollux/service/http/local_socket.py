@@ -8,6 +8,13 @@ connects there, checking that the process behind it runs as this user (or root,
 ``SO_PEERCRED``) before a byte of the request -- token included -- is sent. A socket
 nobody answers on means ``server.json`` is stale: the CLI says so and stops.
 
+Once users are registered (``pollux user add``), the socket is opened to every local user
+(mode 0666, the data directory 0711: searchable, not listable; every file in it stays
+private): the server knows each connection's Unix account from the kernel
+(``SO_PEERCRED``) and serves a registered user as that user, with no token; another
+user's CLI reaches it through ``--data-dir`` and checks that the process behind it runs
+as the directory's owner. The last user removed, both are made private again.
+
 Unix socket paths are limited to about 108 bytes; a longer one is reached through
 ``/proc/self/fd/<directory fd>/server.sock`` (Linux).
 """

@@ -18,7 +18,7 @@
   const LOG_TAIL_BYTES = 6000;
   const PALETTE = ["#2563eb", "#d97706", "#059669", "#db2777", "#7c3aed", "#0891b2",
                    "#65a30d", "#dc2626", "#4b5563", "#ca8a04"];
-  const state = {selected: null, refreshes: 0, colors: new Map()};
+  const state = {selected: null, refreshes: 0, colors: new Map(), jobs: new Map()};
 
   async function api(path, method = "GET") {
     const response = await fetch(path, {method, credentials: "same-origin", cache: "no-store",
@@ -136,6 +136,7 @@
       const cells = [
         ["id", el("span", {}, el("span", {class: "swatch", style: `background:${colorOf(job.id)}`}),
                   job.id)],
+        ["owner", job.owner || dash], ["team", job.team || dash],
         ["state", el("span", {class: `state ${job.state}`}, job.state)],
         ["replicas", job.replicas],
         ["nodes", job.gpu_type ? `${job.nodes} · ${job.gpu_type}` : job.nodes],
@@ -145,7 +146,8 @@
       const row = el("tr", {dataset: {job: job.id, state: job.state}},
                      ...cells.map(([column, value]) => el(
                        "td", {dataset: {col: column},
-                              class: column === "id" || column === "state" ? "" : "num"},
+                              class: ["id", "owner", "team", "state"].includes(column)
+                                ? "" : "num"},
                        value)));
       if (job.id === state.selected) row.classList.add("selected");
       row.addEventListener("click", () => select(job.id));
@@ -153,12 +155,49 @@
     });
     body.replaceChildren(...rows);
     document.getElementById("no-jobs").hidden = jobs.length > 0;
+    state.jobs = new Map(jobs.map(job => [job.id, job]));
+  }
+
+  function renderTeams(teams) {
+    const section = document.getElementById("teams");
+    section.hidden = !teams || teams.length === 0;
+    if (section.hidden) return;
+    const gpus = value => number(value, 1);
+    document.querySelector("#teams-table tbody").replaceChildren(...teams.map(team => el(
+      "tr", {dataset: {team: team.team}},
+      ...[["team", team.team], ["quota", gpus(team.quota_gpus)], ["in_use", gpus(team.in_use_gpus)],
+          ["lent", gpus(team.lent_gpus)], ["borrowed", gpus(team.borrowed_gpus)],
+          ["pending", gpus(team.pending_gpus)], ["jobs", team.num_jobs]].map(
+        ([column, value]) => el("td", {dataset: {col: column},
+                                       class: column === "team" ? "" : "num"}, value)))));
+  }
+
+  function renderPrivate(jobId, job) {
+    // a job this session's user may not read: what every user sees, and why no more
+    const section = document.getElementById("job-detail");
+    section.hidden = false;
+    section.dataset.job = jobId;
+    document.getElementById("job-title").textContent = jobId;
+    const badge = document.getElementById("job-state");
+    badge.textContent = job.state;
+    badge.className = `state ${job.state}`;
+    document.getElementById("job-cancel").hidden = true;
+    document.getElementById("job-reason").textContent = "";
+    const note = document.getElementById("job-private");
+    note.hidden = false;
+    note.textContent = `owned by ${job.owner || "the server's account"}` +
+      (job.team ? ` (team ${job.team})` : "") + ": its events, log and details are shown " +
+      "to its owner, its team's admins and admins only";
+    for (const id of ["job-events", "job-log"]) document.getElementById(id).replaceChildren();
   }
 
   async function renderDetail() {
     const jobId = state.selected;
     const section = document.getElementById("job-detail");
     if (!jobId) { section.hidden = true; return; }
+    const listed = state.jobs.get(jobId);
+    if (listed && listed.may_act === false) { renderPrivate(jobId, listed); return; }
+    document.getElementById("job-private").hidden = true;
     const [detail, history] = await Promise.all([
       api(`/api/jobs/${encodeURIComponent(jobId)}`),
       api(`/api/jobs/${encodeURIComponent(jobId)}/history`)]);
@@ -233,6 +272,9 @@
       renderNodes(view.nodes);
       renderClusterCharts(view.history);
       renderJobs(view.jobs);
+      renderTeams(view.teams);
+      document.getElementById("whoami").textContent =
+        view.user ? `signed in as ${view.user}` : "";
       await renderDetail();
       document.getElementById("error").hidden = true;
       state.refreshes += 1;
