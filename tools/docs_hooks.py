@@ -168,18 +168,27 @@ def rest_markdown() -> str:
 
 # --- the job spec -----------------------------------------------------------------------
 
+def _number(value: float) -> str:
+    return f"{int(value):,}" if float(value).is_integer() else f"{value:g}"
+
+
 def _type_of(schema: dict[str, Any]) -> str:
+    """A field's JSON forms in words (null, an optional field's default, left out)."""
     if "oneOf" in schema:
-        return " or ".join(_type_of(option) for option in schema["oneOf"])
+        return " or ".join(_type_of(option) for option in schema["oneOf"]
+                           if option.get("type") != "null")
     if "enum" in schema:
-        return " / ".join(f"`{value}`" for value in schema["enum"])
+        return " / ".join(f"`{value}`" for value in schema["enum"] if value is not None)
     kind = schema.get("type", "any")
     if isinstance(kind, list):
-        return " or ".join(kind)
+        kind = " or ".join(k for k in kind if k != "null")
     if kind == "array":
         return f"list of {_type_of(schema.get('items', {}))}"
-    bounds = [f">= {schema['minimum']}" if "minimum" in schema else "",
-              f"pattern `{schema['pattern']}`" if "pattern" in schema else ""]
+    low, high = schema.get("minimum"), schema.get("maximum")
+    pattern = schema.get("pattern", "").replace(r"(?![\s\S])", "$")
+    bounds = [f"{_number(low)} to {_number(high)}" if low is not None and high is not None
+              else f">= {_number(low)}" if low is not None else "",
+              f"pattern `{pattern}`" if pattern and len(pattern) <= 40 else ""]
     return " ".join([kind, *[b for b in bounds if b]])
 
 

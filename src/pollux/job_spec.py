@@ -2,7 +2,8 @@
 
 Every invalid field raises :class:`~pollux.errors.JobSpecError` naming the field, the
 value and the fix. ``JobSpec.to_dict()`` and ``JobSpec.from_dict()`` round-trip, so the
-store keeps specs as JSON.
+store keeps specs as JSON. Each field declares its description and bounds once
+(:class:`FieldRule`): the checks here and the API's published JSON schema read them.
 """
 
 from __future__ import annotations
@@ -11,8 +12,9 @@ import math
 import re
 import shlex
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import yaml
@@ -20,8 +22,16 @@ import yaml
 from pollux.errors import JobSpecError
 from pollux.resources import CPU, GPU, MEMORY
 
-NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
-ENV_NAME_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+END = r"(?![\s\S])"
+"""End of the text, in Python's ``re`` and in ECMA-262 (JSON Schema's patterns) alike:
+Python's ``$`` also matches before a final newline."""
+NAME_REGEX = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}" + END
+ENV_NAME_REGEX = r"^[A-Za-z_][A-Za-z0-9_]*" + END
+WORKING_DIR_REGEX = r"^/[^\x00-\x1f\x7f]*" + END
+"""An absolute path without control characters."""
+NO_NUL_REGEX = r"^[^\x00]*" + END
+NAME_PATTERN = re.compile(NAME_REGEX)
+ENV_NAME_PATTERN = re.compile(ENV_NAME_REGEX)
 RESERVED_ENV_PREFIX = "POLLUX_"
 MEMORY_UNITS: dict[str, float] = {
     "": 1.0, "b": 1.0, "k": 1e3, "kb": 1e3, "m": 1e6, "mb": 1e6, "g": 1e9, "gb": 1e9,
@@ -29,6 +39,52 @@ MEMORY_UNITS: dict[str, float] = {
     "gi": 2.0**30, "gib": 2.0**30, "ti": 2.0**40, "tib": 2.0**40,
 }
 MEMORY_PATTERN = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?)\s*([A-Za-z]*)\s*$")
+MEMORY_REGEX = (r"^\s*[0-9]+(\.[0-9]*)?\s*("
+                + "|".join("".join(f"[{c.upper()}{c}]" for c in unit)
+                           for unit in sorted(MEMORY_UNITS, key=len, reverse=True) if unit)
+                + r")?\s*" + END)
+"""What :data:`MEMORY_PATTERN` matches with a known unit (any case), as one pattern."""
+MAX_MEMORY_BYTES = float(2**60)
+"""The most memory a replica may ask for (1 EiB)."""
+MAX_COUNT = 10**6
+"""The largest replica or failure count a spec may give."""
+MAX_SPEC_NUMBER = 1e9
+"""The largest resource amount or delay a spec may give."""
+
+
+@dataclass(frozen=True)
+class FieldRule:
+    """How one field of a spec reads from JSON or YAML. The validation below and the
+    published JSON schema (:func:`pollux.service.http.openapi.spec_schema`) are both made
+    from these, with the field's type and default."""
+
+    description: str
+    key: str | None = None
+    """Its JSON key when that is not the attribute's name."""
+    lowest: float | None = None
+    highest: float | None = None
+    choices: tuple[str, ...] = ()
+    pattern: str | None = None
+    """A string's form, one regular expression for Python and JSON Schema alike."""
+    json_form: Mapping[str, Any] | None = None
+    """Its JSON schema where its JSON forms are wider than its type (a command: a string
+    or a list)."""
+    examples: tuple[Any, ...] = ()
+
+
+def spec_field(description: str, default: Any = MISSING, **rule: Any) -> Any:
+    """A dataclass field with its :class:`FieldRule`; a dict or a class default is a
+    factory."""
+    metadata = {"rule": FieldRule(description, **rule)}
+    if isinstance(default, dict) or isinstance(default, type):
+        return field(default_factory=default if isinstance(default, type) else dict,
+                     metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
+def rules_of(cls: type) -> Mapping[str, FieldRule]:
+    """Attribute name -> rule, for a dataclass declared with :func:`spec_field`."""
+    return MappingProxyType({f.name: f.metadata["rule"] for f in fields(cls)})
 
 
 @dataclass(frozen=True)
@@ -36,9 +92,13 @@ class ReplicaResources:
     """Resources each replica needs. ``gpu`` is the device slot: a GPU, or a CPU slot
     on a backend without GPUs."""
 
-    gpu: float = 1.0
-    cpu: float = 1.0
-    memory_bytes: float = 0.0
+    gpu: float = spec_field("Device slots per replica: GPUs, or CPU slots on a backend "
+                            "without GPUs.", 1.0, lowest=0.0, highest=MAX_SPEC_NUMBER)
+    cpu: float = spec_field("CPUs per replica.", 1.0, lowest=0.0, highest=MAX_SPEC_NUMBER)
+    memory_bytes: float = spec_field(
+        "Bytes, or a size with a unit: '2GiB', '512M'.", 0.0, key="memory",
+        json_form={"oneOf": [{"type": "number", "minimum": 0, "maximum": int(MAX_MEMORY_BYTES)},
+                             {"type": "string", "pattern": MEMORY_REGEX}]})
 
     def as_policy_resources(self) -> dict[str, float]:
         """The resource mapping a policy's ``JobInfo.resources`` expects (zeros left out,
@@ -49,29 +109,44 @@ class ReplicaResources:
 
 @dataclass(frozen=True)
 class JobSpec:
-    """A job as submitted. Field names are the YAML/JSON keys."""
+    """A training job: the command each replica runs and how far it may scale. Field
+    names are the YAML/JSON keys; unknown fields are refused."""
 
-    name: str
-    """Human name; the job id is ``<name>-<sequence number>``."""
-    command: tuple[str, ...]
-    """Command line each replica runs (argv, no shell)."""
-    working_dir: str
-    """Absolute directory the replicas start in."""
-    env: Mapping[str, str] = field(default_factory=dict)
-    """Extra environment variables (names starting with POLLUX_ are reserved)."""
-    resources: ReplicaResources = field(default_factory=ReplicaResources)
-    min_replicas: int = 1
-    max_replicas: int = 1
-    preemptible: bool = True
-    """False: once running, the job keeps its allocation until it ends."""
-    restart_delay_s: float = 30.0
-    """Seconds a (re)start costs the job; the policy weighs rescales against it."""
-    max_failures: int = 3
-    """Replica failures tolerated (each restarts the job from its checkpoint); one more
-    and the job is Failed."""
-    on_corrupt_checkpoint: str = "fail"
-    """When every checkpoint of the job is corrupt: ``fail`` (at once, with the reason)
-    or ``fresh`` (set them aside and start over)."""
+    name: str = spec_field("Human name; the job id is <name>-<sequence number>.",
+                           pattern=NAME_REGEX, examples=("digits",))
+    command: tuple[str, ...] = spec_field(
+        "Command line each replica runs: a string split like a shell would, or an argv "
+        "list (no shell).", examples=(["python", "train.py", "--epochs", "20"],),
+        json_form={"oneOf": [
+            {"type": "string", "pattern": r"^[^\x00]*[^ \t\r\n\x00][^\x00]*" + END},
+            {"type": "array", "minItems": 1, "items": {"type": "string", "pattern": NO_NUL_REGEX},
+             "prefixItems": [{"type": "string", "minLength": 1, "pattern": NO_NUL_REGEX}]}]})
+    working_dir: str = spec_field("Absolute directory the replicas start in.",
+                                  pattern=WORKING_DIR_REGEX, examples=("/home/me/project",))
+    env: Mapping[str, str] = spec_field(
+        "Extra environment variables; POLLUX_* names are reserved.", {},
+        json_form={"type": "object",
+                   "propertyNames": {"pattern": ENV_NAME_REGEX,
+                                     "not": {"pattern": f"^{RESERVED_ENV_PREFIX}"}},
+                   "additionalProperties": {"anyOf": [
+                       {"type": "string", "pattern": NO_NUL_REGEX}, {"type": "number"}]}})
+    resources: ReplicaResources = spec_field(
+        "What each replica needs; a replica needs gpu > 0 or cpu > 0.", ReplicaResources)
+    min_replicas: int = spec_field("Fewest replicas the job runs with.", 1, lowest=0,
+                                   highest=MAX_COUNT)
+    max_replicas: int = spec_field("Most replicas the job runs with; at least "
+                                   "min_replicas.", 1, lowest=1, highest=MAX_COUNT)
+    preemptible: bool = spec_field("False: once running, the job keeps its allocation "
+                                   "until it ends.", True)
+    restart_delay_s: float = spec_field(
+        "Seconds a (re)start costs the job; the policy weighs rescales against it.", 30.0,
+        lowest=0.0, highest=MAX_SPEC_NUMBER)
+    max_failures: int = spec_field(
+        "Replica failures tolerated (each restarts the job from its checkpoint); one more "
+        "and the job is Failed.", 3, lowest=0, highest=MAX_COUNT)
+    on_corrupt_checkpoint: str = spec_field(
+        "When every checkpoint is corrupt: fail at once with the reason, or start over "
+        "(set them aside).", "fail", choices=("fail", "fresh"))
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -98,11 +173,13 @@ class JobSpec:
         if unknown:
             raise JobSpecError(_field_name(unknown[0]), data[unknown[0]],
                                f"unknown field; valid fields: {', '.join(SPEC_FIELDS)}")
-        for required in ("name", "command", "working_dir"):
+        for required in REQUIRED_FIELDS:
             if data.get(required) is None:
                 raise JobSpecError(required, None, "this field is required")
-        min_replicas = _integer(data, "min_replicas", 1, lowest=0)
-        max_replicas = _integer(data, "max_replicas", max(1, min_replicas), lowest=1)
+        rules = SPEC_RULES
+        min_replicas = _integer(data, "min_replicas", cls.min_replicas, rules["min_replicas"])
+        max_replicas = _integer(data, "max_replicas", max(cls.max_replicas, min_replicas),
+                                rules["max_replicas"])
         if max_replicas < min_replicas:
             raise JobSpecError("max_replicas", max_replicas,
                                f"must be >= min_replicas ({min_replicas})")
@@ -114,11 +191,13 @@ class JobSpec:
             resources=_resources(data.get("resources")),
             min_replicas=min_replicas,
             max_replicas=max_replicas,
-            preemptible=_boolean(data, "preemptible", True),
-            restart_delay_s=_number(data, "restart_delay_s", 30.0, lowest=0.0),
-            max_failures=_integer(data, "max_failures", 3, lowest=0),
+            preemptible=_boolean(data, "preemptible", cls.preemptible),
+            restart_delay_s=_number(data, "restart_delay_s", cls.restart_delay_s,
+                                    rules["restart_delay_s"]),
+            max_failures=_integer(data, "max_failures", cls.max_failures,
+                                  rules["max_failures"]),
             on_corrupt_checkpoint=_choice(data, "on_corrupt_checkpoint",
-                                          ON_CORRUPT_CHECKPOINT_CHOICES),
+                                          rules["on_corrupt_checkpoint"].choices),
         )
 
     @classmethod
@@ -130,17 +209,18 @@ class JobSpec:
         return cls.from_dict(data)
 
 
-SPEC_FIELDS: tuple[str, ...] = (
-    "name", "command", "working_dir", "env", "resources", "min_replicas", "max_replicas",
-    "preemptible", "restart_delay_s", "max_failures", "on_corrupt_checkpoint")
-ON_CORRUPT_CHECKPOINT_CHOICES: tuple[str, ...] = ("fail", "fresh")
+SPEC_RULES = rules_of(JobSpec)
+RESOURCE_RULES = rules_of(ReplicaResources)
+SPEC_FIELDS: tuple[str, ...] = tuple(rule.key or name for name, rule in SPEC_RULES.items())
+REQUIRED_FIELDS: tuple[str, ...] = tuple(
+    f.name for f in fields(JobSpec) if f.default is MISSING and f.default_factory is MISSING)
+RESOURCE_FIELDS: tuple[str, ...] = tuple(rule.key or name
+                                         for name, rule in RESOURCE_RULES.items())
+ON_CORRUPT_CHECKPOINT_CHOICES: tuple[str, ...] = SPEC_RULES["on_corrupt_checkpoint"].choices
 """When every checkpoint is corrupt: fail with the reason (default) or start over."""
 MAX_ENV_BYTES = 128 << 10
 """Most bytes of the job's environment (``NAME=value`` strings) and, separately, of its
 command line: beyond, exec fails with E2BIG (Linux allows 128 KiB per string)."""
-RESOURCE_FIELDS: tuple[str, ...] = ("gpu", "cpu", "memory")
-MAX_MEMORY_BYTES = float(2**60)
-"""The most memory a replica may ask for (1 EiB)."""
 MAX_ENV_NUMBER_DIGITS = 4000
 """Digits an ``env`` value given as a number may have (Python prints at most 4,300)."""
 
@@ -151,7 +231,7 @@ def _field_name(key: Any) -> str:
 
 
 def _name(value: Any) -> str:
-    if not isinstance(value, str) or not NAME_PATTERN.fullmatch(value):
+    if not isinstance(value, str) or not NAME_PATTERN.match(value):
         raise JobSpecError("name", value, "use 1-63 letters, digits, '.', '_' or '-', "
                                           "starting with a letter or digit")
     return value
@@ -258,8 +338,8 @@ def _resources(value: Any) -> ReplicaResources:
     if unknown:
         raise JobSpecError(f"resources.{_field_name(unknown[0])}", value[unknown[0]],
                            f"unknown resource; valid: {', '.join(RESOURCE_FIELDS)}")
-    gpu = _number(value, "gpu", 1.0, lowest=0.0, prefix="resources.")
-    cpu = _number(value, "cpu", 1.0, lowest=0.0, prefix="resources.")
+    gpu = _number(value, "gpu", ReplicaResources.gpu, RESOURCE_RULES["gpu"], "resources.")
+    cpu = _number(value, "cpu", ReplicaResources.cpu, RESOURCE_RULES["cpu"], "resources.")
     if gpu == 0 and cpu == 0:
         raise JobSpecError("resources", dict(value), "a replica needs gpu > 0 or cpu > 0")
     memory = 0.0 if value.get("memory") is None else parse_memory(value["memory"])
@@ -283,7 +363,8 @@ def _as_float(value: int | float, field_name: str, fix: str) -> float:
         raise JobSpecError(field_name, _shown(value), fix) from None
 
 
-def _integer(data: Mapping[str, Any], key: str, default: int, lowest: int) -> int:
+def _integer(data: Mapping[str, Any], key: str, default: int, rule: FieldRule) -> int:
+    lowest, highest = int(rule.lowest or 0), int(rule.highest or 0)
     value = data.get(key)
     if value is None:
         return default
@@ -291,22 +372,23 @@ def _integer(data: Mapping[str, Any], key: str, default: int, lowest: int) -> in
             or (isinstance(value, float) and (not math.isfinite(value)
                                               or value != int(value)))):
         raise JobSpecError(key, _shown(value), "give a whole number")
-    if value < lowest or value > 10**6:  # exact for ints of any size (no float overflow)
-        raise JobSpecError(key, _shown(value), f"must be between {lowest} and 1000000")
+    if value < lowest or value > highest:  # exact for ints of any size (no float overflow)
+        raise JobSpecError(key, _shown(value), f"must be between {lowest} and {highest}")
     return int(value)
 
 
-def _number(data: Mapping[str, Any], key: str, default: float, lowest: float,
+def _number(data: Mapping[str, Any], key: str, default: float, rule: FieldRule,
             prefix: str = "") -> float:
+    lowest, highest = float(rule.lowest or 0.0), float(rule.highest or 0.0)
+    fix = f"must be a finite number in [{lowest}, {highest:.0e}]".replace("e+0", "e")
     value = data.get(key)
     if value is None:
         return default
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise JobSpecError(prefix + key, value, "give a number")
-    number = _as_float(value, prefix + key, f"must be a finite number in [{lowest}, 1e9]")
-    if not math.isfinite(number) or number < lowest or number > 1e9:
-        raise JobSpecError(prefix + key, _shown(value),
-                           f"must be a finite number in [{lowest}, 1e9]")
+    number = _as_float(value, prefix + key, fix)
+    if not math.isfinite(number) or number < lowest or number > highest:
+        raise JobSpecError(prefix + key, _shown(value), fix)
     return number
 
 

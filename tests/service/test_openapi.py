@@ -6,6 +6,8 @@ from __future__ import annotations
 import re
 import warnings
 
+import pytest
+
 from pollux.job_spec import RESOURCE_FIELDS, SPEC_FIELDS, JobSpec
 from pollux.service.http.openapi import JOB_SPEC_SCHEMA
 
@@ -45,3 +47,10 @@ def test_schema_lists_exactly_the_spec_fields_and_defaults():
             assert parsed[name] == schema["default"], name
     for name, schema in properties["resources"]["properties"].items():
         assert parsed["resources"][name] == schema["default"], name
+
+
+def test_the_schema_is_a_valid_json_schema_and_the_document_valid_openapi(client):
+    jsonschema = pytest.importorskip("jsonschema")
+    jsonschema.Draft202012Validator.check_schema(JOB_SPEC_SCHEMA)
+    validator = pytest.importorskip("openapi_spec_validator")
+    validator.validate(client.get("/openapi.json").json())

@@ -2,74 +2,83 @@
 ``POST /api/jobs``) and ``/docs``, Swagger UI served from the package's ``static/``
 folder so that it renders with no network (no CDN, no validator badge, no web fonts).
 
-The schema documents; :meth:`JobSpec.from_dict` still validates (its errors name the
-field and the fix). A test keeps the two in step.
+The schema is generated from the JobSpec definition (:func:`spec_schema`); it documents,
+and :meth:`JobSpec.from_dict` validates (its errors name the field and the fix).
 """
 
 from __future__ import annotations
 
-from typing import Any
+import inspect
+from dataclasses import MISSING, fields, is_dataclass
+from typing import Any, get_type_hints
 
 from fastapi import FastAPI
 from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import HTMLResponse
 
+from pollux.job_spec import FieldRule, JobSpec
+
 STATIC_PREFIX = "/static"
 SWAGGER_UI_DIR = f"{STATIC_PREFIX}/swagger-ui"
 
-_NON_NEGATIVE = {"type": "number", "minimum": 0}
+JSON_TYPES: dict[Any, str] = {str: "string", int: "integer", float: "number", bool: "boolean"}
+
+
+def spec_schema(cls: type, description: str | None = None) -> dict[str, Any]:
+    """The JSON schema of a spec dataclass (:class:`~pollux.job_spec.JobSpec`, and the
+    classes of its fields) made from its one definition: each field's type, default and
+    :class:`~pollux.job_spec.FieldRule` (bounds, choices, pattern, description). A field
+    with a default may also be null (:meth:`JobSpec.from_dict` reads null as the
+    default)."""
+    types = get_type_hints(cls)
+    properties: dict[str, Any] = {}
+    required = []
+    for item in fields(cls):
+        rule: FieldRule = item.metadata["rule"]
+        key = rule.key or item.name
+        optional = item.default is not MISSING or item.default_factory is not MISSING
+        if not optional:
+            required.append(key)
+        properties[key] = field_schema(types[item.name], rule, optional)
+        if item.default is not MISSING:
+            properties[key]["default"] = item.default
+        if rule.examples:
+            properties[key]["examples"] = list(rule.examples)
+    schema: dict[str, Any] = {"type": "object"}
+    if description is not None:
+        schema["description"] = description
+    if required:
+        schema["required"] = required
+    schema.update(additionalProperties=False, properties=properties)
+    return schema
+
+
+def field_schema(kind: Any, rule: FieldRule, optional: bool) -> dict[str, Any]:
+    """One field's schema (see :func:`spec_schema`)."""
+    if rule.json_form is not None:
+        schema = dict(rule.json_form)
+    elif isinstance(kind, type) and is_dataclass(kind):
+        schema = spec_schema(kind, rule.description)
+    else:
+        schema = {"type": JSON_TYPES[kind]}
+    bounds = {"minimum": rule.lowest, "maximum": rule.highest, "pattern": rule.pattern,
+              "enum": list(rule.choices) or None}
+    schema.update({name: value for name, value in bounds.items() if value is not None})
+    if optional and "oneOf" in schema:
+        schema["oneOf"] = [*schema["oneOf"], {"type": "null"}]
+    elif optional:
+        schema["type"] = [schema["type"], "null"]
+        if "enum" in schema:
+            schema["enum"] = [*schema["enum"], None]
+    schema.setdefault("description", rule.description)
+    return schema
+
 
 JOB_SPEC_SCHEMA: dict[str, Any] = {
-    "title": "JobSpec",
-    "type": "object",
-    "description": "A training job: the command each replica runs and how far it may "
-                   "scale. Unknown fields are refused.",
-    "required": ["name", "command", "working_dir"],
-    "additionalProperties": False,
-    "properties": {
-        "name": {"type": "string", "pattern": r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$",
-                 "description": "Human name; the job id is <name>-<sequence number>.",
-                 "examples": ["digits"]},
-        "command": {"description": "Command line each replica runs: a string split like a "
-                                   "shell would, or an argv list (no shell).",
-                    "oneOf": [{"type": "string", "minLength": 1},
-                              {"type": "array", "items": {"type": "string"}, "minItems": 1}],
-                    "examples": [["python", "train.py", "--epochs", "20"]]},
-        "working_dir": {"type": "string", "description": "Absolute directory the "
-                                                        "replicas start in.",
-                        "examples": ["/home/me/project"]},
-        "env": {"type": "object", "additionalProperties": {"type": ["string", "number"]},
-                "description": "Extra environment variables; POLLUX_* names are "
-                               "reserved."},
-        "resources": {
-            "type": "object", "additionalProperties": False,
-            "description": "What each replica needs; gpu is the device slot (a GPU, or a "
-                           "CPU slot on a backend without GPUs).",
-            "properties": {
-                "gpu": {**_NON_NEGATIVE, "default": 1},
-                "cpu": {**_NON_NEGATIVE, "default": 1},
-                "memory": {"description": "Bytes, or a size with a unit: '2GiB', '512M'.",
-                           "oneOf": [_NON_NEGATIVE, {"type": "string"}], "default": 0},
-            },
-        },
-        "min_replicas": {"type": "integer", "minimum": 0, "default": 1},
-        "max_replicas": {"type": "integer", "minimum": 1, "default": 1,
-                         "description": "At least min_replicas."},
-        "preemptible": {"type": "boolean", "default": True,
-                        "description": "False: once running, the job keeps its "
-                                       "allocation until it ends."},
-        "restart_delay_s": {**_NON_NEGATIVE, "default": 30,
-                            "description": "Seconds a (re)start costs the job; the policy "
-                                           "weighs rescales against it."},
-        "max_failures": {"type": "integer", "minimum": 0, "default": 3,
-                         "description": "Replica failures tolerated (each restarts the job "
-                                        "from its checkpoint)."},
-        "on_corrupt_checkpoint": {"type": "string", "enum": ["fail", "fresh"],
-                                  "default": "fail",
-                                  "description": "When every checkpoint is corrupt: fail at "
-                                                 "once with the reason, or start over."},
-    },
-}
+    "title": "JobSpec", **spec_schema(JobSpec, " ".join((inspect.getdoc(JobSpec) or "").split()))}
+"""The request body of ``POST /api/jobs``; ``tests/service/test_openapi.py`` checks that
+it accepts and refuses what :meth:`JobSpec.from_dict` does (and names what only the
+latter can refuse: a command that does not split, sizes in bytes, field against field)."""
 
 SUBMIT_OPENAPI: dict[str, Any] = {
     "requestBody": {"required": True, "content": {"application/json": {
