@@ -203,12 +203,17 @@ def test_users_are_managed_by_the_servers_account_only(app, world, admin):
 
 
 def test_a_rotated_or_removed_token_stops_working(app, world, admin):
+    browser = as_user(app, None)
+    opened = browser.get(f"/?token={world['tokens']['bob']}", follow_redirects=False)
+    session = {"X-CSRF-Token": opened.headers["location"].split("csrf=")[1]}
+    assert browser.get("/api/jobs", headers=session).status_code == 200
     old = world["tokens"]["bob"]
     new = admin.post("/api/users/bob/token").json()["token"]
     assert as_user(app, old).get("/api/jobs").status_code == 401
     assert as_user(app, new).get("/api/jobs").status_code == 200
     assert admin.delete("/api/users/bob").status_code == 200
     assert as_user(app, new).get("/api/jobs").status_code == 401
+    assert browser.get("/api/jobs", headers=session).status_code == 401  # its session too
     assert admin.delete("/api/users/bob").status_code == 404
 
 

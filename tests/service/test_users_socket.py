@@ -117,7 +117,8 @@ def test_local_users_are_known_by_their_unix_account(data_dir: Path, capsys):
                 except ServiceError as exc:
                     read = exc.status
                 return {"me": me["name"], "job": job, "rows": rows,
-                        "cancelled": cancelled, "read": read}
+                        "cancelled": cancelled, "read": read,
+                        "dashboard": client.dashboard_login()["url"]}
 
         seen = as_uid(nobody, as_nobody)
         assert seen["me"] == "nobody"
@@ -125,6 +126,7 @@ def test_local_users_are_known_by_their_unix_account(data_dir: Path, capsys):
         assert {row["id"]: row["owner"] for row in seen["rows"]} == {
             theirs["id"]: None, seen["job"]["id"]: "nobody"}
         assert seen["cancelled"] == 403 and seen["read"] == 403
+        assert seen["dashboard"] == root.address.url  # its link names the server's port
         assert "root-only" not in json.dumps(seen)
         assert not any(j["cancel_requested"] for j in root.jobs())
 

@@ -15,7 +15,11 @@ from pollux.cli.jobs import add_connection_arguments, connect
 
 def run(args: argparse.Namespace) -> int:
     with connect(args) as client:
-        url = client.address.url + client.dashboard_login()["path"]
+        login = client.dashboard_login()
+        base = client.address.url  # another user's client knows the server by its socket:
+        if client.address.server_uid is not None and login.get("url"):  # it says its URL
+            base = str(login["url"])
+        url = base + login["path"]
     print(url, flush=True)
     if args.open:
         webbrowser.open(url)

@@ -145,6 +145,7 @@ def run_server(config: ServerConfig, ready: Callable[[str], None] | None = None)
         app = create_app(service, ApiAuth(config.token, allowed_hosts_for(
             config.host, config.advertise_host), secure_cookie=bool(config.tls_cert),
             port=port))
+        app.state.url = url  # the dashboard link of users who reach only the socket
         limits = connection_limits()
         tls = (None if config.tls_cert is None or config.tls_key is None
                else server_tls_context(config.tls_cert, config.tls_key))

@@ -67,7 +67,8 @@ def add_dashboard(app: FastAPI, service: SchedulerService) -> None:
         ``expires_in_s``): the token itself need not go into the browser. Needs the
         token (a dashboard session cannot ask)."""
         code = request.app.state.sessions.create_login(principal_of(request).name)
-        return {"path": f"/?{urlencode({LOGIN_QUERY: code})}", "expires_in_s": LOGIN_TTL_S}
+        return {"path": f"/?{urlencode({LOGIN_QUERY: code})}", "expires_in_s": LOGIN_TTL_S,
+                "url": getattr(request.app.state, "url", None)}
 
     @app.get("/api/dashboard", tags=["dashboard"], response_model=dict[str, Any])
     def overview(request: Request) -> Response:
