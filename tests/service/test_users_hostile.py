@@ -128,6 +128,23 @@ def test_a_user_cannot_submit_into_a_team_not_theirs(app, world, service):
         "/api/jobs", json=SPEC, params={"team": "vision"}).json()["team"] == "vision"
 
 
+def test_every_route_of_one_job_is_guarded(app, world):
+    """Each route naming a job (``{ref}``), present or added later, refuses a user who may
+    not act on it (the hints route is the job's own, by its hints token)."""
+    bob = as_user(app, world["tokens"]["bob"])
+    checked = []
+    for route in app.routes:
+        path = getattr(route, "path", "")
+        if "{ref}" not in path:
+            continue
+        for method in sorted(getattr(route, "methods", ()) - {"HEAD"}):
+            response = bob.request(method, path.replace("{ref}", world["job"]))
+            assert response.status_code == 403, (method, path, response.text)
+            assert SECRET not in response.text
+            checked.append((method, path))
+    assert len(checked) >= 4
+
+
 IMPERSONATION_HEADERS = [
     {"X-Pollux-User": "alice"}, {"X-Remote-User": "alice"}, {"X-Forwarded-User": "alice"},
     {"Remote-User": "alice"}, {"X-Auth-Request-User": "alice"},
