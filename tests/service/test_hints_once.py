@@ -238,3 +238,18 @@ def test_hints_read_back_from_the_store_equal_the_posted(store, raw):
     store.set_hints(job.id, posted, 1.0)
     read = store.get_job(job.id).hints
     assert read == posted and read.to_dict() == posted.to_dict()
+
+
+def test_a_model_without_a_finite_goodput_shows_none_everywhere(service, api):
+    """Valid hints whose step-time model is all zeros predict infinite goodput: the job
+    list, its samples (the dashboard's charts) and /metrics show none, never inf (JSON
+    has no inf: the history answered 500)."""
+    job_id = submitted(service)
+    service.post_hints(job_id, {**HINTS, "throughput_params": {**dict.fromkeys(PARAMS, 0.0),
+                                                               "gamma": 1.0}})
+    everything_reads(service, api, 10.0)
+    assert api.get("/api/jobs").json()[0]["goodput"] is None
+    history = api.get(f"/api/jobs/{job_id}/history")
+    assert history.status_code == 200, history.text
+    assert set(history.json()["samples"]["goodput"]) == {None}
+    assert api.get("/api/dashboard").status_code == 200

@@ -3,33 +3,17 @@
 from __future__ import annotations
 
 import logging
-import math
 import time
 from collections.abc import Sequence
 from typing import Any
 
-from pollux.models.hints import JobHints
 from pollux.policies.base import NodeInfo
 from pollux.resources import DEFAULT_GPU_TYPE
 from pollux.service.loop.snapshot import held_allocation
+from pollux.service.loop.telemetry import running_goodput
 from pollux.service.storage.records import JobEvent, JobRecord, ReplicaRecord
 
 logger = logging.getLogger(__name__)
-
-
-def current_goodput(record: JobRecord, hints: JobHints | None) -> float | None:
-    """Goodput (useful samples/s) of the running configuration, from the job's hints."""
-    if hints is None or not record.state.has_replicas or not record.allocation:
-        return None
-    try:
-        goodput = hints.goodput_function()
-        if goodput is None or hints.local_bsz is None:
-            return None
-        value = float(goodput.evaluate(len(set(record.allocation)), len(record.allocation),
-                                       hints.local_bsz, hints.accum_steps or 0))
-    except Exception:  # one job's model never breaks the job list
-        return None
-    return value if math.isfinite(value) else None
 
 
 def job_summary(record: JobRecord, now: float, recovering: bool = False) -> dict[str, Any]:
@@ -53,7 +37,7 @@ def job_summary(record: JobRecord, now: float, recovering: bool = False) -> dict
                               else list(record.target_allocation)),
         "batch_size": None if hints is None else hints.batch_size,
         "epoch": None if hints is None else hints.epoch,
-        "goodput": current_goodput(record, hints),
+        "goodput": running_goodput(record),
         "restarts": record.num_restarts,
         "failures": record.num_failures,
         "rescales": record.num_rescales,

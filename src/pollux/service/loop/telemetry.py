@@ -9,11 +9,14 @@ The allocation loop hands each round's policy time to :class:`RoundRecorder` (it
 from __future__ import annotations
 
 import logging
+import math
 import threading
 from collections import OrderedDict, deque
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
+
+import numpy as np
 
 from pollux.errors import ConfigError
 from pollux.models.goodput import GoodputFunction
@@ -83,6 +86,27 @@ def job_model(record: JobRecord) -> JobModel:
         return JobModel(None, None, None)
 
 
+def running_goodput(record: JobRecord) -> float | None:
+    """Goodput (useful samples/s) of the running configuration, from the job's model;
+    None without one, or when the model gives no finite value (one job's model never
+    breaks a list, a sample or a scrape). ``pollux ls``, the dashboard and /metrics all
+    show this one."""
+    hints = record.hints
+    if hints is None or not record.state.has_replicas or not record.allocation:
+        return None
+    try:
+        goodput = hints.goodput_function()
+        if goodput is None or hints.local_bsz is None:
+            return None
+        with np.errstate(all="ignore"):  # a zero step time: inf, refused below
+            value = float(goodput.evaluate(len(set(record.allocation)),
+                                           len(record.allocation), hints.local_bsz,
+                                           hints.accum_steps or 0))
+    except (ArithmeticError, ValueError):  # ConfigError among them
+        return None
+    return value if math.isfinite(value) else None
+
+
 def goodput_and_efficiency(record: JobRecord, model: JobModel
                            ) -> tuple[float | None, float | None]:
     """(goodput in samples/s, statistical efficiency) of the job's running configuration."""
@@ -90,16 +114,7 @@ def goodput_and_efficiency(record: JobRecord, model: JobModel
     if (hints is None or goodput_fn is None or hints.batch_size is None
             or not record.state.has_replicas or not record.allocation):
         return None, None
-    efficiency = float(goodput_fn.efficiency(hints.batch_size))
-    if hints.local_bsz is None:
-        return None, efficiency
-    try:
-        goodput = float(goodput_fn.evaluate(len(set(record.allocation)),
-                                            len(record.allocation), hints.local_bsz,
-                                            hints.accum_steps or 0))
-    except ConfigError:
-        return None, efficiency
-    return goodput, efficiency
+    return running_goodput(record), float(goodput_fn.efficiency(hints.batch_size))
 
 
 def speedup_of_allocation(model: JobModel, allocation: Sequence[str]) -> float | None:
