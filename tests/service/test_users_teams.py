@@ -5,6 +5,7 @@ submission, and each team's Slurm account reaching its jobs' launches."""
 from __future__ import annotations
 
 import warnings
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ from pollux.backends.base import LaunchRequest
 from pollux.backends.slurm.script import batch_options
 from pollux.service.http.api import create_app
 from pollux.service.http.team_usage import team_usage
+from pollux.service.storage.states import JobState
 from pollux.teams import parse_teams
 from tests.service.service_builders import AUTH_HEADERS, make_auth, make_spec
 
@@ -59,7 +61,7 @@ def test_team_usage_counts_quota_in_use_lent_borrowed_and_pending(teams_service,
     assert rows["vision"] == {
         "team": "vision", "quota_gpus": 1, "weight": 1.0, "in_use_gpus": float(held),
         "lent_gpus": 0.0, "borrowed_gpus": float(held - 1), "pending_gpus": 0.0,
-        "num_jobs": 1, "slurm_account": "vision-lab"}
+        "num_jobs": 1, "slurm_account": "vision-lab", "by_gpu_type": {}}
     assert rows["nlp"]["in_use_gpus"] == 0.0 and rows["nlp"]["pending_gpus"] == 4.0
     assert rows["nlp"]["lent_gpus"] == float(held - 1)  # nlp's idle quota, vision borrows
     metrics = ann.get("/metrics").text
@@ -77,6 +79,22 @@ def test_lent_and_borrowed_gpus_add_up(store):
     assert sum(u.lent_gpus for u in usage.values()) == sum(
         u.borrowed_gpus for u in usage.values()) == 0.0
     assert usage["a"].pending_gpus == 2.0 and usage["a"].num_jobs == 2
+
+
+def test_typed_quotas_lend_and_borrow_per_gpu_type(store):
+    """A team over its T4 quota borrows T4s even with A100 quota to spare."""
+    teams = parse_teams({"teams": {"a": {"quota_gpus": {"t4": 2, "a100": 2}},
+                                   "b": {"quota_gpus": {"t4": 2}}}})
+    record = store.add_job(make_spec("wide", max_replicas=4), 0.0, team="a")
+    running = replace(record, state=JobState.RUNNING, allocation=("n1",) * 3, gpu_type="t4")
+    usage = {u.team: u for u in team_usage([running], teams)}
+    assert (usage["a"].in_use_gpus, usage["a"].borrowed_gpus, usage["a"].lent_gpus) == (
+        3.0, 1.0, 0.0)
+    assert usage["b"].lent_gpus == 1.0 and usage["a"].quota_gpus == 4
+    assert usage["a"].by_gpu_type == {
+        "t4": {"quota_gpus": 2.0, "in_use_gpus": 3.0, "lent_gpus": 0.0, "borrowed_gpus": 1.0},
+        "a100": {"quota_gpus": 2.0, "in_use_gpus": 0.0, "lent_gpus": 0.0,
+                 "borrowed_gpus": 0.0}}
 
 
 def test_a_teams_file_names_the_teams_a_job_may_go_into(teams_service, admin):

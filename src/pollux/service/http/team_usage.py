@@ -15,11 +15,11 @@ jobs but is not in the teams file is listed with a quota of 0.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
 
 from pollux.policies.base import NodeInfo
-from pollux.resources import GPU
+from pollux.resources import DEFAULT_GPU_TYPE, GPU
 from pollux.service.storage.records import JobRecord
 from pollux.teams import DEFAULT_TEAM, Teams, load_teams
 
@@ -38,6 +38,9 @@ class TeamUsage:
     num_jobs: int
     """Active jobs (not finished)."""
     slurm_account: str | None = None
+    by_gpu_type: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+    """Where quotas are per GPU type: each type's ``quota_gpus``, ``in_use_gpus``,
+    ``lent_gpus`` and ``borrowed_gpus`` (empty otherwise)."""
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -49,8 +52,12 @@ def _gpus(record: JobRecord, replicas: int) -> float:
 
 def team_usage(records: Sequence[JobRecord], teams: Teams | None) -> list[TeamUsage]:
     """The usage of every team of ``teams`` (in the file's order), then of the other
-    teams the active ``records`` name (by name)."""
-    in_use: dict[str, float] = {}
+    teams the active ``records`` name (by name). Where the teams file gives quotas per
+    GPU type, lending and borrowing are counted per type (a team holding more T4s than
+    its T4 quota borrows T4s, whatever its A100 quota) and summed; ``by_gpu_type`` then
+    holds the figures of each type."""
+    typed = teams is not None and any(t != DEFAULT_GPU_TYPE for t in teams.gpu_types)
+    in_use: dict[tuple[str, str], float] = {}
     pending: dict[str, float] = {}
     num_jobs: dict[str, int] = {}
     for record in records:
@@ -59,26 +66,46 @@ def team_usage(records: Sequence[JobRecord], teams: Teams | None) -> list[TeamUs
         name = record.team or DEFAULT_TEAM
         num_jobs[name] = num_jobs.get(name, 0) + 1
         held = len(record.allocation) if record.state.has_replicas else 0
-        in_use[name] = in_use.get(name, 0.0) + _gpus(record, held)
-        if not held:
+        kind = (record.gpu_type or DEFAULT_GPU_TYPE) if typed else DEFAULT_GPU_TYPE
+        if held:
+            in_use[name, kind] = in_use.get((name, kind), 0.0) + _gpus(record, held)
+        else:
             pending[name] = pending.get(name, 0.0) + _gpus(record, record.spec.min_replicas)
     names = list(teams.names if teams is not None else ())
     names += sorted(set(num_jobs) - set(names))
-    quota = {name: (teams[name].total_quota_gpus if teams is not None and name in teams
-                    else 0) for name in names}
-    borrowed = {name: max(0.0, in_use.get(name, 0.0) - quota[name]) for name in names}
-    idle = {name: max(0.0, quota[name] - in_use.get(name, 0.0)) for name in names}
-    total_borrowed, total_idle = sum(borrowed.values()), sum(idle.values())
+    kinds = sorted({kind for _, kind in in_use} | set(teams.gpu_types if typed and teams
+                                                      else ()) | {DEFAULT_GPU_TYPE})
+
+    def quota(name: str, kind: str) -> float:
+        if teams is None or name not in teams:
+            return 0.0
+        team = teams[name]
+        return float(team.quota(kind) if typed else team.total_quota_gpus)
+
+    figures: dict[tuple[str, str], dict[str, float]] = {}
+    for kind in kinds:
+        holding = {name: in_use.get((name, kind), 0.0) for name in names}
+        borrowed = {name: max(0.0, holding[name] - quota(name, kind)) for name in names}
+        idle = {name: max(0.0, quota(name, kind) - holding[name]) for name in names}
+        total_borrowed, total_idle = sum(borrowed.values()), sum(idle.values())
+        for name in names:
+            lent = (0.0 if total_idle <= 0 else
+                    min(idle[name], total_borrowed * idle[name] / total_idle))
+            figures[name, kind] = {"quota_gpus": quota(name, kind), "in_use_gpus": holding[name],
+                                   "lent_gpus": lent, "borrowed_gpus": borrowed[name]}
     usage = []
     for name in names:
         known = teams[name] if teams is not None and name in teams else None
-        lent = (0.0 if total_idle <= 0 else
-                min(idle[name], total_borrowed * idle[name] / total_idle))
+        mine = {kind: figures[name, kind] for kind in kinds}
+        total = {key: sum(f[key] for f in mine.values()) for key in
+                 ("in_use_gpus", "lent_gpus", "borrowed_gpus")}
         usage.append(TeamUsage(
-            team=name, quota_gpus=quota[name], weight=1.0 if known is None else known.weight,
-            in_use_gpus=in_use.get(name, 0.0), lent_gpus=lent, borrowed_gpus=borrowed[name],
+            team=name, quota_gpus=0 if known is None else known.total_quota_gpus,
+            weight=1.0 if known is None else known.weight, **total,
             pending_gpus=pending.get(name, 0.0), num_jobs=num_jobs.get(name, 0),
-            slurm_account=None if known is None else known.slurm_account))
+            slurm_account=None if known is None else known.slurm_account,
+            by_gpu_type={kind: dict(f) for kind, f in mine.items()
+                         if any(f.values())} if typed else {}))
     return usage
 
 
