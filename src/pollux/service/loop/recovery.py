@@ -22,8 +22,9 @@ from pollux.backends.base import Backend, LiveReplica
 from pollux.backends.exit_status import exit_status_path, read_exit_status
 from pollux.jobenv import CORRUPT_SUFFIX
 from pollux.service.storage.records import JobRecord
+from pollux.service.storage.replica_rows import INTENT_KEY
 from pollux.service.storage.states import LIVE_STATES, JobState
-from pollux.service.storage.store import INTENT_KEY, JobStore
+from pollux.service.storage.store import JobStore
 
 logger = logging.getLogger(__name__)
 

@@ -2,8 +2,9 @@
 
 Holds jobs (spec, state, allocation, counters, latest hints, hints token), the replicas
 each launch started (with the backend's handle, so a restarted server can find and stop
-orphans) and an event log per job. Every method is one transaction: a crash at any
-moment leaves either the state before it or the state after it. Writes hitting a
+orphans; rows: :mod:`pollux.service.storage.replica_rows`) and an event log per job
+(:mod:`pollux.service.storage.event_log`). Every method is one transaction: a crash at
+any moment leaves either the state before it or the state after it. Writes hitting a
 transient error are retried; one that fails for good (or a full disk) raises
 StoreUnavailableError with nothing changed; reads never wait behind writes
 (:mod:`pollux.service.storage.sqlite_db`).
@@ -31,6 +32,7 @@ from pollux.errors import (
 from pollux.job_spec import JobSpec
 from pollux.models.hints import JobHints
 from pollux.service.private import make_private_file
+from pollux.service.storage.event_log import append_event, count_events, has_event, read_events
 from pollux.service.storage.records import (
     JOB_COLUMNS,
     UPDATABLE_COLUMNS,
@@ -41,6 +43,13 @@ from pollux.service.storage.records import (
     encode_column,
     encode_hints,
 )
+from pollux.service.storage.replica_rows import (
+    confirm_intents,
+    delete_intents,
+    insert_intents,
+    insert_replica,
+    select_replicas,
+)
 from pollux.service.storage.sqlite_db import Database
 from pollux.service.storage.states import JobState, can_transition
 from pollux.service.storage.store_schema import create_schema
@@ -49,16 +58,6 @@ logger = logging.getLogger(__name__)
 
 DAMAGED_EVENT = "damaged"
 """Kind of the event naming a job whose stored record does not read back."""
-INTENT_KEY = "intent"
-"""In a replica's handle: recorded before the backend started it (see
-:meth:`JobStore.begin_launch`), not confirmed since."""
-
-COALESCE_WINDOW = 4
-"""An event repeating one of its job's last this-many events (same kind and message)
-is coalesced into it (a count and the last time) instead of being added: a job whose
-batch size flips between two values adds two events, not one a second."""
-STATE_KINDS = frozenset(state.value for state in JobState)
-"""Event kinds of state changes: never coalesced (each is one step of the history)."""
 
 
 class JobStore:
@@ -137,7 +136,7 @@ class JobStore:
                     break
                 cur.execute("DELETE FROM jobs WHERE seq=?", (seq,))
             cur.execute("UPDATE jobs SET id=? WHERE seq=?", (job_id, seq))
-            self._add_event(cur, job_id, now, "submitted", f"accepted as {job_id}")
+            append_event(cur, job_id, now, "submitted", f"accepted as {job_id}")
             return job_id
         job_id = self.db.write(write)
         self._decoder.remember_spec(job_id, text, spec)
@@ -196,12 +195,10 @@ class JobStore:
                      self.path, detail)
 
         def write(cur: sqlite3.Cursor) -> None:
-            seen = cur.execute("SELECT 1 FROM events WHERE job_id=? AND kind=?",
-                               (job_id, DAMAGED_EVENT)).fetchone()
-            if seen is None:
-                self._add_event(cur, job_id, time.time(), DAMAGED_EVENT,
-                                f"the record of job {job_id} is damaged ({detail}); it is "
-                                "skipped in job lists, the dashboard and /metrics")
+            if not has_event(cur, job_id, DAMAGED_EVENT):
+                append_event(cur, job_id, time.time(), DAMAGED_EVENT,
+                             f"the record of job {job_id} is damaged ({detail}); it is "
+                             "skipped in job lists, the dashboard and /metrics")
         try:
             self.db.write(write)
         except StoreError:  # a full or damaged store: the log line has it
@@ -293,7 +290,7 @@ class JobStore:
         if target.is_final:
             columns.setdefault("finished_at", now)
         self._update(cur, job_id, now, state=target.value, **columns)
-        self._add_event(cur, job_id, now, target.value, message)
+        append_event(cur, job_id, now, target.value, message)
 
     def update_job(self, job_id: str, now: float, event: str | None = None,
                    **updates: Any) -> JobRecord:
@@ -303,7 +300,7 @@ class JobStore:
                 raise UnknownJobError(job_id)
             self._update(cur, job_id, now, **updates)
             if event:
-                self._add_event(cur, job_id, now, "info", event)
+                append_event(cur, job_id, now, "info", event)
         self.db.write(write)
         return self.get_job(job_id)
 
@@ -343,7 +340,7 @@ class JobStore:
             if not JobState(row[0]).is_final:
                 cur.execute("UPDATE jobs SET cancel_requested=1, updated_at=? WHERE id=?",
                             (now, job_id))
-                self._add_event(cur, job_id, now, "cancel", "cancellation requested")
+                append_event(cur, job_id, now, "cancel", "cancellation requested")
         self.db.write(write)
         return self.get_job(job_id)
 
@@ -358,53 +355,28 @@ class JobStore:
         so a server killed at any instant of the launch leaves a store that names every
         replica that may run (:mod:`pollux.service.loop.recovery` settles them from the
         evidence: exit status files, processes and Slurm jobs found by name)."""
-        handle = json.dumps({**dict(intent), INTENT_KEY: True, "generation": generation})
-
         def write(cur: sqlite3.Cursor) -> None:
             columns = dict(updates, allocation=tuple(allocation), num_launches=generation)
             self._transition(cur, job_id, JobState.STARTING, now, message,
                              columns.pop("reason", None), columns)
-            cur.executemany(
-                "INSERT OR REPLACE INTO replicas(job_id, generation, rank, node, handle, "
-                "started_at, exit_code, exited_at) VALUES (?, ?, ?, ?, ?, ?, NULL, NULL)",
-                [(job_id, generation, rank, node, handle, now)
-                 for rank, node in enumerate(allocation)])
+            insert_intents(cur, job_id, generation, allocation, intent, now)
         self.db.write(write)
         return self.get_job(job_id)
 
     def confirm_launch(self, job_id: str, generation: int,
                        replicas: Sequence[ReplicaRecord]) -> None:
         """Replace a launch's intents by what the backend started, in one transaction."""
-        def write(cur: sqlite3.Cursor) -> None:
-            cur.executemany(
-                "UPDATE replicas SET node=?, handle=?, started_at=? WHERE job_id=? AND "
-                "generation=? AND rank=?",
-                [(r.node, json.dumps(dict(r.handle)), r.started_at, job_id, generation,
-                  r.rank) for r in replicas])
-        self.db.write(write)
+        self.db.write(lambda cur: confirm_intents(cur, job_id, generation, replicas))
 
     def abandon_launch(self, job_id: str, generation: int) -> None:
         """Forget the unconfirmed intents of a launch the backend refused (it started
         nothing, or cleaned up what it started)."""
-        def write(cur: sqlite3.Cursor) -> None:
-            rows = cur.execute("SELECT rank, handle FROM replicas WHERE job_id=? AND "
-                               "generation=? AND exit_code IS NULL",
-                               (job_id, generation)).fetchall()
-            for rank, handle in rows:
-                if _is_intent(handle):
-                    cur.execute("DELETE FROM replicas WHERE job_id=? AND generation=? AND "
-                                "rank=?", (job_id, generation, rank))
-        self.db.write(write)
+        self.db.write(lambda cur: delete_intents(cur, job_id, generation))
 
     # --- replicas ---------------------------------------------------------------------
 
     def add_replica(self, record: ReplicaRecord) -> None:
-        self.db.write(lambda cur: cur.execute(
-            "INSERT OR REPLACE INTO replicas(job_id, generation, rank, node, handle, "
-            "started_at, exit_code, exited_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            (record.job_id, record.generation, record.rank, record.node,
-             json.dumps(dict(record.handle)), record.started_at, record.exit_code,
-             record.exited_at)))
+        self.db.write(lambda cur: insert_replica(cur, record))
 
     def mark_replica_exited(self, job_id: str, generation: int, rank: int, exit_code: int,
                             now: float) -> None:
@@ -416,77 +388,18 @@ class JobStore:
     def replicas(self, job_id: str | None = None, live_only: bool = False,
                  generation: int | None = None) -> list[ReplicaRecord]:
         """Replicas, optionally of one job / one generation / not yet seen exiting."""
-        clauses: list[str] = []
-        params: list[str | int] = []
-        if job_id is not None:
-            clauses.append("job_id=?")
-            params.append(job_id)
-        if generation is not None:
-            clauses.append("generation=?")
-            params.append(generation)
-        if live_only:
-            clauses.append("exit_code IS NULL")
-        where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
-        rows = self.db.read(lambda conn: conn.execute(
-            "SELECT job_id, generation, rank, node, handle, started_at, exit_code, "
-            f"exited_at FROM replicas{where} ORDER BY job_id, generation, rank",
-            params).fetchall())
-        replicas = []
-        for r in rows:
-            try:
-                handle = json.loads(r[4])
-                if not isinstance(handle, dict):
-                    raise ValueError("not an object")
-            except ValueError as exc:
-                logger.error("replica %s of job %s launch %s: damaged handle (%s); skipped",
-                             r[2], r[0], r[1], exc)
-                continue
-            replicas.append(ReplicaRecord(r[0], r[1], r[2], r[3], handle, r[5], r[6], r[7]))
-        return replicas
+        return self.db.read(lambda conn: select_replicas(conn, job_id, live_only, generation))
 
     # --- events -----------------------------------------------------------------------
 
-    @staticmethod
-    def _add_event(cur: sqlite3.Cursor, job_id: str, now: float, kind: str,
-                   message: str) -> None:
-        if kind not in STATE_KINDS:
-            recent = cur.execute("SELECT id, kind, message FROM events WHERE job_id=? "
-                                 "ORDER BY id DESC LIMIT ?",
-                                 (job_id, COALESCE_WINDOW)).fetchall()
-            for event_id, recent_kind, recent_message in recent:
-                if recent_kind == kind and recent_message == message:
-                    cur.execute("UPDATE events SET repeats=repeats+1, last_time=? WHERE id=?",
-                                (now, event_id))
-                    return
-        cur.execute("INSERT INTO events(job_id, time, kind, message) VALUES (?, ?, ?, ?)",
-                    (job_id, now, kind, message))
-
     def add_event(self, job_id: str, now: float, kind: str, message: str) -> None:
-        self.db.write(lambda cur: self._add_event(cur, job_id, now, kind, message))
+        self.db.write(lambda cur: append_event(cur, job_id, now, kind, message))
 
     def events(self, job_id: str, limit: int | None = None, offset: int = 0
                ) -> list[JobEvent]:
         """The job's events, oldest first; with ``limit``, the newest ``limit`` after
         skipping the ``offset`` newest."""
-        def read(conn: sqlite3.Connection) -> list[Any]:
-            if limit is None:
-                return conn.execute(
-                    "SELECT job_id, time, kind, message, repeats, last_time FROM events "
-                    "WHERE job_id=? ORDER BY id", (job_id,)).fetchall()
-            rows = conn.execute(
-                "SELECT job_id, time, kind, message, repeats, last_time FROM events "
-                "WHERE job_id=? ORDER BY id DESC LIMIT ? OFFSET ?",
-                (job_id, max(0, limit), max(0, offset))).fetchall()
-            return rows[::-1]
-        return [JobEvent(*r) for r in self.db.read(read)]
+        return self.db.read(lambda conn: read_events(conn, job_id, limit, offset))
 
     def count_events(self, job_id: str) -> int:
-        return int(self.db.read(lambda conn: conn.execute(
-            "SELECT COUNT(*) FROM events WHERE job_id=?", (job_id,)).fetchone()[0]))
-
-
-def _is_intent(handle: str) -> bool:
-    try:
-        return bool(json.loads(handle).get(INTENT_KEY))
-    except (ValueError, AttributeError):
-        return False
+        return self.db.read(lambda conn: count_events(conn, job_id))
