@@ -68,25 +68,51 @@ class AdamPreconditioner:
                      flat: torch.Tensor | None = None) -> torch.Tensor:
         """Sum of squared preconditioned gradients of ``params``: their ``.grad``, or the
         consecutive slices of ``flat`` (a DDP bucket laid out in ``params`` order). NaN
-        before Adam's first step (the noise estimator skips non-finite measurements)."""
-        total: torch.Tensor | None = None
+        before Adam's first step (the noise estimator skips non-finite measurements).
+
+        One fused pass per operation over all the tensors (``torch._foreach_*``), in
+        float32 (float64 tensors stay float64), with one temporary the size of the
+        gradients; the per-tensor norms are summed in float64."""
+        grads: list[torch.Tensor] = []
+        second_moments: list[torch.Tensor] = []
+        corrections: list[float] = []
+        epsilons: list[float] = []
         offset = 0
+        device: torch.device | None = None
         for param in params:
             if flat is not None:
                 grad = flat[offset:offset + param.numel()].view_as(param)
                 offset += param.numel()
+            elif param.grad is None:
+                continue
             else:
-                if param.grad is None:
-                    continue
                 grad = param.grad
-            divisor = self.divisor(param)
-            if divisor is None:  # before Adam's first step: no metric yet, no estimate
+            device = grad.device
+            state = self.optimizer.state.get(param)
+            if not state or "exp_avg_sq" not in state or id(param) not in self._group_of:
+                # before Adam's first step: no metric yet, no estimate
                 return torch.full((), math.nan, dtype=torch.float64, device=grad.device)
-            part = (grad.double() / divisor.double()).square().sum()
-            total = part if total is None else total + part
-        if total is None:
-            return torch.zeros((), dtype=torch.float64)
-        return total
+            beta2, eps = self._group_of[id(param)]
+            step = float(state.get("step", 1))
+            corrections.append(1.0 / math.sqrt(1.0 - beta2 ** max(step, 1.0)))
+            epsilons.append(eps)
+            grads.append(_exact(grad.detach()))
+            second_moments.append(_exact(state["exp_avg_sq"]))
+        if not grads:
+            return torch.zeros((), dtype=torch.float64, device=device)
+        # g / (sqrt(v) / sqrt(1 - beta2^t) + eps), in place in one temporary
+        quotients = torch._foreach_sqrt(second_moments)
+        torch._foreach_mul_(quotients, corrections)
+        torch._foreach_add_(quotients, epsilons)
+        torch._foreach_reciprocal_(quotients)
+        torch._foreach_mul_(quotients, grads)
+        norms = torch._foreach_norm(quotients)
+        return torch.stack([norm.double() for norm in norms]).square().sum()
+
+
+def _exact(tensor: torch.Tensor) -> torch.Tensor:
+    """``tensor`` in float32 or float64 (low-precision tensors are widened to float32)."""
+    return tensor if tensor.dtype in (torch.float32, torch.float64) else tensor.float()
 
 
 def scaling_rule_for(optimizer: torch.optim.Optimizer) -> ScalingRule:

@@ -105,6 +105,7 @@ class StepProfiler:
         self._observed_since_fit = 0
         self._last_fit_time = -float("inf")
         self.max_profiled_replicas = 0
+        self._pinned = False
 
     def record(self, timing: MicroStepTiming) -> None:
         """Queue a micro-step's marks (resolved by :meth:`collect`)."""
@@ -157,10 +158,21 @@ class StepProfiler:
         with self._lock:
             return self._params
 
+    def pin(self, params: ThroughputParams) -> None:
+        """Use ``params`` as the throughput model from now on, never refitted, as if
+        every configuration had been measured: the batch size then follows the gradient
+        statistics alone, the same in every run (tests; a job whose step times are
+        known). Step times are still collected (and checkpointed)."""
+        with self._lock:
+            self._params = params
+            self._pinned = True
+
     def fit_covers(self, key: ProfileKey, min_steps: int = 1) -> bool:
         """Whether the current fit had at least ``min_steps`` optimizer steps of this
         configuration among its data (not only extrapolated to it from others)."""
         with self._lock:
+            if self._pinned:
+                return True
             return self._params is not None and self._fitted.get(key, 0) >= min_steps
 
     def steps_at(self, key: ProfileKey) -> int:
@@ -175,7 +187,7 @@ class StepProfiler:
         """Start a background refit if there is new data and none is running; ``force``:
         before the refit interval, but at most one a second (a fit that keeps failing
         must not be retried at every agreement point)."""
-        if self._fit_thread is not None and self._fit_thread.is_alive():
+        if self._pinned or (self._fit_thread is not None and self._fit_thread.is_alive()):
             return False
         now = time.monotonic()
         wait_s = min(1.0, self.refit_interval_s) if force else self.refit_interval_s
