@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from pollux.service.client import PolluxClient, locate_server
+from pollux.client import PolluxClient, locate_server
 
 FINAL_STATES = ("Succeeded", "Failed", "Cancelled")
 

@@ -9,7 +9,7 @@ server's own scheme, host (as the client named it) and the port it is *bound* to
 client computes the same with the origin it connected to. A squatter cannot answer
 (it lacks the token); a relay on another port gets an answer for the real server's port,
 which does not match. Only then is the token sent. (HTTPS proves the server by its
-certificate; the local CLI uses the Unix socket, :mod:`pollux.service.http.local_socket`.)
+certificate; the local CLI uses the Unix socket, :mod:`pollux.unix_socket`.)
 
 A job's hints reporter (:mod:`pollux.torch.hints_reporter`) does the same before it
 sends its hints token: it asks ``GET /api/auth/proof?nonce=<random>&job=<job id>`` and

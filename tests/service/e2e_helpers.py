@@ -18,7 +18,7 @@ from typing import Any
 
 from pollux.backends.local import MARKER_ENV
 from pollux.backends.processes import marked_processes, signal_group
-from pollux.service.client import PolluxClient, server_address
+from pollux.client import PolluxClient, server_address
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "train_digits.py"

@@ -8,9 +8,10 @@ import pytest
 
 from pollux.backends.exit_status import exit_status_path, write_exit_status
 from pollux.backends.fake import FakeBackend
+from pollux.data_dir import log_dir
 from pollux.jobenv import CORRUPT_CHECKPOINT_EXIT_CODE, RESCALE_EXIT_CODE
 from pollux.service.loop.allocator import Allocator
-from pollux.service.loop.recovery import LOST_EXIT_CODE, job_dir
+from pollux.service.loop.recovery import LOST_EXIT_CODE
 from pollux.service.storage.states import JobState
 from pollux.service.storage.store import JobStore
 from tests.service.service_builders import make_spec
@@ -268,7 +269,7 @@ def test_a_backend_that_still_runs_a_launch_has_it_adopted_not_relaunched(
     fake_backend.finish(b.id, 0)  # ended while no server watched: not adopted
     for rank in (0, 1):  # (as its launcher recorded)
         write_exit_status(exit_status_path(
-            job_dir(first.config.data_dir, b.id) / "logs", 1, rank), 0)
+            log_dir(first.config.data_dir, b.id), 1, rank), 0)
     # the server dies; a new one starts on the same store and the same (Slurm-like) work
     fake_backend.adopts = True
     launches_before = len(fake_backend.launches)

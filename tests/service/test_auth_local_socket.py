@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from pollux.cli.main import main
+from pollux.client import locate_server
 from pollux.errors import ServerUnreachableError
-from pollux.service.client import locate_server
 from tests.service.e2e_helpers import ServerProcess
 
 
@@ -123,7 +123,8 @@ def test_the_cli_reaches_its_server_even_when_server_json_names_a_squatted_port(
 
 
 def test_a_long_data_dir_path_still_gets_its_socket(tmp_path):
-    from pollux.service.http.local_socket import bind_local_socket, probe
+    from pollux.service.http.local_socket import bind_local_socket
+    from pollux.unix_socket import probe
 
     deep = tmp_path / ("d" * 60) / ("e" * 60)
     deep.mkdir(parents=True)

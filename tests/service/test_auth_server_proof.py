@@ -14,9 +14,9 @@ import httpx
 import pytest
 
 from pollux.cli.main import main
+from pollux.client import PolluxClient, ServerAddress
 from pollux.errors import ServerUnreachableError
 from pollux.server_proof import server_proof
-from pollux.service.client import PolluxClient, ServerAddress
 from pollux.service.http.api import create_app
 from pollux.service.http.auth import ApiAuth
 from tests.service.e2e_helpers import ServerProcess

@@ -14,8 +14,8 @@ import pytest
 
 from pollux.cli.main import main
 from pollux.cli.server import add_server_arguments, config_from_args
+from pollux.client import PolluxClient
 from pollux.errors import ConfigError
-from pollux.service.client import PolluxClient
 from tests.service.e2e_helpers import ServerProcess, wait_until
 
 SECRET = "s3cret-token-in-argv-0123456789"

@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 
 import numpy as np
 
-from pollux.service.client import read_token_file
+from pollux.tokens import read_token_file
 from tests.service.e2e_helpers import EQUAL_SHARE, REPO, wait_until
 
 ATTACKER = Path(__file__).with_name("idle_attacker.py")

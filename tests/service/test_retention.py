@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pollux.service.loop.recovery import job_dir
+from pollux.data_dir import job_dir
 from pollux.service.loop.retention import Retention, prune_finished
 from pollux.service.storage.states import JobState
 from pollux.service.storage.store import JobStore

@@ -9,8 +9,8 @@ import stat
 import pytest
 
 from pollux.cli.main import main
+from pollux.client import locate_server
 from pollux.errors import ConfigError, ServerUnreachableError
-from pollux.service.client import locate_server
 from pollux.service.http.local_socket import bind_local_socket
 from pollux.service.private import new_token
 from pollux.service.runner import data_dir_lock

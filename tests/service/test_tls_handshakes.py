@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from pollux.service.client import read_token_file
+from pollux.tokens import read_token_file
 from tests.service.e2e_helpers import EQUAL_SHARE, REPO, wait_until
 
 OPEN_FILES = 1024

@@ -13,13 +13,31 @@ import pytest
 import pollux.cli.jobs as jobs_cli
 import pollux.cli.users as users_cli
 from pollux.cli.main import main
-from pollux.service.client import PolluxClient, ServerAddress
+from pollux.client import PolluxClient, ServerAddress
+from pollux.client.transport import Response
 from pollux.service.http.api import create_app
 from tests.service.service_builders import TEST_TOKEN, make_auth
 
 with warnings.catch_warnings():  # starlette 1.0 asks for the httpx2 fork; httpx works
     warnings.simplefilter("ignore", UserWarning)
     from fastapi.testclient import TestClient
+
+class AppTransport:
+    """The client's requests sent to the in-process application."""
+
+    def __init__(self, app_client: TestClient) -> None:
+        self._app = app_client
+
+    def request(self, method: str, path: str, *, json_body: Any = None,
+                params: dict[str, Any] | None = None,
+                headers: dict[str, str] | None = None) -> Response:
+        answer = self._app.request(method, path, json=json_body, params=params,
+                                   headers=headers)
+        return Response(answer.status_code, answer.content)
+
+    def close(self) -> None:
+        self._app.close()
+
 
 SPEC = {"name": "job", "command": ["true"], "working_dir": "/tmp", "max_replicas": 1}
 
@@ -34,8 +52,8 @@ def as_token(make_service: Any, tmp_path: Path, monkeypatch) -> Any:
 
     def use(token: str = TEST_TOKEN) -> None:
         def connect(args: Any) -> PolluxClient:
-            client = PolluxClient(ServerAddress("http://testserver", token))
-            client._http = TestClient(app)
+            client = PolluxClient(ServerAddress("http://testserver", token),
+                                  transport=AppTransport(TestClient(app)))
             client._proven = True
             return client
         monkeypatch.setattr(jobs_cli, "connect", connect)

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
+from pollux.data_dir import job_dir
 from pollux.service.http.api import create_app
-from pollux.service.loop.recovery import job_dir
 from tests.service.service_builders import AUTH_HEADERS, make_auth
 
 with warnings.catch_warnings():  # starlette 1.0 asks for the httpx2 fork; httpx works

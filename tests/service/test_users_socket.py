@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 
 from pollux.cli.main import main
+from pollux.client import PolluxClient, locate_server
 from pollux.errors import PolluxError, ServiceError
-from pollux.service.client import PolluxClient, locate_server
 from tests.service.e2e_helpers import ServerProcess
 
 
@@ -133,7 +133,7 @@ def test_local_users_are_known_by_their_unix_account(data_dir: Path, capsys):
         def claim_to_be_someone_else() -> dict[str, Any]:
             """Headers naming a user do not make a request theirs."""
             with PolluxClient(locate_server(data_dir=data_dir)) as client:
-                response = client._http.get("/api/whoami", headers={
+                response = client._transport.request("GET", "/api/whoami", headers={
                     "X-Pollux-User": "nobody", "X-Remote-User": "nobody"})
                 return {"status": response.status_code}
 

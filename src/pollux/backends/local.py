@@ -60,6 +60,7 @@ from pollux.backends.processes import (
 )
 from pollux.backends.replica_log import DEFAULT_LOG_BUDGET_BYTES, check_log_budget
 from pollux.cluster_spec import parse_cluster_spec
+from pollux.data_dir import replica_log
 from pollux.errors import BackendError, ConfigError, JobSpecError
 from pollux.job_spec import JobSpec
 from pollux.jobenv import INHERITED_LAUNCH_PREFIXES
@@ -277,7 +278,7 @@ class LocalBackend(Backend):
             for env, node in zip(envs, request.allocation):
                 slots = self._take_slots(node, slots_per_replica)
                 started.append(self._start(request, env.to_env(), env.rank, node, slots,
-                                           log_dir / f"replica-{env.rank}.log"))
+                                           replica_log(log_dir, env.rank)))
         except (OSError, BackendError) as exc:
             for replica in started:
                 signal_group(replica.process.pid, signal.SIGKILL)

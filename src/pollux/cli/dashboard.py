@@ -10,10 +10,12 @@ import argparse
 import webbrowser
 from typing import Any
 
-from pollux.cli.jobs import add_connection_arguments, connect
+from pollux.cli.job_parsers import add_connection_arguments
 
 
 def run(args: argparse.Namespace) -> int:
+    from pollux.cli.jobs import connect
+
     with connect(args) as client:
         login = client.dashboard_login()
         base = client.address.url  # another user's client knows the server by its socket:

@@ -33,9 +33,10 @@ from rich.table import Table
 import pollux
 from pollux.cli.job_tables import FINAL_STATES, jobs_table, nodes_table
 from pollux.cli.output import EventFeed, is_terminal, make_console
+from pollux.client import PolluxClient, server_address
+from pollux.data_dir import SERVER_FILE, log_dir, replica_log
 from pollux.errors import ConfigError
-from pollux.service.client import PolluxClient, server_address
-from pollux.service.http.tokens import TOKEN_ENV
+from pollux.tokens import TOKEN_ENV
 
 LAUNCH_PATTERN = re.compile(r"launch \d+: (\d+) replicas?")
 
@@ -94,7 +95,7 @@ def start_server(args: argparse.Namespace, data_dir: Path) -> tuple[subprocess.P
             raise ConfigError("server", (data_dir.parent / "server.log").read_text()[-500:],
                               "the demo server did not start")
         try:
-            record = json.loads((data_dir / "server.json").read_text())
+            record = json.loads((data_dir / SERVER_FILE).read_text())
             if record.get("pid") == process.pid:
                 return process, PolluxClient(server_address(record))
         except (OSError, ValueError):
@@ -110,7 +111,7 @@ def replica_history(job: dict[str, Any]) -> str:
 
 
 def final_accuracy(data_dir: Path, job_id: str) -> str:
-    log = data_dir / "jobs" / job_id / "logs" / "replica-0.log"
+    log = replica_log(log_dir(data_dir, job_id), 0)
     if not log.exists():
         return "-"
     for line in reversed(log.read_text(errors="replace").splitlines()):

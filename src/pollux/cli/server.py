@@ -21,13 +21,13 @@ from types import MappingProxyType
 from typing import Any
 
 from pollux.backends.registry import backend_names
+from pollux.data_dir import TOKEN_FILE, default_data_dir
 from pollux.errors import ConfigError
 from pollux.job_spec import parse_memory
 from pollux.policies.autoscaling import autoscaler_names
-from pollux.service.http.tokens import argv_token_refused, read_token_file, token_from_environment
-from pollux.service.private import TOKEN_FILE
 from pollux.service.runner import run_server
-from pollux.service.server import ServerConfig, default_data_dir
+from pollux.service.server import ServerConfig
+from pollux.tokens import argv_token_refused, read_token_file, token_from_environment
 
 CONFIG_FLAGS: Mapping[str, str] = MappingProxyType({
     "data_dir": "--data-dir", "host": "--host", "port": "--port",

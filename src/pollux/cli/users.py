@@ -14,7 +14,8 @@ from typing import Any
 
 from rich.table import Table
 
-from pollux.cli.jobs import add_connection_arguments, connect
+from pollux.cli.job_parsers import add_connection_arguments
+from pollux.cli.jobs import connect
 from pollux.cli.output import make_console
 
 

@@ -18,14 +18,10 @@ import secrets
 import stat
 from pathlib import Path
 
+from pollux.data_dir import DATA_DIR_MARKERS, TOKEN_FILE
 from pollux.errors import ConfigError
 
 logger = logging.getLogger(__name__)
-
-TOKEN_FILE = "token"
-"""The generated API token's file in the data directory (mode 0600; a new token at every
-start of the server)."""
-
 
 def make_private_dir(directory: Path) -> None:
     """Create ``directory`` (mode 0700) or make an existing one private: it holds the
@@ -79,10 +75,6 @@ def check_ancestors(directory: Path) -> None:
                                   f"{mode:o}, not sticky), who could move the data directory "
                                   "aside and put their own in its place; use a directory "
                                   f"under one only you can write, or 'chmod go-w {ancestor}'")
-
-
-DATA_DIR_MARKERS = ("pollux.db", "server.lock")
-"""A directory holding one of these is a Pollux data directory."""
 
 
 def _is_data_dir(directory: Path) -> bool:

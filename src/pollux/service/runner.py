@@ -16,9 +16,10 @@ from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
+from pollux.data_dir import LOCK_FILE, SERVER_FILE, SOCKET_FILE, TOKEN_FILE
 from pollux.errors import ConfigError, PolluxError, StartupError
-from pollux.service.http.local_socket import SOCKET_FILE, bind_local_socket, share_local_socket
-from pollux.service.private import TOKEN_FILE, make_private_dir, make_private_file, new_token
+from pollux.service.http.local_socket import bind_local_socket, share_local_socket
+from pollux.service.private import make_private_dir, make_private_file, new_token
 from pollux.service.server import ServerConfig, build_service, is_loopback
 
 logger = logging.getLogger(__name__)
@@ -26,9 +27,6 @@ logger = logging.getLogger(__name__)
 NOISY_LOGGERS = ("uvicorn.error", "uvicorn", "asyncio")
 """Loggers whose repeated records are held back to one per cause a minute (a flood of
 bad connections must not flood the log)."""
-SERVER_FILE = "server.json"
-"""Written in the data directory while a server runs: its URL, Unix socket, pid, token
-file."""
 
 
 class ServerShutdown(BaseException):  # noqa: N818 - a signal, not an error
@@ -52,7 +50,7 @@ def unwritable(path: Path, what: str, exc: OSError) -> StartupError:
 def data_dir_lock(data_dir: Path) -> Iterator[None]:
     """Hold an exclusive lock on the data directory (one server per directory). A new
     directory is private to the user: the job store holds the jobs' hints tokens."""
-    lock = data_dir / "server.lock"
+    lock = data_dir / LOCK_FILE
     try:
         make_private_dir(data_dir)
     except OSError as exc:

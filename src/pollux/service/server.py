@@ -19,6 +19,7 @@ from pollux.backends.base import Backend
 from pollux.backends.registry import make_backend
 from pollux.backends.replica_log import DEFAULT_LOG_BUDGET_BYTES, check_log_budget
 from pollux.cluster_spec import parse_cluster_spec, parse_type_speeds
+from pollux.data_dir import log_dir, replica_log
 from pollux.errors import ConfigError, JobSpecError, UnknownJobError
 from pollux.job_spec import JobSpec
 from pollux.models.hints import JobHints
@@ -37,7 +38,6 @@ from pollux.service.http.team_usage import load_service_teams, team_usage
 from pollux.service.http.views import job_detail, job_summary, node_views
 from pollux.service.loop.allocator import Allocator, AllocatorConfig
 from pollux.service.loop.explain import batch_change_event
-from pollux.service.loop.recovery import job_dir
 from pollux.service.loop.retention import Pruner, Retention
 from pollux.service.loop.telemetry import History, RoundRecorder
 from pollux.service.storage.records import JobRecord
@@ -62,10 +62,6 @@ MAX_LISTED = 10000
 """The most finished jobs (or events) one page may ask for."""
 DEFAULT_EVENTS_LISTED = 500
 """Events ``GET /api/jobs/{ref}`` returns by default (the newest)."""
-
-
-def default_data_dir() -> Path:
-    return Path(os.environ.get("POLLUX_DATA_DIR", Path.home() / ".pollux"))
 
 
 @dataclass(frozen=True)
@@ -303,7 +299,7 @@ class SchedulerService:
 
     def read_log(self, ref: str, replica: int, offset: int, limit: int) -> dict[str, Any]:
         record = self.store.find_job(ref)
-        path = job_dir(self.data_dir, record.id) / "logs" / f"replica-{replica}.log"
+        path = replica_log(log_dir(self.data_dir, record.id), replica)
         if not path.is_file():
             raise UnknownJobError(f"{record.id} replica {replica}", "no log (yet) for")
         limit = max(1, min(limit, MAX_LOG_CHUNK_BYTES))

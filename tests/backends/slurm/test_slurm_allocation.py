@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from pollux.service.client import PolluxClient, server_address
+from pollux.client import PolluxClient, server_address
 from tests.backends.slurm.cluster import SlurmCluster
 from tests.service.e2e_helpers import (
     EXAMPLE,

@@ -27,6 +27,7 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 from pollux.backends.base import LaunchRequest, ReplicaState, ReplicaStatus
 from pollux.backends.ray.nodes import NODE_ID_LABEL, RAY_GPU, RayNode, actor_options
 from pollux.backends.ray.replica import ReplicaProcess
+from pollux.data_dir import replica_log
 
 logger = logging.getLogger(__name__)
 
@@ -74,7 +75,7 @@ def append_log(log_dir: str, rank: int, message: str) -> None:
     """A line from the backend itself in a replica's log (on the server's filesystem)."""
     try:
         Path(log_dir).mkdir(parents=True, exist_ok=True)
-        with open(Path(log_dir) / f"replica-{rank}.log", "a") as log:
+        with open(replica_log(log_dir, rank), "a") as log:
             log.write(f"pollux: {message}\n")
     except OSError:
         logger.warning("cannot write the log of replica %d in %s", rank, log_dir)
@@ -167,7 +168,7 @@ class RayLaunch:
             self.start_refs[env.rank] = actor.start.remote(
                 list(request.spec.command), request.spec.working_dir,
                 {**self.env, **env.to_env()},
-                str(Path(request.log_dir) / f"replica-{env.rank}.log"), header)
+                str(replica_log(request.log_dir, env.rank)), header)
             self.wait_refs[env.rank] = actor.wait.remote()
         self.phase = LaunchPhase.STARTED
         logger.info("%s launch %d: actors up after %.1f s; master %s:%d", request.job_id,

@@ -63,6 +63,7 @@ from pollux.backends.slurm.script import (
 from pollux.backends.slurm.signals import signal_cluster, signal_steps
 from pollux.backends.slurm.states import Phase, UnknownSlurmState, job_state
 from pollux.backends.slurm.watch import SlurmWatch
+from pollux.data_dir import replica_log
 from pollux.errors import BackendError, ConfigError, JobSpecError
 from pollux.job_spec import JobSpec
 from pollux.resources import NodeInfo
@@ -289,7 +290,7 @@ class SlurmBackend(Backend):
             for replica, command in zip(replicas, commands):
                 header = log_header(request, replica.rank, replica.node,
                                     f"Slurm job {self.allocation_job_id}")
-                with open(log_dir / f"replica-{replica.rank}.log", "a") as log:
+                with open(replica_log(log_dir, replica.rank), "a") as log:
                     log.write(header + "\n")
                 srun_log = log_dir / f"srun-launch-{request.generation}-r{replica.rank}.out"
                 with open(srun_log, "ab") as out:

@@ -31,6 +31,7 @@ from pollux.backends.base import LaunchRequest
 from pollux.backends.exit_status import exit_status_path
 from pollux.backends.replica_log import DEFAULT_LOG_BUDGET_BYTES
 from pollux.backends.slurm.step_wrapper import wrapped_step
+from pollux.data_dir import replica_log
 from pollux.jobenv import INHERITED_LAUNCH_PREFIXES
 
 NAME_PREFIX = "pollux"
@@ -142,7 +143,7 @@ def step_command(request: LaunchRequest, instance_id: str, rank: int, node: str,
              "--kill-on-bad-exit=0", "--quiet"]
     return [*args, *wrapped_step(str(status), str(env_file(request, rank)),
                                  list(request.spec.command),
-                                 str(log_dir / f"replica-{rank}.log"), log_budget_bytes)]
+                                 str(replica_log(log_dir, rank)), log_budget_bytes)]
 
 
 def wrapper_output(request: LaunchRequest, rank: int) -> Path:
@@ -200,7 +201,7 @@ def batch_script(request: LaunchRequest,
              '  echo "pollux: requeued by Slurm; this launch does not run twice" >&2',
              "  exit 1", "fi", "unset SLURM_HOSTFILE SLURM_DISTRIBUTION"]
     for rank, node, command in steps:
-        log = Path(request.log_dir) / f"replica-{rank}.log"
+        log = replica_log(request.log_dir, rank)
         before, _, after = log_header(request, rank, node, "Slurm job @").partition("@")
         lines.append(f"printf '%s\\n' {shlex.quote(before)}\"$SLURM_JOB_ID\""
                      f"{shlex.quote(after)} >> {shlex.quote(str(log))}")

@@ -75,16 +75,12 @@ from pollux.service.http.sessions import (
     origin_of,
     parse_origin,
 )
-from pollux.service.private import TOKEN_FILE
+from pollux.unix_socket import LOCAL_HOST  # accepted on the Unix socket only (no browser there)
 
-__all__ = ["TOKEN_FILE", "ApiAuth", "install_guard"]
+__all__ = ["ApiAuth", "install_guard"]
 
 logger = logging.getLogger(__name__)
 
-LOCAL_HOST = "localhost"
-"""The ``Host`` other local users' clients name over the local socket (they cannot read
-``server.json``, so they do not know the server's address): accepted on that socket
-only (a browser cannot reach a Unix socket: no DNS rebinding there)."""
 TOKEN_QUERY = "token"
 """Query parameter of the link that opens a dashboard session in a browser."""
 JSON_TYPE = "application/json"

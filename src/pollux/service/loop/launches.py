@@ -20,13 +20,14 @@ from pathlib import Path
 
 from pollux.backends.base import Backend, LaunchRequest, ReplicaState, ReplicaStatus, rank_order
 from pollux.cluster_spec import allocation_gpu_type
+from pollux.data_dir import checkpoint_dir, job_dir, log_dir
 from pollux.errors import BackendError, MixedGpuTypesError, StoreError
 from pollux.jobenv import CORRUPT_CHECKPOINT_EXIT_CODE, RESCALE_EXIT_CODE
 from pollux.policies.base import Allocation
 from pollux.resources import DEFAULT_GPU_TYPE
 from pollux.service.decisions import fits, subtract
 from pollux.service.loop.explain import replicas_text
-from pollux.service.loop.recovery import LOST_EXIT_CODE, job_dir
+from pollux.service.loop.recovery import LOST_EXIT_CODE
 from pollux.service.storage.records import JobRecord, ReplicaRecord
 from pollux.service.storage.states import ACTIVE_STATES, LIVE_STATES, JobState
 from pollux.service.storage.store import JobStore
@@ -149,9 +150,11 @@ class LaunchSupervisor:
     def _launch(self, record: JobRecord, target: Allocation, now: float,
                 gpu_type: str | None = None) -> None:
         directory = job_dir(self.config.data_dir, record.id)
+        checkpoints = checkpoint_dir(self.config.data_dir, record.id)
+        logs = log_dir(self.config.data_dir, record.id)
         try:
-            (directory / "checkpoint").mkdir(parents=True, exist_ok=True)
-            (directory / "logs").mkdir(parents=True, exist_ok=True)
+            checkpoints.mkdir(parents=True, exist_ok=True)
+            logs.mkdir(parents=True, exist_ok=True)
         except OSError as exc:  # e.g. a full disk: the job stays pending, tried again
             logger.warning("job %s not launched: cannot create %s: %s", record.id,
                            directory, exc)
@@ -169,7 +172,7 @@ class LaunchSupervisor:
             reason=record.reason, gpu_type=gpu_type)
         request = LaunchRequest(
             job_id=record.id, generation=generation, spec=record.spec, allocation=allocation,
-            checkpoint_dir=str(directory / "checkpoint"), log_dir=str(directory / "logs"),
+            checkpoint_dir=str(checkpoints), log_dir=str(logs),
             hints_target=(None if self.config.hints_url is None
                           else self.config.hints_url.format(job_id=record.id)),
             hints_token=record.hints_token, gpu_type=gpu_type,
@@ -356,7 +359,7 @@ class LaunchSupervisor:
 
     def _has_checkpoint(self, job_id: str) -> bool:
         """Whether the job wrote anything in its checkpoint directory."""
-        directory = job_dir(self.config.data_dir, job_id) / "checkpoint"
+        directory = checkpoint_dir(self.config.data_dir, job_id)
         try:
             return any(directory.iterdir())
         except OSError:

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from pollux.backends.base import Backend, LiveReplica
 from pollux.backends.exit_status import exit_status_path, read_exit_status
+from pollux.data_dir import checkpoint_dir, log_dir
 from pollux.jobenv import CORRUPT_SUFFIX
 from pollux.service.storage.records import JobRecord
 from pollux.service.storage.replica_rows import INTENT_KEY
@@ -30,10 +31,6 @@ logger = logging.getLogger(__name__)
 
 LOST_EXIT_CODE = -1000
 """Recorded for replicas that outlived their server and left no exit status."""
-
-
-def job_dir(data_dir: Path, job_id: str) -> Path:
-    return data_dir / "jobs" / job_id
 
 
 class Recovery:
@@ -126,7 +123,7 @@ class Recovery:
         were stopped); safe to run again after a store error (what is done stays)."""
         for replica in self.live:
             recorded = read_exit_status(exit_status_path(
-                job_dir(self.data_dir, replica.job_id) / "logs", replica.generation,
+                log_dir(self.data_dir, replica.job_id), replica.generation,
                 replica.rank))
             self.store.mark_replica_exited(
                 replica.job_id, replica.generation, replica.rank,
@@ -177,7 +174,7 @@ class JobNotices:
         for record in records:
             if not record.state.has_replicas:
                 continue
-            directory = job_dir(self.data_dir, record.id) / "checkpoint"
+            directory = checkpoint_dir(self.data_dir, record.id)
             found = sorted(p.name for p in directory.glob(f"*{CORRUPT_SUFFIX}"))
             if not found:
                 continue

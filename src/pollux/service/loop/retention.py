@@ -20,8 +20,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from pollux.data_dir import job_dir
 from pollux.errors import ConfigError, PolluxError, StoreError
-from pollux.service.loop.recovery import job_dir
 from pollux.service.storage.states import JobState
 from pollux.service.storage.store import JobStore
 

@@ -30,17 +30,13 @@ import time
 from contextlib import closing
 from pathlib import Path
 
+from pollux.data_dir import BACKUPS_DIR, INSTANCE_FILE, JOBS_DIR, LOST_DIR, STORE_FILE
 from pollux.errors import StartupError, StoreError, StoreUnavailableError
 from pollux.service.private import make_private_file
 from pollux.service.storage.store import JobStore
 
 logger = logging.getLogger(__name__)
 
-STORE_FILE = "pollux.db"
-JOBS_DIR = "jobs"
-BACKUPS_DIR = "backups"
-LOST_DIR = "lost"
-INSTANCE_FILE = "instance_id"
 KEEP_BACKUPS = 3
 RECOVER_FIX = ("run `pollux server --recover` (it sets the store aside, restores the newest "
                "backup in {backups} and moves the directories of jobs it lacks to {lost})")

@@ -7,6 +7,8 @@ refused) or the environment variable ``POLLUX_TOKEN`` (``/proc/<pid>/environ`` i
 readable by its owner only), else the server generates one into its data directory. The
 server removes ``POLLUX_TOKEN`` from its environment once read, so nothing it starts
 (replicas, a local Ray) inherits it; replicas get their job's own hints token only.
+
+A contract of the server and its clients: standard library only (no layer).
 """
 
 from __future__ import annotations
