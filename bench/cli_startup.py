@@ -7,9 +7,10 @@ submits 100 jobs that sleep (1 runs, 99 wait), then runs each command ``--repeat
 (default 5) in a fresh interpreter, as the ``pollux`` script does, with ``PYTHONPATH``
 on this code's ``src`` and on the ``src`` of ``--before`` (a checkout of the code
 before, e.g. ``git worktree add /tmp/cli-before 9befc8b``). Both talk to the same
-server. Prints the median (and min..max) wall time of each and their ratio, and the
-machine's load (``os.getloadavg``) before and after: the figures are only as quiet as
-the machine.
+server. Prints the median (and min..max) wall time of each and their ratio, the median
+CPU time (user + system) of the command's process, which a busy machine inflates less,
+and the machine's load (``os.getloadavg``) before and after: the wall figures are only
+as quiet as the machine.
 
     python bench/cli_startup.py --before /tmp/cli-before
     python bench/cli_startup.py --before /tmp/cli-before --repeat 9 --json out.json
@@ -20,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import signal
 import statistics
@@ -78,16 +80,24 @@ def submit_jobs(data_dir: Path, num_jobs: int, workdir: Path) -> None:
         assert len(client.jobs()) == num_jobs
 
 
-def timings(src: Path, argv: list[str], repeat: int) -> list[float]:
+def _children_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def timings(src: Path, argv: list[str], repeat: int) -> tuple[list[float], list[float]]:
+    """Wall seconds and CPU seconds (user + system, of the command's process) of each
+    run."""
     pollux(src, *argv)  # warm the file cache: every run then reads the same
-    seconds = []
+    wall, cpu = [], []
     for _ in range(repeat):
-        start = time.perf_counter()
+        cpu_before, start = _children_cpu_s(), time.perf_counter()
         done = pollux(src, *argv)
-        seconds.append(time.perf_counter() - start)
+        wall.append(time.perf_counter() - start)
+        cpu.append(_children_cpu_s() - cpu_before)
         if done.returncode != 0:
             sys.exit(f"pollux {' '.join(argv)} ({src}) failed: {done.stderr[-2000:]}")
-    return seconds
+    return wall, cpu
 
 
 def main() -> int:
@@ -115,15 +125,19 @@ def main() -> int:
               f"{args.repeat} runs each (median, min..max)")
         for name, argv in (("ls --help", ["ls", "--help"]),
                            ("ls", ["ls", "--data-dir", str(data_dir)])):
-            before = timings(before_src, argv, args.repeat)
-            after = timings(SRC, argv, args.repeat)
-            results[name] = {"before_s": before, "after_s": after}
+            before, before_cpu = timings(before_src, argv, args.repeat)
+            after, after_cpu = timings(SRC, argv, args.repeat)
+            results[name] = {"before_s": before, "after_s": after,
+                             "before_cpu_s": before_cpu, "after_cpu_s": after_cpu}
             b, a = statistics.median(before), statistics.median(after)
             verdict = "meets" if a <= TARGETS_S[name] else "misses"
             print(f"pollux {name:10s} before {b:6.3f} s ({min(before):.3f}..{max(before):.3f})"
                   f"   after {a:6.3f} s ({min(after):.3f}..{max(after):.3f})"
                   f"   {b / a:5.1f}x faster; {verdict} the {TARGETS_S[name]} s target",
                   flush=True)
+            bc, ac = statistics.median(before_cpu), statistics.median(after_cpu)
+            print(f"{'':17s} CPU    {bc:6.3f} s{'':17s}CPU   {ac:6.3f} s{'':17s}"
+                  f"{bc / ac:5.1f}x less", flush=True)
     finally:
         os.killpg(server.pid, signal.SIGTERM)
         try:
