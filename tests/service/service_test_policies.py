@@ -47,6 +47,9 @@ class EqualSharePolicy(Policy):
     placements take slots from the nodes with the most free slots first."""
 
     name = "equal-share"
+    adaptive_jobs = False
+    """It shares slots by ``max_replicas``, reading no job's model: its jobs are rigid
+    (bounded by their specs from the start, as the simulator's fixed-batch jobs)."""
 
     def optimize(self, jobs: Sequence[JobInfo], nodes: Sequence[NodeInfo],
                  previous_allocations: Allocations) -> PolicyDecision:
@@ -78,6 +81,7 @@ class OvercommitPolicy(Policy):
     """Puts every job's max_replicas on the first node, whatever fits (a broken policy)."""
 
     name = "overcommit"
+    adaptive_jobs = False
 
     def optimize(self, jobs: Sequence[JobInfo], nodes: Sequence[NodeInfo],
                  previous_allocations: Allocations) -> PolicyDecision:

@@ -42,6 +42,7 @@ class RecordingPolicy(Policy):
     """Gives each job the allocation it is told to, and keeps every snapshot it saw."""
 
     name = "recording"
+    adaptive_jobs = False  # reads no model: its jobs are bounded by their specs
 
     def __init__(self, allocations: dict[str, tuple[str, ...]] | None = None) -> None:
         self.allocations = dict(allocations or {})

@@ -120,6 +120,13 @@ class SchedulingRound:
         self._speedups = SpeedupCache(guarded=guarded)
         self._infeasible: dict[str, str] = {}
 
+    @property
+    def adaptive_jobs(self) -> bool:
+        """Whether the policy's jobs adapt (report hints): a job of the service that has
+        not reported yet is then bounded as one that has profiled nothing, as a simulated
+        adaptive job is in its first round."""
+        return bool(getattr(type(self.policy), "adaptive_jobs", True))
+
     def growth_rule(self, gpu_types: Sequence[str]) -> tuple[float | None, int]:
         """The policy's ``(exploration_factor, initial_replicas)`` on ``gpu_types``, for a
         driver whose reports carry per-type caps themselves (the simulator's typed jobs)."""

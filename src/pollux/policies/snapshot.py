@@ -10,7 +10,8 @@ module alone turns reports into the policy's :class:`~pollux.policies.base.JobIn
   policies and the autoscalers then take the job to scale perfectly); a job that picks
   its batch sizes for throughput reports gradient statistics for which every batch is
   fully efficient, so its speedup is its throughput speedup;
-* the exploration bound: a job with hints gets at most :data:`EXPLORATION_FACTOR` times
+* the exploration bound: a job with hints (or one that will report them, before its
+  first report: it has profiled nothing) gets at most :data:`EXPLORATION_FACTOR` times
   (or the policy's own :attr:`~pollux.policies.base.Policy.exploration_factor`)
   the most replicas it has profiled (at least one, at most
   :data:`MAX_EXPLORATION_REPLICAS`, never less than it holds), no more than could each
@@ -80,6 +81,12 @@ class JobReport(JobFacts):
     """Replicas the job holds or was promised now."""
     hints: JobHints | None = None
     """What the job reported about itself; None before its first report."""
+    reports_hints: bool = False
+    """The job adapts and reports hints (an agent's job, every job of the service): before
+    its first report it is bounded as a job that has profiled nothing (at most one
+    replica, or the policy's initial replicas; AdaptDL's ``max(2 * profiled, 1)``), as a
+    simulated adaptive job is in its first round. False: a job without hints is bounded
+    by its ``max_replicas`` (the simulator's fixed-batch jobs)."""
     remaining_progress: float | None = None
     """Training left in optimizer steps at the initial batch size, when the job knows its
     target (simulated jobs do); with a speedup model it becomes ``JobInfo.remaining_s``
@@ -222,6 +229,9 @@ def exploration_bound(report: JobReport, max_profiled_replicas: int | None = Non
                        max(int(np.ceil(factor * profiled)), 1, least))
         useful = max(1, hints.max_batch_size // max(hints.local_bsz_bounds[0], 1))
         bound = min(bound, max(explored, held), useful)
+    elif report.reports_hints:  # nothing profiled yet: what profiling nothing allows
+        bound = min(bound, max(1, least, report.num_held_replicas if num_held_replicas is None
+                               else num_held_replicas))
     return max(bound, report.min_replicas)
 
 

@@ -24,6 +24,7 @@ from tests.service.service_test_policies import equal_shares
 
 class TypedEqualSharePolicy(Policy):
     name = "typed-equal-share"
+    adaptive_jobs = False  # shares by the specs, reading no model
 
     def optimize(self, jobs: Sequence[JobInfo], nodes: Sequence[NodeInfo],
                  previous_allocations: Allocations) -> PolicyDecision:

@@ -194,7 +194,7 @@ class Allocator:
         records = active_records(self.store.list_jobs(ACTIVE_STATES))
         nodes = tuple(self.backend.nodes())
         held = {r.id: held_allocation(r) for r in records}
-        request = RoundRequest(now, tuple(job_reports(records)), nodes,
+        request = RoundRequest(now, tuple(job_reports(records, self.round.adaptive_jobs)), nodes,
                                {job_id: alloc for job_id, alloc in held.items() if alloc})
         reply = self.round.schedule(request, self._resize)
         if len(gpu_types_of(nodes)) > 1:

@@ -30,8 +30,10 @@ def held_allocation(record: JobRecord) -> Allocation:
     return ()
 
 
-def job_report(record: JobRecord) -> JobReport:
-    """What the scheduler knows of ``record`` and what its agent reported."""
+def job_report(record: JobRecord, reports_hints: bool = False) -> JobReport:
+    """What the scheduler knows of ``record`` and what its agent reported;
+    ``reports_hints``: the job's agent will report hints (the policy adapts its jobs), so
+    before it has, the job is bounded as one that has profiled nothing."""
     spec, hints = record.spec, record.hints
     batch_size = 0 if hints is None else (hints.batch_size or hints.init_batch_size)
     return JobReport(
@@ -47,6 +49,7 @@ def job_report(record: JobRecord) -> JobReport:
         num_held_replicas=len(held_allocation(record)),
         tuned=TunedConfig(num_replicas=spec.max_replicas, batch_size=batch_size),
         hints=hints,
+        reports_hints=reports_hints,
     )
 
 
@@ -55,9 +58,10 @@ def active_records(records: Sequence[JobRecord]) -> list[JobRecord]:
     return [r for r in records if not r.state.is_final and not r.cancel_requested]
 
 
-def job_reports(records: Sequence[JobRecord]) -> list[JobReport]:
-    """Reports of ``records`` (in their order)."""
-    return [job_report(record) for record in records]
+def job_reports(records: Sequence[JobRecord], reports_hints: bool = False
+                ) -> list[JobReport]:
+    """Reports of ``records`` (in their order; ``reports_hints``: see :func:`job_report`)."""
+    return [job_report(record, reports_hints) for record in records]
 
 
 def previous_allocations(records: Sequence[JobRecord], nodes: Sequence[NodeInfo]
