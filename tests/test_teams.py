@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pickle
 from pathlib import Path
 
 import pytest
@@ -107,10 +108,15 @@ def test_team_of_resolves_the_default_and_refuses_unknown_teams() -> None:
         without_default.team_of("")
 
 
-def test_teams_are_frozen_and_unique() -> None:
+def test_teams_are_frozen_unique_and_picklable() -> None:
     teams = parse_teams({"teams": {"a": {"quota_gpus": 2}}})
     with pytest.raises(TypeError):
         teams["a"].quota_gpus["default"] = 5  # type: ignore[index]
+    quota = {"t4": 2}
+    team = Team("b", quota)
+    quota["t4"] = 9
+    assert team.quota("t4") == 2  # a copy, not a view of the caller's dict
+    assert pickle.loads(pickle.dumps(teams)) == teams
     with pytest.raises(ConfigError, match="once"):
         Teams((Team("a", {}), Team("a", {})))
 

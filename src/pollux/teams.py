@@ -63,6 +63,12 @@ class Team:
     slurm_account: str | None = None
     """The Slurm account its jobs' launches are charged to; None: the server's default."""
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "quota_gpus", MappingProxyType(dict(self.quota_gpus)))
+
+    def __reduce__(self) -> tuple[type[Team], tuple[str, dict[str, int], float, str | None]]:
+        return (Team, (self.name, dict(self.quota_gpus), self.weight, self.slurm_account))
+
     def quota(self, gpu_type: str = DEFAULT_GPU_TYPE) -> int:
         """The team's quota of ``gpu_type`` GPUs (0 where it has none)."""
         return int(self.quota_gpus.get(gpu_type, 0))

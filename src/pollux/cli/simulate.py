@@ -9,6 +9,11 @@ table compares policies side by side; ``--json`` and ``--plot`` save the details
 elastic: it starts at ``--min-nodes``, grows up to ``--max-nodes`` (default ``--nodes``)
 and new nodes become usable ``--provision-delay-s`` after they are requested; node-hours
 and their cost at ``--node-price`` are reported.
+
+``--teams FILE`` schedules by teams (:mod:`pollux.teams`; the workloads' ``team``
+column, every job in ``default`` without it) and reports per-team figures;
+``--partitioned`` adds, for each policy, the run of private clusters (each team alone on
+nodes of its quota) beside the shared one.
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ from pollux.sim.semantics import POLLUX_ARTIFACT, SIA_ARTIFACT
 from pollux.sim.simulator import ClusterConfig
 from pollux.sim.workload import Workload, read_workload, workload_files
 from pollux.spec import split_specs
+from pollux.teams import load_teams
 
 DEFAULT_POLICIES = "tiresias,optimus,pollux"
 DEFAULT_GENERATED_JOBS = 40
@@ -181,11 +187,15 @@ def run(args: argparse.Namespace) -> int:
     autoscaler_options = _autoscaler_options(args)
     apps = load_applications(args.traces, config)
     workloads = _workloads(args, set(apps))
+    teams = None if args.teams is None else load_teams(args.teams, config.spec, "--teams")
+    if args.partitioned and teams is None:
+        raise ConfigError("--partitioned", True, "private clusters need --teams FILE")
     tasks = [RunTask(policy, workload, config, args.traces, args.seed,
                      timeline=args.plot is not None or args.html is not None,
                      autoscaler=args.autoscaler, autoscaler_options=autoscaler_options,
-                     job_knowledge=args.job_knowledge)
-             for workload in workloads for policy in policies]
+                     job_knowledge=args.job_knowledge, teams=teams, partitioned=partitioned)
+             for workload in workloads for policy in policies
+             for partitioned in ((False, True) if args.partitioned else (False,))]
     processes = args.processes or min(len(tasks), os.cpu_count() or 1)
     source = args.traces or "built-in catalog"
     cluster = _describe(args, config)
@@ -279,6 +289,12 @@ def register(subparsers: Any) -> None:
     scaling.add_argument("--provision-delay-s", type=float, default=120.0,
                          help="autoscaling: seconds before a requested node is usable "
                               "(billed meanwhile; default 120)")
+    parser.add_argument("--teams", metavar="FILE", default=None,
+                        help="teams file (quota_gpus, weight per team): schedule by teams "
+                             "and report per-team figures")
+    parser.add_argument("--partitioned", action="store_true",
+                        help="also run each policy on private clusters: each team alone "
+                             "on nodes of its quota (needs --teams)")
     parser.add_argument("--seed", type=int, default=0,
                         help="seed of the policies and of the generated workload (default 0)")
     parser.add_argument("--jobs", type=int, default=DEFAULT_GENERATED_JOBS,

@@ -15,12 +15,13 @@ from rich.table import Table
 
 from pollux.cli.output import make_console
 from pollux.sim.applications import MAX_EPOCHS
-from pollux.sim.generator import generate_workload
+from pollux.sim.generator import generate_workload, parse_team_shares
 from pollux.sim.workload import read_workload, workload_files, write_workload
 
 
 def run_generate(args: argparse.Namespace) -> int:
-    workload = generate_workload(args.jobs, args.hours, args.seed)
+    teams = None if args.teams is None else parse_team_shares(args.teams, "--teams")
+    workload = generate_workload(args.jobs, args.hours, args.seed, teams=teams)
     if args.output == "-":
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / "workload.csv"
@@ -33,7 +34,10 @@ def run_generate(args: argparse.Namespace) -> int:
     where = "stdout" if args.output == "-" else args.output
     Console(stderr=True).print(
         f"wrote {len(workload)} jobs over {args.hours:g} h to {where}: "
-        + ", ".join(f"{app} {count}" for app, count in sorted(apps.items())), highlight=False)
+        + ", ".join(f"{app} {count}" for app, count in sorted(apps.items()))
+        + ("" if teams is None else "; teams: " + ", ".join(
+            f"{team} {count}" for team, count in
+            sorted(Counter(job.team for job in workload.jobs).items()))), highlight=False)
     return 0
 
 
@@ -71,6 +75,9 @@ def register(subparsers: Any) -> None:
                      help="hours over which jobs arrive (default 8)")
     gen.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     gen.add_argument("-o", "--output", required=True, help="CSV file to write ('-': stdout)")
+    gen.add_argument("--teams", metavar="TEAM:SHARE,...", default=None,
+                     help="give each job a team, drawn by these shares (e.g. "
+                          "vision:0.5,nlp:0.3,speech:0.2; a 'team' column)")
     gen.set_defaults(func=run_generate)
     check = sub.add_parser("check", help="validate workload CSVs and summarize them")
     check.add_argument("workloads", nargs="+", metavar="WORKLOAD",

@@ -17,6 +17,7 @@ from numpy.typing import ArrayLike
 
 from pollux.models.typed import TypedGoodput
 from pollux.resources import CPU, GPU, MEMORY, NodeInfo
+from pollux.teams import DEFAULT_TEAM, Teams
 
 __all__ = [
     "CPU", "GPU", "MEMORY", "Allocation", "Allocations", "JobFacts", "JobInfo", "NodeInfo",
@@ -86,6 +87,11 @@ class JobFacts:
     extras: Mapping[str, Any] = field(default_factory=dict)
     """Free-form facts a specific policy may read (never required; e.g. the application's
     name, for Sia)."""
+    team: str = DEFAULT_TEAM
+    """The job's team (:mod:`pollux.teams`); a job that names none is in ``default``."""
+    priority: int = 0
+    """Within its team, the order in which jobs keep the team's guaranteed GPUs: higher
+    first, so the lowest priority shrinks first (:mod:`pollux.policies.team_shares`)."""
 
 
 @dataclass(frozen=True)
@@ -157,6 +163,18 @@ class Policy(ABC):
     def __init__(self, *, seed: int | None = None) -> None:  # noqa: B027 - optional hook
         """Every policy is built with an explicit seed (see
         :func:`~pollux.policies.registry.make_policy`); one without randomness ignores it."""
+
+    def optimize_teams(
+        self,
+        jobs: Sequence[JobInfo],
+        nodes: Sequence[NodeInfo],
+        previous_allocations: Allocations,
+        teams: Teams,
+    ) -> PolicyDecision:
+        """Decide a round whose jobs belong to ``teams`` (each job's ``team`` names one);
+        a policy that schedules by teams overrides this, the others decide as without
+        teams (team-blind)."""
+        return self.optimize(jobs, nodes, previous_allocations)
 
     @abstractmethod
     def optimize(

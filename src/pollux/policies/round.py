@@ -43,6 +43,7 @@ from pollux.policies.snapshot import (
     without_models,
 )
 from pollux.resources import DEFAULT_GPU_TYPE
+from pollux.teams import Teams
 
 logger = logging.getLogger(__name__)
 
@@ -67,6 +68,10 @@ class RoundRequest:
     num_nodes_by_type: Mapping[str, int] | None = None
     """The cluster's size per GPU type for the autoscaler: nodes ready plus nodes being
     provisioned (None: the ``nodes``, counted by type)."""
+    teams: Teams | None = None
+    """The teams the jobs belong to (:mod:`pollux.teams`; each report's ``team``); the
+    policy decides by them (:meth:`~pollux.policies.base.Policy.optimize_teams`). None:
+    no teams file."""
 
 
 @dataclass(frozen=True)
@@ -149,7 +154,7 @@ class SchedulingRound:
         names = {node.name for node in nodes}
         previous = {name: alloc for name, alloc in request.previous_allocations.items()
                     if alloc and all(node in names for node in alloc)}
-        snapshot = Snapshot(request.time_s, jobs, nodes, previous)
+        snapshot = Snapshot(request.time_s, jobs, nodes, previous, request.teams)
         events: list[JobEvent] = []
         decision, policy_s = PolicyDecision(allocations={}), 0.0
         if jobs:
@@ -200,7 +205,7 @@ class SchedulingRound:
         except Exception as exc:  # never a round that fails for all: retry without models
             logger.exception("policy failed; retrying the round without the jobs' models")
             snapshot = Snapshot(snapshot.time_s, without_models(snapshot.jobs),
-                                snapshot.nodes, snapshot.previous_allocations)
+                                snapshot.nodes, snapshot.previous_allocations, snapshot.teams)
             decision = self._ask(snapshot)
             events.extend(JobEvent(
                 job.name, "info", f"scheduling round failed ({type(exc).__name__}: {exc}); "
@@ -208,6 +213,10 @@ class SchedulingRound:
         return decision, snapshot, time.perf_counter() - started_s
 
     def _ask(self, snapshot: Snapshot) -> PolicyDecision:
+        if snapshot.teams is not None:
+            return self.policy.optimize_teams(list(snapshot.jobs), list(snapshot.nodes),
+                                              dict(snapshot.previous_allocations),
+                                              snapshot.teams)
         return self.policy.optimize(list(snapshot.jobs), list(snapshot.nodes),
                                     dict(snapshot.previous_allocations))
 

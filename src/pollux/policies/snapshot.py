@@ -59,6 +59,7 @@ from pollux.policies.base import (
     NodeInfo,
     SpeedupFn,
 )
+from pollux.teams import Teams
 
 logger = logging.getLogger(__name__)
 
@@ -102,6 +103,9 @@ class Snapshot:
     jobs: tuple[JobInfo, ...]
     nodes: tuple[NodeInfo, ...]
     previous_allocations: Mapping[str, Allocation] = field(default_factory=dict)
+    teams: Teams | None = None
+    """The teams the jobs belong to (:mod:`pollux.teams`); None: no teams file (every
+    job in one team, fair share between jobs)."""
 
 
 class GuardedSpeedup:

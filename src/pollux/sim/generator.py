@@ -8,6 +8,8 @@ the 8-hour window. A generated workload draws each job independently from them.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import replace
 from types import MappingProxyType
 
 import numpy as np
@@ -37,12 +39,15 @@ longer workloads)."""
 
 
 def generate_workload(num_jobs: int = 160, hours: float = 8.0, seed: int = 0,
-                      name: str | None = None) -> Workload:
+                      name: str | None = None,
+                      teams: Mapping[str, float] | None = None) -> Workload:
     """A workload of ``num_jobs`` jobs arriving over ``hours`` hours, reproducible by seed.
 
     Each job picks its application by the study's shares, a tuned configuration by how
     often it was used for that application, an hour by the arrival pattern, and a second
     uniformly within that hour. Jobs are named ``<application>-<index>`` in arrival order.
+    With ``teams`` (team -> share of the jobs), each job then draws its team by the
+    shares, from a stream of its own: the jobs are the same as without teams.
     """
     if not (isinstance(num_jobs, int) and num_jobs >= 1):
         raise ConfigError("num_jobs", num_jobs, "use a whole number >= 1")
@@ -70,4 +75,38 @@ def generate_workload(num_jobs: int = 160, hours: float = 8.0, seed: int = 0,
     rows.sort(key=lambda r: r[0])
     jobs = tuple(JobSpec(f"{app}-{i}", time_s, app, replicas, batch)
                  for i, (time_s, app, replicas, batch) in enumerate(rows))
+    if teams:
+        jobs = assign_teams(jobs, teams, seed)
     return Workload(name=name or f"generated-{num_jobs}jobs-{hours:g}h-seed{seed}", jobs=jobs)
+
+
+def assign_teams(jobs: tuple[JobSpec, ...], shares: Mapping[str, float], seed: int = 0
+                 ) -> tuple[JobSpec, ...]:
+    """``jobs`` with teams drawn by ``shares`` (team -> share; normalized), reproducibly
+    from ``seed`` on a stream apart from the workload's own."""
+    names = list(shares)
+    weights = np.array([float(shares[t]) for t in names], dtype=np.float64)
+    if not names or not np.all(np.isfinite(weights)) or np.any(weights <= 0):
+        raise ConfigError("teams", dict(shares), "give each team a share > 0, e.g. "
+                          "vision:0.5,nlp:0.3,speech:0.2")
+    rng = np.random.default_rng([seed, 0x7EA45])
+    picks = rng.choice(len(names), size=len(jobs), p=weights / weights.sum())
+    return tuple(replace(job, team=names[int(k)]) for job, k in zip(jobs, picks))
+
+
+def parse_team_shares(text: str, field: str = "teams") -> dict[str, float]:
+    """``vision:0.5,nlp:0.3,speech:0.2`` -> team -> share (any positive numbers)."""
+    shares: dict[str, float] = {}
+    for part in (p.strip() for p in text.split(",") if p.strip()):
+        name, sep, value = part.partition(":")
+        try:
+            share = float(value) if sep else float("nan")
+        except ValueError:
+            share = float("nan")
+        if not name.strip() or not (np.isfinite(share) and share > 0) or name in shares:
+            raise ConfigError(field, part, "each entry is TEAM:SHARE with a share > 0, "
+                              "each team once, e.g. vision:0.5,nlp:0.3,speech:0.2")
+        shares[name.strip()] = share
+    if not shares:
+        raise ConfigError(field, text, "give TEAM:SHARE entries, e.g. vision:0.5,nlp:0.3")
+    return shares

@@ -32,6 +32,7 @@ from pollux.sim.adaptive import EFFICIENCY_IGNORED, FitCache, JobProfile
 from pollux.sim.applications import Application, ApplicationSpec
 from pollux.sim.placement import Placement
 from pollux.sim.typed_apps import TypedApplication
+from pollux.teams import DEFAULT_TEAM
 
 NUM_ORACLE_BATCH_CANDIDATES = 32
 """Total batch sizes an oracle job tries (geometric between the initial and the maximum)."""
@@ -80,6 +81,8 @@ class JobSpec:
     """Tuned GPU count (baselines)."""
     batch_size: int
     """Tuned total batch size (baselines)."""
+    team: str = DEFAULT_TEAM
+    """The team that submitted the job (the workload's optional ``team`` column)."""
 
 
 class SimJob:

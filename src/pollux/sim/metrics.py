@@ -22,7 +22,9 @@ from pollux.sim.cluster import node_seconds
 from pollux.sim.fairness import IsolatedRuns, finish_time_fairness
 from pollux.sim.job import SimJob
 from pollux.sim.simulator import SimulationResult
+from pollux.sim.team_metrics import TeamRecord, team_records
 from pollux.sim.typed_apps import TypedApplication
+from pollux.teams import DEFAULT_TEAM
 
 UNFAIR_TOLERANCE = 1e-6
 """rho must exceed 1 by more than this to count as unfair (float noise)."""
@@ -107,10 +109,15 @@ class RunRecord:
     lower_bound_avg_jct_s: float | None = None
     """A lower bound on the average JCT any policy could reach on this workload and
     cluster (:mod:`pollux.sim.lower_bound`); None when not computed."""
+    teams: Mapping[str, TeamRecord] | None = None
+    """Team -> its figures (:mod:`pollux.sim.team_metrics`) when the run had a teams file
+    or its workload a ``team`` column; None (and absent from the JSON) otherwise."""
 
     def to_dict(self) -> dict[str, object]:
         """Plain JSON-ready data; undefined figures (NaN, e.g. no job finished) become None."""
         data = _finite(asdict(self))
+        if isinstance(data, dict) and data.get("teams") is None:
+            data.pop("teams", None)
         return data if isinstance(data, dict) else {}
 
 
@@ -182,6 +189,11 @@ def summarize_run(result: SimulationResult,
         gpu_seconds = sum(node_seconds(sizes, float(end_s), g.gpu_type) * g.gpus_per_node
                           for g in cfg.spec.groups)
         utilization = gpu_s / gpu_seconds if gpu_seconds > 0 else 0.0
+    by_team = None
+    if result.teams is not None or any(job.spec.team != DEFAULT_TEAM for job in result.jobs):
+        by_team = team_records(result, {r.name: r.jct_s for r in records},
+                               {job.name: s for job, s in zip(result.jobs, charged)},
+                               cfg.num_gpus)
     return RunRecord(
         policy=result.policy,
         workload=result.workload,
@@ -209,6 +221,7 @@ def summarize_run(result: SimulationResult,
             num_nodes=tuple(s.num_nodes for s in sizes),
             num_billed_nodes=tuple(s.num_billed_nodes for s in sizes),
             desired_num_nodes=tuple(s.desired_num_nodes for s in sizes)),
+        teams=by_team,
     )
 
 

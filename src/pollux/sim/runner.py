@@ -33,11 +33,16 @@ from pollux.sim.applications import Application, load_trace_applications
 from pollux.sim.cluster import ClusterSize
 from pollux.sim.job import SimJob
 from pollux.sim.metrics import RunRecord, summarize_run
+from pollux.sim.partition import merge_results, partition_configs, partition_workload
 from pollux.sim.simulator import ClusterConfig, RoundLog, SimulationResult, run_simulation
 from pollux.sim.typed_apps import TypedApplication, load_typed_applications
 from pollux.sim.workload import Workload
+from pollux.teams import Teams
 
 logger = logging.getLogger(__name__)
+
+PARTITIONED_SUFFIX = "/partitioned"
+"""Appended to the policy's name in the records of private-cluster runs."""
 
 T = TypeVar("T")
 A = TypeVar("A")
@@ -64,6 +69,16 @@ class RunTask:
     to its config)."""
     job_knowledge: str = "measured"
     """What adaptive jobs know of themselves: "measured" (fitted) or "oracle" (true model)."""
+    teams: Teams | None = None
+    """The teams the jobs belong to (``--teams``); None: no teams file."""
+    partitioned: bool = False
+    """Each team alone on nodes of its quota (:mod:`pollux.sim.partition`); needs teams."""
+
+    @property
+    def label(self) -> str:
+        """The policy as the records name it (``pollux/partitioned`` for private
+        clusters)."""
+        return f"{self.policy}{PARTITIONED_SUFFIX}" if self.partitioned else self.policy
 
 
 @dataclass(frozen=True)
@@ -188,14 +203,30 @@ def execute(task: RunTask, index: int = 0,
         with threadpool_limits(limits=1, user_api="blas"):
             apps = (applications if applications is not None
                     else load_applications(task.traces_dir, task.config))
-            policy = make_policy(task.policy, seed=task.seed)
-            result = run_simulation(task.workload, apps, policy, task.config,
-                                    autoscaler=build_autoscaler(task),
-                                    job_knowledge=task.job_knowledge)
+            result = (_run_partitioned(task, apps) if task.partitioned else run_simulation(
+                task.workload, apps, make_policy(task.policy, seed=task.seed), task.config,
+                autoscaler=build_autoscaler(task), job_knowledge=task.job_knowledge,
+                teams=task.teams))
             record = summarize_run(result, apps)
     except PolluxError as exc:  # re-raised plainly so it survives pickling
         raise PolluxError(f"{task.policy} on {task.workload.name}: {exc}") from None
     return RunOutcome(index, record, timeline_of(result) if task.timeline else None)
+
+
+def _run_partitioned(task: RunTask, apps: Mapping[str, Application]
+                     | Mapping[str, TypedApplication]) -> SimulationResult:
+    """Each team's jobs alone on the nodes of its quota, under a fresh policy each."""
+    if task.teams is None:
+        raise ConfigError("partitioned", True, "private clusters need --teams FILE")
+    if task.autoscaler != "none":
+        raise ConfigError("partitioned", True, "private clusters are fixed: leave out "
+                          "--autoscaler")
+    configs = partition_configs(task.config, task.teams)
+    results = {team: run_simulation(workload, apps, make_policy(task.policy, seed=task.seed),
+                                    configs[team], job_knowledge=task.job_knowledge)
+               for team, workload in partition_workload(task.workload, task.teams).items()
+               if workload.jobs}
+    return merge_results(results, task.workload, task.config, task.teams, task.label)
 
 
 _loaded_in_worker: dict[Hashable, Any] = {}
@@ -261,4 +292,11 @@ def run_tasks(tasks: Sequence[RunTask], processes: int = 1,
         if task.policy not in POLICY_CLASSES:
             make_policy(task.policy, seed=task.seed)  # raises with the valid choices
         build_autoscaler(task)  # its name and options checked here, not in a worker
+        if task.teams is not None:
+            task.teams.check_cluster(task.config.spec)
+            partition_workload(task.workload, task.teams)  # every job's team is known
+        if task.partitioned:
+            if task.teams is None:
+                raise ConfigError("partitioned", True, "private clusters need --teams FILE")
+            partition_configs(task.config, task.teams)
     return run_each(tasks, execute, _load_task, _task_load_key, processes, on_done)

@@ -41,7 +41,7 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from threadpoolctl import threadpool_limits
 
@@ -63,6 +63,7 @@ from pollux.sim.placement import placement_of
 from pollux.sim.reports import hints_report, typed_report
 from pollux.sim.typed_apps import TypedApplication, typed_on
 from pollux.sim.workload import Workload
+from pollux.teams import Teams
 
 __all__ = ["MAX_IDLE_ROUNDS", "ClusterConfig", "RoundLog", "SimulationResult", "Simulator",
            "run_simulation"]
@@ -84,6 +85,9 @@ class RoundLog:
     """Job -> GPUs allocated after the round (jobs with none omitted)."""
     policy_s: float = 0.0
     """Wall seconds the policy spent on this round."""
+    demand_gpus: Mapping[str, int] = field(default_factory=dict)
+    """With teams: team -> GPUs its active jobs could use this round (each job's bound
+    times its GPUs per replica); teams without active jobs omitted."""
 
 
 @dataclass(frozen=True)
@@ -105,6 +109,8 @@ class SimulationResult:
     """What the adaptive jobs' batch sizes maximized."""
     gpu_types: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
     """Job -> GPU type -> rounds held on it."""
+    teams: Teams | None = None
+    """The teams file the run scheduled by; None: none."""
 
 
 class Simulator:
@@ -116,8 +122,14 @@ class Simulator:
                  adaptive_jobs: bool | None = None,
                  autoscaler: Autoscaler | None = None,
                  batch_objective: BatchObjective | None = None,
-                 job_knowledge: JobKnowledge | str = JobKnowledge.MEASURED) -> None:
+                 job_knowledge: JobKnowledge | str = JobKnowledge.MEASURED,
+                 teams: Teams | None = None) -> None:
         self.config = cfg = config or ClusterConfig()
+        self.teams = teams
+        if teams is not None:
+            teams.check_cluster(cfg.spec)
+            for job_spec in workload.jobs:
+                teams.team_of(job_spec.team, f"team of job {job_spec.name!r}")
         self.interval_s, self.max_time_s = cfg.interval_s, cfg.max_time_s
         self.workload = workload
         self.policy = policy
@@ -192,9 +204,11 @@ class Simulator:
         """What the driver knows of a job and what the job reports (the semantics'
         scheduler model)."""
         if self.semantics.scheduler_model == "hints":
-            return hints_report(job, self._restart_delay_s(job), self._oracles, self.config)
-        return typed_report(job, self._restart_delay_s(job), self._oracles, self.config,
-                            self._growth_factor, self._initial_replicas)
+            report = hints_report(job, self._restart_delay_s(job), self._oracles, self.config)
+        else:
+            report = typed_report(job, self._restart_delay_s(job), self._oracles, self.config,
+                                  self._growth_factor, self._initial_replicas)
+        return report if self.teams is None else replace(report, team=job.spec.team)
 
     # -- the loop ------------------------------------------------------------------------
     def run_rounds(self) -> tuple[tuple[RoundLog, ...], float]:
@@ -256,7 +270,8 @@ class Simulator:
             cluster.refresh(now)
         request = RoundRequest(now, tuple(self._report(job) for job in jobs), tuple(self.nodes),
                                {job.name: job.allocation for job in jobs if job.allocation},
-                               None if cluster is None else cluster.billed_by_type())
+                               None if cluster is None else cluster.billed_by_type(),
+                               self.teams)
         reply = self.round.schedule(request, None if cluster is None else (
             lambda wanted: self._resize(cluster, jobs, wanted, now)))
         if reply.scaling is not None and cluster is not None:
@@ -274,7 +289,13 @@ class Simulator:
             self._apply(job, new)
             if new:
                 gpus[job.name] = len(new)
-        return RoundLog(now, len(jobs), gpus, reply.policy_s)
+        demand: Counter[str] = Counter()
+        if self.teams is not None and reply.snapshot is not None:
+            for info in reply.snapshot.jobs:
+                bound = (info.tuned.num_replicas if info.tuned is not None
+                         and not self.adaptive_jobs else info.max_replicas)
+                demand[info.team] += int(bound * info.gpus_per_replica)
+        return RoundLog(now, len(jobs), gpus, reply.policy_s, dict(demand))
 
     # -- effects -------------------------------------------------------------------------
     def _interfered(self, running: Sequence[SimJob]) -> set[str]:
@@ -329,7 +350,8 @@ class Simulator:
             jobs=self.jobs, rounds=rounds, adaptive_jobs=self.adaptive_jobs, wall_s=wall_s,
             autoscaler="none" if self.autoscaler is None else self.autoscaler.name,
             cluster_sizes=sizes, batch_objective=self.batch_objective,
-            gpu_types={name: dict(held) for name, held in self._held.items()})
+            gpu_types={name: dict(held) for name, held in self._held.items()},
+            teams=self.teams)
 
     def _resize(self, cluster: ElasticCluster, jobs: Sequence[SimJob],
                 num_nodes_by_type: Mapping[str, int], now: float) -> tuple[NodeInfo, ...]:
@@ -361,7 +383,8 @@ def run_simulation(workload: Workload,
                    adaptive_jobs: bool | None = None,
                    autoscaler: Autoscaler | None = None,
                    batch_objective: BatchObjective | None = None,
-                   job_knowledge: JobKnowledge | str = JobKnowledge.MEASURED) -> SimulationResult:
+                   job_knowledge: JobKnowledge | str = JobKnowledge.MEASURED,
+                   teams: Teams | None = None) -> SimulationResult:
     """Simulate ``workload`` under ``policy``; see :class:`Simulator`."""
     return Simulator(workload, applications, policy, config, adaptive_jobs, autoscaler,
-                     batch_objective, job_knowledge).run()
+                     batch_objective, job_knowledge, teams).run()

@@ -1,8 +1,10 @@
-"""Workload files: one job per row, ``name,time,application,num_replicas,batch_size``.
+"""Workload files: one job per row, ``name,time,application,num_replicas,batch_size``
+and optionally ``team``.
 
 ``time`` is the submission time in seconds from the start of the simulation;
 ``num_replicas`` and ``batch_size`` are the hand-tuned configuration that baseline policies
-run (Pollux jobs ignore them). Malformed files raise :class:`~pollux.errors.WorkloadError`
+run (Pollux jobs ignore them); ``team`` names the team that submitted the job (a file
+without the column puts every job in :data:`~pollux.teams.DEFAULT_TEAM`). Malformed files raise :class:`~pollux.errors.WorkloadError`
 naming the file, the line and the field.
 """
 
@@ -10,14 +12,19 @@ from __future__ import annotations
 
 import csv
 import math
+import re
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 from pollux.errors import WorkloadError
 from pollux.sim.job import JobSpec
+from pollux.teams import DEFAULT_TEAM
 
 WORKLOAD_COLUMNS = ("name", "time", "application", "num_replicas", "batch_size")
+TEAM_COLUMN = "team"
+"""The optional column naming each job's team."""
+_TEAM = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 
 @dataclass(frozen=True)
@@ -59,12 +66,17 @@ def _parse_row(path: str, line: int, row: dict[str, str | None],
         raise WorkloadError(path, line, "application",
                             f"unknown application {application!r}; choose from: "
                             f"{', '.join(sorted(applications))}")
+    team = (row.get(TEAM_COLUMN) or DEFAULT_TEAM).strip() or DEFAULT_TEAM
+    if not _TEAM.match(team):
+        raise WorkloadError(path, line, TEAM_COLUMN, f"got {team!r}; a team is 1-64 letters, "
+                            "digits, '.', '_' or '-', starting with a letter or digit")
     return JobSpec(
         name=name,
         submission_time_s=time_s,
         application=application,
         num_replicas=_positive_int(path, line, "num_replicas", row.get("num_replicas")),
         batch_size=_positive_int(path, line, "batch_size", row.get("batch_size")),
+        team=team,
     )
 
 
@@ -104,14 +116,17 @@ def read_workload(path: str | Path, applications: Collection[str] | None = None)
 
 
 def write_workload(workload: Workload, path: str | Path) -> None:
-    """Write a workload CSV readable by :func:`read_workload`."""
+    """Write a workload CSV readable by :func:`read_workload` (with the ``team`` column
+    when a job is in a team other than the default)."""
+    teams = any(job.team != DEFAULT_TEAM for job in workload.jobs)
     with open(path, "w", newline="") as f:
         writer = csv.writer(f)
-        writer.writerow(WORKLOAD_COLUMNS)
+        writer.writerow(WORKLOAD_COLUMNS + ((TEAM_COLUMN,) if teams else ()))
         for job in workload.jobs:
             time_s = job.submission_time_s
             writer.writerow([job.name, int(time_s) if time_s == int(time_s) else time_s,
-                             job.application, job.num_replicas, job.batch_size])
+                             job.application, job.num_replicas, job.batch_size]
+                            + ([job.team] if teams else []))
 
 
 def workload_files(paths: Iterable[str | Path]) -> list[Path]:

@@ -48,7 +48,7 @@ class _Gains:
 
     def utility(self, j: int, num_nodes: int | np.ndarray, replicas: int | np.ndarray,
                 changed: bool | np.ndarray = True) -> FloatArray:
-        return self.objective.utility(self.objective.speedup(j, num_nodes, replicas, changed))
+        return self.objective.job_utility(j, num_nodes, replicas, changed)
 
     def update(self, j: int) -> None:
         problem = self.placement.problem

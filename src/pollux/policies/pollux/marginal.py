@@ -68,14 +68,14 @@ def job_choices(problem: AllocationProblem, objective: PolluxObjective, j: int) 
     counts = candidate_counts(problem, j)
     cumulative = np.cumsum(np.sort(problem.max_per_node[j])[::-1])  # the roomiest nodes first
     nodes = np.where(counts > 0, np.searchsorted(cumulative, counts) + 1, 0)
-    utility = objective.utility(objective.speedup(j, nodes, counts, counts > 0))
+    utility = objective.job_utility(j, nodes, counts, counts > 0)
     keep = np.zeros(counts.shape, dtype=bool)
     base = problem.base_state[j]
     current = int(base.sum())
     if current == 0:
         keep[0] = True
     elif smallest <= current <= cap and np.all(base <= problem.max_per_node[j]):
-        kept = objective.utility(objective.speedup(j, np.count_nonzero(base), current, False))
+        kept = objective.job_utility(j, np.count_nonzero(base), current, False)
         at = int(np.searchsorted(counts, current))
         if kept >= utility[at]:
             utility[at] = kept

@@ -28,6 +28,14 @@ and hide all differences between allocations; with it, such a job adds ``eps^p``
 sum, so leaving a job without GPUs costs a lot but stays comparable. ``M_p`` increases
 strictly with every job's speedup. Replicas placed on preemptible nodes shave a tiny
 fraction (``preemptible_penalty``) off ``M_p`` so that those nodes are used last.
+
+With teams (:mod:`pollux.policies.team_shares`) fairness is hierarchical, in this same
+objective: a job's fair share is its part of its team's entitlement, its utility counts
+``J / (T * J_t)`` (each team weighs the same however many jobs it has: the mean over
+teams of each team's mean over its jobs), and every GPU a team holds below its
+guarantee subtracts :attr:`PolluxObjective.floor_penalty` from the mean, more than any
+job's utility can gain from one replica (the optimizers work job by job; their last step,
+:mod:`~pollux.policies.pollux.guarantee`, meets the teams' guarantees).
 """
 
 from __future__ import annotations
@@ -46,6 +54,7 @@ from pollux.policies.pollux.problem import (
     IntArray,
     candidate_counts,
 )
+from pollux.policies.team_shares import TeamShares
 
 
 def power_mean(values: ArrayLike, p: float, axis: int = -1) -> FloatArray:
@@ -84,14 +93,26 @@ def restart_factor(age_s: ArrayLike, num_restarts: ArrayLike, delay_s: ArrayLike
 class PolluxObjective:
     """Speedups and fitness of candidate states for one round (caches speedup queries)."""
 
-    def __init__(self, problem: AllocationProblem, config: PolluxOptions) -> None:
+    def __init__(self, problem: AllocationProblem, config: PolluxOptions,
+                 shares: TeamShares | None = None) -> None:
         self.problem = problem
         self.config = config
+        self.shares = shares
+        """With teams: each job's team, share and weight (None: no teams)."""
+        self._gpus = np.array([job.gpus_per_replica for job in problem.jobs])
         self._tables: list[FloatArray | None] = [None] * problem.num_jobs
         num_jobs = problem.num_jobs
         share = problem.dominant_share  # a job that needs nothing: its maximum
-        self.fair_replicas = np.where(share > 0, 1.0 / (max(num_jobs, 1) * np.where(
-            share > 0, share, 1.0)), problem.max_replicas.astype(np.float64))
+        part = (np.full(num_jobs, 1.0 / max(num_jobs, 1)) if shares is None
+                else shares.share)
+        self.fair_replicas = np.where(share > 0, part / np.where(
+            share > 0, share, 1.0), problem.max_replicas.astype(np.float64))
+        eps, p = config.epsilon, config.p
+        worst = float(np.max(np.abs(utility([eps, 1e3], p))))
+        self.floor_penalty = 0.0 if shares is None else 4.0 * worst * float(
+            np.max(shares.weights, initial=1.0))
+        """With teams: what one GPU below a team's guarantee costs the mean utility (four
+        times the largest change of any job's weighted utility)."""
         self.fair_speedup = np.array([self._fair_speedup(j) for j in range(num_jobs)])
         self.remaining = np.array([np.nan if job.remaining_s is None else float(job.remaining_s)
                                    for job in problem.jobs], dtype=np.float64)
@@ -280,6 +301,15 @@ class PolluxObjective:
         """Per-job utility: the sum over jobs is maximized together with the power mean."""
         return utility(np.asarray(speedups) + self.config.epsilon, self.config.p)
 
+    def job_utility(self, j: int, num_nodes: ArrayLike, num_replicas: ArrayLike,
+                    changed: ArrayLike = False) -> FloatArray:
+        """Job ``j``'s term of the objective at an allocation: the utility of its speedup,
+        with teams weighted and less the floor penalty (module docstring)."""
+        value = self.utility(self.speedup(j, num_nodes, num_replicas, changed))
+        if self.shares is None:
+            return value
+        return np.asarray(self.shares.weights[j] * value)
+
     def evaluate(self, states: IntArray) -> FloatArray:
         """(P,) fitness of states shaped (P, J, N); higher is better."""
         return self.score(states)[0]
@@ -294,7 +324,19 @@ class PolluxObjective:
 
     def fitness(self, states: IntArray, speedups: FloatArray) -> FloatArray:
         """(P,) fitness of states (P, J, N) whose penalized speedups are ``speedups``."""
-        value = power_mean(np.asarray(speedups) + self.config.epsilon, self.config.p)
+        if self.shares is None:
+            value = power_mean(np.asarray(speedups) + self.config.epsilon, self.config.p)
+        else:
+            terms = self.shares.weights[None, :] * self.utility(speedups)
+            gpus = states.sum(axis=2) * self._gpus[None, :]
+            short = np.zeros(states.shape[0])
+            for team, guarantee in self.shares.guarantee_gpus.items():
+                member = self.shares.team_index == self.shares.team_names.index(team)
+                if not member.any():
+                    continue
+                short += np.maximum(guarantee - gpus[:, member].sum(axis=1), 0.0)
+            mean = np.mean(terms, axis=1) - self.floor_penalty * short
+            value = mean_of(mean, self.config.p) if self.config.p <= 0 else mean
         if self.config.preemptible_penalty and self.problem.node_preemptible.any():
             total = states.sum(axis=(1, 2))
             spot = states[:, :, self.problem.node_preemptible].sum(axis=(1, 2))

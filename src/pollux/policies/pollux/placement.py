@@ -112,7 +112,7 @@ def _best_addition(
     num_nodes = int(own.sum())
     unit = max(float(problem.dominant_share[j]), 1e-12)
     changed_now = not np.array_equal(row, base)
-    current = objective.utility(objective.speedup(j, num_nodes, replicas, changed_now))
+    current = objective.job_utility(j, num_nodes, replicas, changed_now)
     best: tuple[float, IntArray] | None = None
 
     candidates: list[tuple[int, int]] = []  # (node, nodes after adding there)
@@ -136,8 +136,8 @@ def _best_addition(
         totals = replicas + ks
         rest_equal = np.array_equal(np.delete(row, node), np.delete(base, node))
         changed = ~(rest_equal & (row[node] + ks == base[node]))
-        s = objective.speedup(j, np.full(ks.shape, nodes_after), totals, changed)
-        gains = (objective.utility(s) - current) / (ks * unit)
+        value = objective.job_utility(j, np.full(ks.shape, nodes_after), totals, changed)
+        gains = (value - current) / (ks * unit)
         k = int(np.argmax(gains))
         if gains[k] > GAIN_TOLERANCE and (best is None or gains[k] > best[0]):
             addition = np.zeros(problem.num_nodes, dtype=np.int64)

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from pollux.policies.base import (
+    GPU,
     Allocations,
     JobInfo,
     NodeInfo,
@@ -24,6 +25,7 @@ from pollux.policies.base import (
     PolicyDecision,
 )
 from pollux.policies.pollux.ga import GAConfig, GeneticOptimizer
+from pollux.policies.pollux.guarantee import meet_guarantees
 from pollux.policies.pollux.marginal import MarginalGainOptimizer
 from pollux.policies.pollux.objective import PolluxObjective
 from pollux.policies.pollux.options import (
@@ -36,6 +38,9 @@ from pollux.policies.pollux.options import (
 )
 from pollux.policies.pollux.problem import build_problem
 from pollux.policies.pollux.typed import OneTypeProgram, TypedPollux
+from pollux.policies.team_shares import team_shares
+from pollux.resources import DEFAULT_GPU_TYPE
+from pollux.teams import Teams
 
 logger = logging.getLogger(__name__)
 
@@ -93,8 +98,26 @@ class PolluxPolicy(Policy):
         nodes: Sequence[NodeInfo],
         previous_allocations: Allocations,
     ) -> PolicyDecision:
+        return self._optimize(jobs, nodes, previous_allocations, None)
+
+    def optimize_teams(
+        self,
+        jobs: Sequence[JobInfo],
+        nodes: Sequence[NodeInfo],
+        previous_allocations: Allocations,
+        teams: Teams,
+    ) -> PolicyDecision:
+        """Hierarchical fairness (:mod:`pollux.policies.team_shares`): teams first (each
+        one's guarantee, then weights), then the paper's fair-share speedups within each
+        team, in the one objective; ``priority`` orders who keeps the team's guarantee."""
+        return self._optimize(jobs, nodes, previous_allocations, teams)
+
+    def _optimize(self, jobs: Sequence[JobInfo], nodes: Sequence[NodeInfo],
+                  previous_allocations: Allocations, teams: Teams | None) -> PolicyDecision:
         if (len({node.gpu_type for node in nodes}) > 1
                 or any(job.typed_goodput is not None for job in jobs)):
+            if teams is not None:
+                return self.typed.optimize_teams(jobs, nodes, previous_allocations, teams)
             return self.typed.optimize(jobs, nodes, previous_allocations)
         if isinstance(self.optimizer, OneTypeProgram):
             return self.optimizer.optimize(jobs, nodes, previous_allocations)
@@ -104,8 +127,18 @@ class PolluxPolicy(Policy):
         if problem.num_jobs == 0:
             return PolicyDecision(allocations={}, info={"optimizer": name,
                                                         "objective": 0.0, "optimize_s": 0.0})
-        objective = PolluxObjective(problem, self.one)
+        shares = None
+        if teams is not None:
+            gpu_type = nodes[0].gpu_type if nodes else DEFAULT_GPU_TYPE
+            capacity = float(sum(node.resources.get(GPU, 0.0) for node in nodes))
+            shares = team_shares(problem.jobs, [int(b) for b in problem.max_replicas],
+                                 capacity, teams, gpu_type)
+        objective = PolluxObjective(problem, self.one, shares)
         state, stats = self.optimizer.solve(problem, objective)
+        if teams is not None:
+            state = meet_guarantees(
+                objective, state, [teams.team_of(job.team).name for job in problem.jobs],
+                np.array([job.gpus_per_replica for job in problem.jobs]))
         values, speedups = objective.score(state[None])
         info = {
             "optimizer": name,
