@@ -46,6 +46,9 @@ NAMED_POLICIES: Mapping[str, NamedPolicy] = MappingProxyType({
                                   "Pollux blind to GPU types (Sia's baseline)"),
     "tiresias": NamedPolicy("pollux.policies.tiresias:TiresiasPolicy",
                             "Tiresias: two-queue least-attained-service, user's GPU count"),
+    "quota-tiresias": NamedPolicy("pollux.policies.quota_tiresias:QuotaTiresiasPolicy",
+                                  "Kueue-like quotas: Tiresias inside each team's quota, "
+                                  "borrowing idle quota, reclaim by preemption"),
     "optimus": NamedPolicy("pollux.policies.optimus:OptimusPolicy",
                            "Optimus: marginal-gain GPUs from the remaining-time oracle"),
     "fifo": NamedPolicy("pollux.policies.fifo:FifoPolicy",

@@ -46,6 +46,8 @@ class TeamShares:
 
     guarantee_gpus: Mapping[str, float]
     """Team -> ``G_t``."""
+    quota_gpus: Mapping[str, float]
+    """Team -> its quota (of the round's GPU type)."""
     entitlement_gpus: Mapping[str, float]
     """Team -> ``E_t``."""
     team_names: tuple[str, ...]
@@ -104,4 +106,5 @@ def team_shares(jobs: Sequence[JobInfo], bounds: Sequence[int], capacity_gpus: f
     weights = np.array([len(jobs) / (num_teams * counts[n]) for n in names])
     order = tuple(demand)
     index = np.array([order.index(n) for n in names], dtype=np.int64)
-    return TeamShares(guarantee, entitled, order, index, share, weights)
+    quota = {t: float(teams[t].quota(gpu_type)) for t in demand}
+    return TeamShares(guarantee, quota, entitled, order, index, share, weights)

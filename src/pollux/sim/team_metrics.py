@@ -4,7 +4,8 @@ got its guarantee round by round.
 A team's *guarantee* in a round is ``min(quota, demand)`` GPUs, ``demand`` being what its
 active jobs could use that round (:attr:`~pollux.sim.simulator.RoundLog.demand_gpus`):
 its quota while it has the demand for it. A round in which a team holds fewer GPUs than
-its guarantee counts in ``num_rounds_below_guarantee``; ``max_shortfall_gpus`` is the
+its guarantee while another team holds more than its own quota (the others took what
+was the team's) counts in ``num_rounds_below_guarantee``; ``max_shortfall_gpus`` is the
 largest gap. A run without a teams file has one team per ``team`` of its workload (all
 in ``default`` without the column), with no quota.
 """
@@ -54,13 +55,16 @@ def guarantee_shortfalls(rounds: Sequence[RoundLog], team_of: Mapping[str, str],
         held: Counter[str] = Counter()
         for job, gpus in log.gpus.items():
             held[team_of.get(job, "")] += gpus
+        def quota(team: str) -> int:
+            return teams[team].total_quota_gpus if teams is not None and team in teams else 0
+
+        over = {team for team in held if held[team] > quota(team)}
         for team, demand in log.demand_gpus.items():
             entry = out.setdefault(team, [0, 0, 0])
             if demand <= 0:
                 continue
             entry[0] += 1
-            quota = teams[team].total_quota_gpus if teams is not None and team in teams else 0
-            gap = min(quota, demand) - held[team]
+            gap = min(quota(team), demand) - held[team] if over - {team} else 0
             if gap > 0:
                 entry[1] += 1
                 entry[2] = max(entry[2], gap)

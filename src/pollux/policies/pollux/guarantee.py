@@ -1,23 +1,68 @@
-"""The last step of a Pollux round with teams: every team's guarantee met.
+"""A Pollux round with teams: every team's guarantee met, by price, then by repair.
 
-The objective already makes each replica below a job's floor cost more than any other
-job can gain (:mod:`pollux.policies.team_shares`), but floors are per job, and a job's
-floor may not fit where the optimizer's placement rules (whole nodes, interference
-avoidance) leave room: a GPU stays idle, or with a job of a team beyond its guarantee,
-while a team is short of its own. This step closes such gaps replica by replica: the
-short team's job with the most to gain (highest priority first) takes a free slot, or
-else the slot of a replica of a job whose team holds more than its guarantee (the
-borrower's lowest-priority, least-hurt job gives it back: reclaim by preemption).
+The objective charges every GPU a team holds below its guarantee more than any job can
+gain (:mod:`pollux.policies.team_shares`), but the fast optimizers work job by job and
+cannot see a team's total. So the round is solved with a *price* per team, the Lagrange
+multiplier of its guarantee: the utilities of a short team's jobs are weighted
+:data:`PRICE_STEP` times more and the round solved again, up to
+:data:`MAX_PRICE_ROUNDS` times (a team's jobs keep their ratios; only the teams' balance
+moves). What is still short after that (a replica that fits nowhere the placement rules
+allow) is closed replica by replica: the short team's job with the most to gain (highest
+priority first) takes a free slot, or else the slot of a replica of a job whose team
+holds more than its quota (the borrower's lowest-priority, least-hurt job gives it back:
+reclaim by preemption). A team counts as short only while another team holds more than
+its quota: a guarantee protects a team's GPUs from the others, it never forces its own
+jobs to grow where their speedups do not pay for the restart.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
 
 import numpy as np
 
 from pollux.policies.pollux.objective import PolluxObjective
 from pollux.policies.pollux.problem import IntArray
+from pollux.policies.team_shares import TeamShares
 
 _TOLERANCE = 1e-9
+MAX_PRICE_ROUNDS = 4
+"""Solves of one round beyond the first, each with higher prices for short teams."""
+PRICE_STEP = 4.0
+"""How much a short team's price (its jobs' utility weight) grows per solve."""
+
+
+def shortfalls(state: IntArray, shares: TeamShares, gpus: np.ndarray) -> np.ndarray:
+    """(T,) GPUs each team of ``shares.team_names`` holds below its guarantee in ``state``
+    while another team holds more than its quota (a team that leaves GPUs idle that
+    nobody else takes is short of nothing: its jobs chose not to grow)."""
+    held = np.bincount(shares.team_index, weights=state.sum(axis=1) * gpus,
+                       minlength=len(shares.team_names))
+    guarantee = np.array([shares.guarantee_gpus[t] for t in shares.team_names])
+    quota = np.array([shares.quota_gpus[t] for t in shares.team_names])
+    over = held > quota + _TOLERANCE
+    others_over = over.sum() - over > 0
+    return np.where(others_over, np.maximum(guarantee - held, 0.0), 0.0)
+
+
+def priced_solve(solve: Callable[[PolluxObjective], tuple[IntArray, dict[str, Any]]],
+                 build: Callable[[TeamShares], PolluxObjective], shares: TeamShares,
+                 teams: list[str], gpus: np.ndarray, max_price_rounds: int = MAX_PRICE_ROUNDS
+                 ) -> tuple[PolluxObjective, IntArray, dict[str, Any]]:
+    """Solve with prices until every guarantee is met (module docstring), then repair."""
+    prices = np.ones(len(shares.team_names))
+    for attempt in range(max_price_rounds + 1):
+        priced = replace(shares, weights=shares.weights * prices[shares.team_index])
+        objective = build(priced)
+        state, stats = solve(objective)
+        short = shortfalls(state, shares, gpus) > _TOLERANCE
+        if not short.any() or attempt == max_price_rounds:
+            break
+        prices[short] *= PRICE_STEP
+    stats = {**stats, "price_rounds": attempt, "max_team_price": float(prices.max())}
+    return objective, meet_guarantees(objective, state, teams, gpus), stats
 
 
 def meet_guarantees(objective: PolluxObjective, state: IntArray, teams: list[str],
@@ -33,7 +78,8 @@ def meet_guarantees(objective: PolluxObjective, state: IntArray, teams: list[str
     member = {t: np.array([team == t for team in teams]) for t in names}
     for _ in range(int(state.sum()) + int(problem.max_replicas.sum()) + 1):
         held = {t: float((state[member[t]].sum(axis=1) * gpus[member[t]]).sum()) for t in names}
-        short = [t for t in names if held[t] + _TOLERANCE < shares.guarantee_gpus.get(t, 0.0)]
+        gaps = shortfalls(state, shares, gpus)
+        short = [t for t, gap in zip(shares.team_names, gaps) if gap > _TOLERANCE]
         if not short or not _close_one(objective, state, teams, gpus, held, short[0]):
             break
     return state
@@ -58,7 +104,7 @@ def _close_one(objective: PolluxObjective, state: IntArray, teams: list[str],
             _grow(state, j, fits)
             return True
     lenders = [v for v in range(problem.num_jobs) if state[v].any() and not problem.pinned[v]
-               and held[teams[v]] - gpus[v] + _TOLERANCE >= shares.guarantee_gpus.get(
+               and held[teams[v]] - gpus[v] + _TOLERANCE >= shares.quota_gpus.get(
                    teams[v], 0.0) and teams[v] != team]
     lenders.sort(key=lambda v: (problem.jobs[v].priority, _loss(objective, state, v), v))
     for j in growers:

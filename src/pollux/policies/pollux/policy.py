@@ -25,7 +25,7 @@ from pollux.policies.base import (
     PolicyDecision,
 )
 from pollux.policies.pollux.ga import GAConfig, GeneticOptimizer
-from pollux.policies.pollux.guarantee import meet_guarantees
+from pollux.policies.pollux.guarantee import MAX_PRICE_ROUNDS, priced_solve
 from pollux.policies.pollux.marginal import MarginalGainOptimizer
 from pollux.policies.pollux.objective import PolluxObjective
 from pollux.policies.pollux.options import (
@@ -133,12 +133,17 @@ class PolluxPolicy(Policy):
             capacity = float(sum(node.resources.get(GPU, 0.0) for node in nodes))
             shares = team_shares(problem.jobs, [int(b) for b in problem.max_replicas],
                                  capacity, teams, gpu_type)
-        objective = PolluxObjective(problem, self.one, shares)
-        state, stats = self.optimizer.solve(problem, objective)
-        if teams is not None:
-            state = meet_guarantees(
-                objective, state, [teams.team_of(job.team).name for job in problem.jobs],
-                np.array([job.gpus_per_replica for job in problem.jobs]))
+        optimizer = self.optimizer
+        if shares is None or teams is None:
+            objective = PolluxObjective(problem, self.one)
+            state, stats = optimizer.solve(problem, objective)
+        else:
+            objective, state, stats = priced_solve(
+                lambda objective: optimizer.solve(problem, objective),
+                lambda priced: PolluxObjective(problem, self.one, priced), shares,
+                [teams.team_of(job.team).name for job in problem.jobs],
+                np.array([job.gpus_per_replica for job in problem.jobs]),
+                0 if isinstance(optimizer, GeneticOptimizer) else MAX_PRICE_ROUNDS)
         values, speedups = objective.score(state[None])
         info = {
             "optimizer": name,
