@@ -82,6 +82,23 @@ def workload_table(records: list[RunRecord]) -> TextTable:
                      tuple(rows))
 
 
+def team_table(records: list[RunRecord]) -> TextTable:
+    """Per team, for each workload and policy: jobs, JCTs, GPU time against quota and the
+    rounds in which the team held less than its guarantee while another team borrowed."""
+    rows: list[tuple[str, ...]] = []
+    for record in records:
+        for team, figures in (record.teams or {}).items():
+            rows.append((record.workload, record.policy, team,
+                         f"{figures.num_completed}/{figures.num_jobs}",
+                         _seconds(figures.avg_jct_s), _seconds(figures.p99_jct_s),
+                         f"{figures.share_of_gpu_time:.1%}", f"{figures.quota_share:.1%}",
+                         f"{figures.num_rounds_below_guarantee}/"
+                         f"{figures.num_rounds_with_demand}"))
+    return TextTable("per team", ("workload", "policy", "team", "jobs done", "avg JCT",
+                                  "p99 JCT", "GPU time", "quota", "rounds below quota"),
+                     tuple(rows))
+
+
 def rich_table(table: TextTable) -> Table:
     """A TextTable for the terminal: first column left, the others right-aligned."""
     printed = Table(title=table.title)
@@ -93,6 +110,9 @@ def rich_table(table: TextTable) -> Table:
 
 
 def result_tables(records: list[RunRecord]) -> list[TextTable]:
-    """The policy table, and the per-workload one when there are several workloads."""
+    """The policy table, the per-workload one when there are several workloads, and the
+    per-team one when the runs have teams."""
     several = len({r.workload for r in records}) > 1
-    return [policy_table(records)] + ([workload_table(records)] if several else [])
+    teams = any(r.teams for r in records)
+    return ([policy_table(records)] + ([workload_table(records)] if several else [])
+            + ([team_table(records)] if teams else []))

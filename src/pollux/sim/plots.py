@@ -119,6 +119,29 @@ def plot_avg_jct(records: Sequence[RunRecord], path: Path) -> Path:
 
 
 @_styled
+def plot_team_jct(records: Sequence[RunRecord], path: Path) -> Path:
+    """Average JCT per team (pooled over workloads: the mean of each run's team figure),
+    one bar per policy."""
+    policies = list(dict.fromkeys(r.policy for r in records if r.teams))
+    teams = list(dict.fromkeys(t for r in records for t in (r.teams or {})))
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.2 * len(teams) + 2), 4.5))
+    width = 0.8 / max(len(policies), 1)
+    x = np.arange(len(teams))
+    colors = policy_colors(policies)
+    for i, policy in enumerate(policies):
+        values = [np.nanmean([r.teams[t].avg_jct_s / 3600 for r in records
+                              if r.policy == policy and r.teams and t in r.teams] or [np.nan])
+                  for t in teams]
+        ax.bar(x - 0.4 + width * (i + 0.5), values, width, label=policy, color=colors[policy])
+    ax.set_xticks(x, teams)
+    ax.set_ylabel("average JCT (hours)")
+    ax.set_title("average JCT per team")
+    ax.grid(False, axis="x")
+    _legend_outside(ax)
+    return _save(fig, path)
+
+
+@_styled
 def plot_gpus_over_time(workload: str, timelines: Sequence[tuple[str, Timeline]],
                         path: Path) -> Path:
     """GPUs allocated over time, one line per policy, for one workload."""
@@ -205,6 +228,8 @@ def save_plots(records: Sequence[RunRecord], timelines: Sequence[Timeline | None
     out.mkdir(parents=True, exist_ok=True)
     paths = [plot_jct_cdf(records, out / "jct_cdf.png"),
              plot_avg_jct(records, out / "avg_jct.png")]
+    if any(r.teams for r in records):
+        paths.append(plot_team_jct(records, out / "team_jct.png"))
     by_workload: dict[str, list[tuple[str, Timeline]]] = {}
     for record, timeline in zip(records, timelines):
         if timeline is not None:

@@ -13,6 +13,7 @@ faster growth and bigger starts (study: ``bench/hetero_policy.md``).
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
@@ -26,9 +27,11 @@ from pollux.policies.base import (
     NodeInfo,
     PolicyDecision,
 )
+from pollux.policies.pollux.guarantee import MAX_PRICE_ROUNDS, PRICE_STEP
 from pollux.policies.pollux.options import PolluxOptions
 from pollux.policies.sia import INVALID_GOODPUT, Config, SiaPolicy, restart_factor
 from pollux.policies.snapshot import EXPLORATION_FACTOR
+from pollux.teams import Teams
 
 
 class TypedPollux(SiaPolicy):
@@ -46,6 +49,7 @@ class TypedPollux(SiaPolicy):
         self.min_weight = (1.0 / options.max_weight_ratio if options.min_weight is None
                            else options.min_weight)
         self._tail: frozenset[str] = frozenset()  # this round's (tail_share)
+        self._team_weights: dict[str, float] = {}  # this round's, with teams
         self._move_weights: dict[str, float] = {}  # this round's below 1 (weighted_moves)
 
     def _job_weights(self, jobs: Sequence[JobInfo]) -> np.ndarray:
@@ -63,7 +67,43 @@ class TypedPollux(SiaPolicy):
         if self._tail:
             tail = np.array([job.name in self._tail for job in jobs], dtype=bool)
             weights[tail] = np.maximum(weights[tail], self.options.tail_weight)
+        if self._team_weights:
+            weights = weights * np.array([self._team_weights.get(job.name, 1.0) for job in jobs])
         return weights
+
+    def optimize_teams(self, jobs: Sequence[JobInfo], nodes: Sequence[NodeInfo],
+                       previous_allocations: Allocations, teams: Teams) -> PolicyDecision:
+        """Sia's program with each job weighted ``J / (T * J_t)`` (every team weighs the
+        same), solved again with a short team's weight raised :data:`PRICE_STEP` times
+        (up to :data:`MAX_PRICE_ROUNDS`) while it holds less than ``min(quota, demand)``
+        GPUs over all types and another team more than its quota. Its guarantee is
+        priced, not enforced: the program picks one configuration per job."""
+        names = [teams.team_of(job.team, f"JobInfo({job.name!r}).team").name for job in jobs]
+        count = Counter(names)
+        demand: Counter[str] = Counter()
+        for job, name in zip(jobs, names):
+            demand[name] += int(job.max_replicas * job.gpus_per_replica)
+        guarantee = {t: min(teams[t].total_quota_gpus, demand[t]) for t in count}
+        prices = dict.fromkeys(count, 1.0)
+        decision = PolicyDecision({})
+        try:
+            for attempt in range(MAX_PRICE_ROUNDS + 1):
+                self._team_weights = {job.name: len(jobs) * prices[n] / (len(count) * count[n])
+                                      for job, n in zip(jobs, names)}
+                decision = self.optimize(jobs, nodes, previous_allocations)
+                held: Counter[str] = Counter()
+                for job, name in zip(jobs, names):
+                    held[name] += int(len(decision.allocations.get(job.name, ()))
+                                      * job.gpus_per_replica)
+                over = {t for t in count if held[t] > teams[t].total_quota_gpus}
+                short = [t for t in count if held[t] < guarantee[t] and over - {t}]
+                if not short or attempt == MAX_PRICE_ROUNDS:
+                    break
+                for t in short:
+                    prices[t] *= PRICE_STEP
+        finally:
+            self._team_weights = {}
+        return decision
 
     def optimize(self, jobs: Sequence[JobInfo], nodes: Sequence[NodeInfo],
                  previous_allocations: Allocations) -> PolicyDecision:
