@@ -16,11 +16,19 @@ from pollux.teams import Teams, parse_teams
 from tests.policies.builders import gpu_nodes
 
 
+def _sqrt_speedup(num_nodes: object, num_replicas: object) -> np.ndarray:
+    """sqrt(replicas); refuses more nodes than replicas, as the goodput model does."""
+    nodes, replicas = np.asarray(num_nodes), np.asarray(num_replicas, dtype=np.float64)
+    if np.any(nodes > replicas):
+        raise ValueError("invalid num_nodes: need 1 <= num_nodes <= num_replicas")
+    return np.sqrt(replicas)
+
+
 def _job(name: str, team: str, *, age_s: float = 3600.0, priority: int = 0,
          max_replicas: int = 16, submitted_s: float = 0.0) -> JobInfo:
     return JobInfo(name=name, resources={GPU: 1.0}, max_replicas=max_replicas, team=team,
                    priority=priority, age_s=age_s, submission_time_s=submitted_s,
-                   speedup_fn=lambda n, k: np.sqrt(np.asarray(k, dtype=np.float64)))
+                   speedup_fn=_sqrt_speedup)
 
 
 def _held(decision_allocations: dict[str, tuple[str, ...]], jobs: list[JobInfo]
@@ -93,3 +101,26 @@ def test_without_teams_a_policy_decides_as_before() -> None:
     assert (policy.optimize_teams(jobs, nodes, {}, Teams(TEAMS.teams)).allocations
             == make_policy("fifo", seed=0).optimize(jobs, nodes, {}).allocations)
     assert isinstance(nodes[0], NodeInfo)
+
+
+def test_the_guarantee_step_reclaims_from_a_borrower_spread_over_nodes() -> None:
+    """A borrower holding one replica on each of two nodes gives one back (its node count
+    shrinks with it) so that the short team gets its guarantee."""
+    from pollux.policies.pollux.guarantee import meet_guarantees
+    from pollux.policies.pollux.objective import PolluxObjective
+    from pollux.policies.pollux.options import ONE_TYPE, PolluxOptions
+    from pollux.policies.pollux.problem import build_problem
+
+    nodes = gpu_nodes(2, 2)
+    teams = parse_teams({"teams": {"a": {"quota_gpus": 2}, "b": {"quota_gpus": 2}}})
+    jobs = [_job("a0", "a", max_replicas=2), _job("b0", "b", max_replicas=2),
+            _job("b1", "b", max_replicas=2)]
+    previous = {"b0": ("node-00", "node-01"), "b1": ("node-00", "node-01")}
+    problem = build_problem(jobs, nodes, previous)
+    shares = team_shares(problem.jobs, [int(b) for b in problem.max_replicas], 4.0, teams)
+    objective = PolluxObjective(problem, PolluxOptions.resolve(ONE_TYPE, "best", {}), shares)
+    order = [job.team for job in problem.jobs]
+    state = meet_guarantees(objective, problem.base_state, order, np.ones(len(order)))
+    held = {t: int(sum(state[j].sum() for j in range(len(order)) if order[j] == t))
+            for t in ("a", "b")}
+    assert held == {"a": 2, "b": 2}

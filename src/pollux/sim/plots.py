@@ -228,7 +228,7 @@ def save_plots(records: Sequence[RunRecord], timelines: Sequence[Timeline | None
     out.mkdir(parents=True, exist_ok=True)
     paths = [plot_jct_cdf(records, out / "jct_cdf.png"),
              plot_avg_jct(records, out / "avg_jct.png")]
-    if any(r.teams for r in records):
+    if any(getattr(r, "teams", None) for r in records):  # records of runs with teams
         paths.append(plot_team_jct(records, out / "team_jct.png"))
     by_workload: dict[str, list[tuple[str, Timeline]]] = {}
     for record, timeline in zip(records, timelines):

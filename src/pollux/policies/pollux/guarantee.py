@@ -144,4 +144,4 @@ def _gain(objective: PolluxObjective, state: IntArray, j: int) -> float:
 def _loss(objective: PolluxObjective, state: IntArray, v: int) -> float:
     k, nodes = int(state[v].sum()), int(np.count_nonzero(state[v]))
     now = float(objective.job_utility(v, nodes, k, False))
-    return now - float(objective.job_utility(v, nodes, k - 1, True))
+    return now - float(objective.job_utility(v, min(nodes, k - 1), k - 1, True))
