@@ -18,6 +18,7 @@ from pollux.service.http.team_usage import team_usage
 from pollux.service.storage.states import JobState
 from pollux.teams import parse_teams
 from tests.service.service_builders import AUTH_HEADERS, make_auth, make_spec
+from tests.service.service_test_policies import EqualSharePolicy
 
 with warnings.catch_warnings():  # starlette 1.0 asks for the httpx2 fork; httpx works
     warnings.simplefilter("ignore", UserWarning)
@@ -68,6 +69,33 @@ def test_team_usage_counts_quota_in_use_lent_borrowed_and_pending(teams_service,
     assert f'pollux_team_gpus_borrowed{{team="vision"}} {float(held - 1)}' in metrics
     assert 'pollux_team_quota_gpus{team="nlp"} 3.0' in metrics
     assert 'pollux_team_gpus_pending{team="nlp"} 4.0' in metrics
+
+
+class TeamRecorder(EqualSharePolicy):
+    """Equal shares, recording the teams each round is asked about."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rounds: list[tuple[dict[str, str], tuple[str, ...]]] = []
+
+    def optimize_teams(self, jobs, nodes, previous_allocations, teams):
+        self.rounds.append(({job.name: job.team for job in jobs}, teams.names))
+        return self.optimize(jobs, nodes, previous_allocations)
+
+
+def test_each_jobs_team_reaches_the_policy(teams_service, admin):
+    """The policy gets each job's team and the teams file; a job of no team of the file
+    (the server's own, without a team) is in a team of no quota, not a failed round."""
+    recorder = TeamRecorder()
+    teams_service.allocator.policy = recorder
+    token = admin.post("/api/users", json={"name": "ann", "teams": ["nlp"]}).json()["token"]
+    TestClient(admin.app, headers={"Authorization": f"Bearer {token}"}).post(
+        "/api/jobs", json=spec("n", 1))
+    admin.post("/api/jobs", json=spec("own", 1))
+    teams_service.allocator.tick()
+    assert recorder.rounds[-1] == ({"n-1": "nlp", "own-2": "default"},
+                                   ("vision", "nlp", "default"))
+    assert all(j.state.value == "Starting" for j in teams_service.store.list_jobs())
 
 
 def test_lent_and_borrowed_gpus_add_up(store):

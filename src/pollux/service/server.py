@@ -376,6 +376,7 @@ def build_service(config: ServerConfig, hints_url: str | None,
         hints_url=hints_url,
         gpu_type_speeds=({} if config.gpu_type_speeds is None
                          else parse_type_speeds(config.gpu_type_speeds, "--gpu-type-speeds")),
+        teams=teams,
         team_accounts={} if teams is None else {
             team.name: team.slurm_account for team in teams if team.slurm_account}),
         autoscaler=autoscaler_for(config, backend.nodes()),

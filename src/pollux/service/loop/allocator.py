@@ -36,10 +36,12 @@ from pollux.service.loop.snapshot import (
     held_allocation,
     hints_problems,
     job_reports,
+    teams_for_round,
 )
 from pollux.service.storage.records import JobRecord
 from pollux.service.storage.states import ACTIVE_STATES, LIVE_STATES, JobState
 from pollux.service.storage.store import JobStore
+from pollux.teams import Teams
 
 logger = logging.getLogger(__name__)
 
@@ -66,6 +68,9 @@ class AllocatorConfig:
     team_accounts: Mapping[str, str] = field(default_factory=dict)
     """The account each team's launches are charged to (the teams file's
     ``slurm_account``); a team not named: the backend's default."""
+    teams: Teams | None = None
+    """The server's teams file: the policy shares the cluster between its teams (each job
+    in its record's team); None: between jobs."""
 
     @property
     def supervisor(self) -> SupervisorConfig:
@@ -194,8 +199,10 @@ class Allocator:
         records = active_records(self.store.list_jobs(ACTIVE_STATES))
         nodes = tuple(self.backend.nodes())
         held = {r.id: held_allocation(r) for r in records}
-        request = RoundRequest(now, tuple(job_reports(records, self.round.adaptive_jobs)), nodes,
-                               {job_id: alloc for job_id, alloc in held.items() if alloc})
+        reports = tuple(job_reports(records, self.round.adaptive_jobs))
+        request = RoundRequest(now, reports, nodes,
+                               {job_id: alloc for job_id, alloc in held.items() if alloc},
+                               teams=teams_for_round(self.config.teams, reports))
         reply = self.round.schedule(request, self._resize)
         if len(gpu_types_of(nodes)) > 1:
             self.type_speeds = dict(reply.type_speeds)
