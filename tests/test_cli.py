@@ -1,9 +1,13 @@
 from __future__ import annotations
 
+import argparse
+from pathlib import Path
+
 import pytest
 
 from pollux import __version__
 from pollux.cli.main import main
+from pollux.errors import ConfigError
 
 
 def test_version(capsys: pytest.CaptureFixture[str]) -> None:
@@ -84,25 +88,76 @@ def test_a_reader_that_stops_early_is_not_an_error(tmp_path) -> None:
     assert proc.wait(timeout=60) == 0 and "Traceback" not in err, err
 
 
-def test_server_flags_cover_server_config_with_its_defaults(tmp_path) -> None:
-    import argparse
+def _server_parser() -> argparse.ArgumentParser:
+    from pollux.cli.main import build_parser
+
+    (commands,) = [action for action in build_parser()._actions
+                   if isinstance(action, argparse._SubParsersAction)]
+    parser: argparse.ArgumentParser = commands.choices["server"]
+    return parser
+
+
+def test_every_server_flag_is_written_once_at_its_config_field() -> None:
+    """No flag of ``pollux server`` has a help text (or default) written outside its
+    configuration field: every action of the parser is the flag a field declares, with
+    that field's exact help and default; every declared flag is in the parser; every
+    field of the tree is declared (a section, or an option with its help)."""
     from dataclasses import MISSING, fields
 
-    from pollux.cli.server import CONFIG_FLAGS, NOT_FLAGS, add_server_arguments
-    from pollux.service.server import ServerConfig
+    from pollux.options import default_of, flagged_fields, option_of, section_of
+    from pollux.service.config import ServerConfig
 
-    names = {f.name for f in fields(ServerConfig)}
-    assert set(CONFIG_FLAGS) | set(NOT_FLAGS) == names
-    assert not set(CONFIG_FLAGS) & set(NOT_FLAGS)
-    parser = argparse.ArgumentParser()
-    add_server_arguments(parser)
-    by_flag = {option: action for action in parser._actions
-               for option in action.option_strings}
-    for name, flag in CONFIG_FLAGS.items():
-        assert flag in by_flag, flag
-        default = {f.name: f.default for f in fields(ServerConfig)}[name]
-        if default is not MISSING:
-            assert by_flag[flag].default == default, (flag, by_flag[flag].default, default)
+    def undeclared(cls: type, path: str = "") -> list[str]:
+        found = []
+        for item in fields(cls):
+            nested = section_of(item)
+            if nested is not None:
+                found += undeclared(nested[1], f"{path}{item.name}.")
+            elif option_of(item) is None or not option_of(item).help:  # type: ignore[union-attr]
+                found.append(path + item.name)
+        return found
+
+    assert undeclared(ServerConfig) == []
+    declared = {option.flag: (item, option) for _, item, option in flagged_fields(ServerConfig)
+                if option.flag is not None}
+    assert len(declared) == 33
+    shown = set()
+    for action in _server_parser()._actions:
+        if isinstance(action, argparse._HelpAction):
+            continue
+        (flag,) = action.option_strings
+        if action.help == argparse.SUPPRESS:
+            assert flag == "--token"  # only there to be refused
+            continue
+        assert flag in declared, f"{flag} is not declared by a config field"
+        item, option = declared[flag]
+        assert action.help == option.help, flag
+        if default_of(item) is not MISSING:
+            assert action.default == default_of(item), (flag, action.default)
+        shown.add(flag)
+    assert shown == set(declared)
+    unflagged = [path for path, _, option in flagged_fields(ServerConfig) if option.flag is None]
+    assert unflagged == ["http.token", "loop.poll_interval_s"]
+
+
+def test_the_server_flags_build_the_config_tree(tmp_path: Path, monkeypatch) -> None:
+    """No flag given: the defaults of every section; flags land in their fields."""
+    from pollux.backends.ray.options import RayOptions
+    from pollux.cli.server import config_from_args
+    from pollux.service.config import BackendConfig, ServerConfig, StoreConfig
+
+    monkeypatch.delenv("POLLUX_TOKEN", raising=False)
+    parser = _server_parser()
+    plain = config_from_args(parser.parse_args(["--data-dir", str(tmp_path / "d")]))
+    assert plain == ServerConfig(data_dir=(tmp_path / "d").resolve())
+    given = config_from_args(parser.parse_args([
+        "--data-dir", str(tmp_path), "--backend", "slurm", "--slurm-nodes", "g[1-2]",
+        "--log-budget", "1MiB", "--keep-finished", "5", "--recover", "--port", "0"]))
+    assert given.backend.name == "slurm" and given.backend.slurm.nodes == "g[1-2]"
+    assert given.backend.log_budget_bytes == 1 << 20 and given.http.port == 0
+    assert given.store == StoreConfig(keep_finished=5, recover=True)
+    with pytest.raises(ConfigError, match="--ray-autoscale needs --backend ray"):
+        BackendConfig(ray=RayOptions(autoscale=True))
 
 
 def test_policies_are_listed_and_specs_checked(capsys: pytest.CaptureFixture[str]) -> None:

@@ -91,7 +91,7 @@ def test_type_speeds_parse_and_bad_entries_name_the_flag() -> None:
 
 
 def test_a_server_with_bad_type_speeds_does_not_start(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    from pollux.service.server import ServerConfig
+    from pollux.service.config import PolicyConfig, ServerConfig
 
     with pytest.raises(ConfigError, match="type=SPEED"):
-        ServerConfig(data_dir=tmp_path, gpu_type_speeds="a100:6.9")
+        ServerConfig(data_dir=tmp_path, policy=PolicyConfig(gpu_type_speeds="a100:6.9"))

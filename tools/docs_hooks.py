@@ -112,13 +112,15 @@ def openapi_document() -> dict[str, Any]:
     """The OpenAPI document a server serves at ``/openapi.json`` (fake backend, no HTTP)."""
     from pollux.backends.fake import FakeBackend
     from pollux.policies import NodeInfo
+    from pollux.service.config import PolicyConfig, ServerConfig
     from pollux.service.http.api import create_app
     from pollux.service.http.auth import ApiAuth
-    from pollux.service.server import ServerConfig, build_service
+    from pollux.service.server import build_service
 
     with tempfile.TemporaryDirectory() as tmp:
         backend = FakeBackend([NodeInfo("node-0", {"gpu": 1.0, "cpu": 1.0, "memory": 1e9})])
-        service = build_service(ServerConfig(data_dir=Path(tmp) / "data", policy="fifo"),
+        config = ServerConfig(data_dir=Path(tmp) / "data", policy=PolicyConfig("fifo"))
+        service = build_service(config,
                                 "http://127.0.0.1:1/api/jobs/{job_id}/hints", backend)
         try:
             app = create_app(service, ApiAuth("docs", frozenset({"localhost"})))

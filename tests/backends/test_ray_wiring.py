@@ -11,7 +11,8 @@ import pytest
 from pollux.backends.fake import FakeBackend
 from pollux.cli.server import add_server_arguments, config_from_args
 from pollux.errors import ConfigError
-from pollux.service.server import ServerConfig, build_service
+from pollux.service.config import AutoscalingConfig, PolicyConfig, ServerConfig
+from pollux.service.server import build_service
 from tests.service.e2e_helpers import EQUAL_SHARE
 from tests.service.service_builders import make_nodes, make_spec
 
@@ -26,22 +27,25 @@ def test_ray_flags_become_backend_options(tmp_path):
     config = parse("--data-dir", str(tmp_path), "--backend", "ray", "--ray-address",
                    "10.0.0.1:6379", "--ray-slot-resource", "GPU", "--ray-autoscale",
                    "--advertise-address", "10.0.0.2")
-    assert dict(config.backend_options) == {"address": "10.0.0.1:6379",
+    assert config.backend.options() == {"address": "10.0.0.1:6379",
                                             "slot_resource": "GPU", "autoscale": True}
-    assert config.advertise_host == "10.0.0.2"
-    assert dict(parse("--data-dir", str(tmp_path), "--backend", "ray").backend_options) == {
+    assert config.http.advertise_host == "10.0.0.2"
+    assert parse("--data-dir", str(tmp_path), "--backend", "ray").backend.options() == {
         "address": None, "slot_resource": "auto", "autoscale": False}
-    assert dict(parse("--data-dir", str(tmp_path)).backend_options) == {}
+    assert parse("--data-dir", str(tmp_path)).backend.options() == {
+        "num_nodes": 1, "slots_per_node": None, "device": "auto", "virtual_nodes": None,
+        "log_budget_bytes": 64 << 20}
     with pytest.raises(ConfigError, match="--ray-address needs --backend ray"):
         parse("--data-dir", str(tmp_path), "--ray-address", "auto")
     typed = parse("--data-dir", str(tmp_path), "--backend", "ray", "--ray-gpu-type-prefix",
                   "gpu_kind:")
-    assert typed.backend_options["gpu_type_prefix"] == "gpu_kind:"
+    assert typed.backend.options()["gpu_type_prefix"] == "gpu_kind:"
 
 
 def test_typed_virtual_nodes_are_a_local_backend_flag(tmp_path):
     config = parse("--data-dir", str(tmp_path), "--virtual-nodes", "aws:2x2,rtx:1x4")
-    assert config.virtual_nodes == "aws:2x2,rtx:1x4" and config.backend == "local"
+    assert config.backend.local.virtual_nodes == "aws:2x2,rtx:1x4"
+    assert config.backend.name == "local"
     with pytest.raises(ConfigError, match="need --backend local") as info:
         parse("--data-dir", str(tmp_path), "--backend", "ray", "--virtual-nodes", "a:1x1")
     assert info.value.field == "virtual_nodes"
@@ -57,7 +61,8 @@ class RefusingBackend(FakeBackend):
 
 def test_a_backend_refusing_the_size_does_not_stop_scheduling(tmp_path, caplog):
     backend = RefusingBackend(make_nodes())
-    config = ServerConfig(data_dir=tmp_path, policy=EQUAL_SHARE, autoscaler="pollux")
+    config = ServerConfig(data_dir=tmp_path, policy=PolicyConfig(EQUAL_SHARE),
+                          autoscaling=AutoscalingConfig("pollux"))
     service = build_service(config, None, backend)
     try:
         job = service.submit(make_spec("a", working_dir=str(tmp_path)).to_dict())

@@ -21,9 +21,10 @@ from pollux.policies.autoscaling import (
     template_from_nodes,
 )
 from pollux.policies.base import NodeInfo
+from pollux.service.config import AutoscalingConfig, LoopConfig, PolicyConfig, ServerConfig
 from pollux.service.http.api import create_app
 from pollux.service.loop.allocator import Allocator, AllocatorConfig
-from pollux.service.server import ServerConfig, build_service
+from pollux.service.server import build_service
 from pollux.service.storage.states import JobState
 from pollux.service.storage.store import JobStore
 from tests.service.e2e_helpers import EQUAL_SHARE
@@ -83,8 +84,10 @@ def test_the_template_is_the_most_common_node() -> None:
 
 def test_the_service_hands_the_desired_size_to_the_backend_every_round(tmp_path: Path) -> None:
     backend = SizedBackend()
-    config = ServerConfig(data_dir=tmp_path, policy=EQUAL_SHARE, interval_s=10.0,
-                          autoscaler="pollux", max_nodes=4, node_price_per_hour=3.0)
+    config = ServerConfig(data_dir=tmp_path, policy=PolicyConfig(EQUAL_SHARE),
+                          loop=LoopConfig(interval_s=10.0),
+                          autoscaling=AutoscalingConfig("pollux", max_nodes=4,
+                                                        node_price_per_hour=3.0))
     service = build_service(config, None, backend)
     try:
         assert service.cluster() == {"autoscaler": "pollux", "num_nodes": 2,
@@ -112,7 +115,7 @@ def test_the_service_hands_the_desired_size_to_the_backend_every_round(tmp_path:
 
 
 def test_without_an_autoscaler_nothing_changes(tmp_path: Path) -> None:
-    service = build_service(ServerConfig(data_dir=tmp_path, policy="fifo"), None,
+    service = build_service(ServerConfig(data_dir=tmp_path, policy=PolicyConfig("fifo")), None,
                             FakeBackend(make_nodes()))
     try:
         assert service.allocator.policy.name == "fifo"
@@ -128,9 +131,8 @@ def test_server_flags_and_unknown_autoscalers(tmp_path: Path) -> None:
     args = parser.parse_args(["--data-dir", str(tmp_path), "--autoscaler", "throughput",
                               "--min-nodes", "2", "--max-nodes", "9", "--node-price", "1.25"])
     config = config_from_args(args)
-    assert (config.autoscaler, config.min_nodes, config.max_nodes,
-            config.node_price_per_hour) == ("throughput", 2, 9, 1.25)
+    assert config.autoscaling == AutoscalingConfig("throughput", 2, 9, 1.25)
     with pytest.raises(UnknownPluginError, match="choose from: none, pollux, throughput"):
-        ServerConfig(data_dir=tmp_path, autoscaler="cheap")
+        AutoscalingConfig(name="cheap")
     template = NodeTemplate({"gpu": 2.0})
     assert AutoscalerConfig(template, 0, 3).min_nodes == 0  # scale to zero is allowed

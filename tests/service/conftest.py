@@ -42,14 +42,17 @@ def make_allocator(store: JobStore, fake_backend: FakeBackend, tmp_path: Path
 @pytest.fixture
 def make_service(tmp_path: Path, fake_backend: FakeBackend) -> Callable[..., Any]:
     """A SchedulerService on the fake backend (no HTTP server, no loop thread)."""
-    from pollux.service.server import ServerConfig, build_service
+    from pollux.service.config import LoopConfig, PolicyConfig, ServerConfig
+    from pollux.service.server import build_service
 
     services = []
 
-    def build(**config: Any) -> Any:
-        settings: dict[str, Any] = {"policy": EQUAL_SHARE, "interval_s": 10.0}
-        settings.update(config)
-        service = build_service(ServerConfig(data_dir=tmp_path / "data", **settings),
+    def build(policy: str = EQUAL_SHARE, gpu_type_speeds: str | None = None,
+              teams_file: str | None = None) -> Any:
+        config = ServerConfig(data_dir=tmp_path / "data", teams_file=teams_file,
+                              policy=PolicyConfig(policy, gpu_type_speeds),
+                              loop=LoopConfig(interval_s=10.0))
+        service = build_service(config,
                                 "http://127.0.0.1:1/api/jobs/{job_id}/hints", fake_backend)
         services.append(service)
         return service

@@ -266,12 +266,12 @@ def test_an_open_directory_of_other_files_is_refused_not_chmodded(tmp_path):
 
 
 def test_files_written_beside_the_store_are_private(tmp_path):
+    from pollux.service.config import HttpConfig, ServerConfig
     from pollux.service.runner import write_server_file
-    from pollux.service.server import ServerConfig
 
     old = os.umask(0o022)
     try:
-        write_server_file(ServerConfig(data_dir=tmp_path, token="t"), "http://127.0.0.1:1")
+        write_server_file(ServerConfig(data_dir=tmp_path, http=HttpConfig(token="t")), "http://127.0.0.1:1")
     finally:
         os.umask(old)
     assert stat.S_IMODE((tmp_path / "server.json").stat().st_mode) == 0o600

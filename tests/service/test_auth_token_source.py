@@ -57,14 +57,14 @@ def test_a_token_file_others_can_read_is_refused(tmp_path, mode):
     path.chmod(0o600)
     config = config_from_args(server_args("--data-dir", str(tmp_path / "d"), "--token-file",
                                           str(path)))
-    assert config.token == SECRET
+    assert config.http.token == SECRET
 
 
 def test_the_token_from_the_environment_is_taken_out_of_it(tmp_path, monkeypatch):
     """Whatever the server starts later (replicas, a local Ray) cannot inherit it."""
     monkeypatch.setenv("POLLUX_TOKEN", SECRET)
     config = config_from_args(server_args("--data-dir", str(tmp_path)))
-    assert config.token == SECRET
+    assert config.http.token == SECRET
     assert "POLLUX_TOKEN" not in os.environ
 
 

@@ -49,11 +49,12 @@ def test_overview_has_jobs_nodes_and_history(client, service):
 def test_overview_names_gpu_types(make_service):
     backend = FakeBackend([NodeInfo("a100-0", {"gpu": 4.0, "cpu": 8.0}, gpu_type="a100"),
                            NodeInfo("t4-0", {"gpu": 2.0, "cpu": 8.0}, gpu_type="t4")])
-    from pollux.service.server import ServerConfig, build_service
+    from pollux.service.config import PolicyConfig, ServerConfig
+    from pollux.service.server import build_service
     from tests.service.e2e_helpers import EQUAL_SHARE
 
     service = build_service(ServerConfig(data_dir=make_service().data_dir.parent / "typed",
-                                         policy=EQUAL_SHARE),
+                                         policy=PolicyConfig(EQUAL_SHARE)),
                             "http://127.0.0.1:1/api/jobs/{job_id}/hints", backend)
     try:
         with TestClient(create_app(service, make_auth()), headers=AUTH_HEADERS) as client:

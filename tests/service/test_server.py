@@ -11,10 +11,11 @@ import pytest
 from pollux.cli.main import main
 from pollux.client import locate_server
 from pollux.errors import ConfigError, ServerUnreachableError
+from pollux.service.config import HttpConfig, ServerConfig
 from pollux.service.http.local_socket import bind_local_socket
 from pollux.service.private import new_token
 from pollux.service.runner import data_dir_lock
-from pollux.service.server import ServerConfig, is_loopback
+from pollux.service.server import is_loopback
 
 
 @pytest.mark.parametrize(("host", "loopback"), [
@@ -27,7 +28,7 @@ def test_loopback_hosts(host, loopback):
 def test_every_address_gets_a_token(tmp_path):
     """Defect 2: a token is now always required (generated when not given), so binding
     beyond loopback no longer needs an explicit one."""
-    assert ServerConfig(data_dir=tmp_path, host="0.0.0.0").token is None
+    assert ServerConfig(data_dir=tmp_path, http=HttpConfig(host="0.0.0.0")).http.token is None
     token, path = new_token(tmp_path)
     assert len(token) >= 32 and path.read_text().strip() == token
     assert stat.S_IMODE(path.stat().st_mode) == 0o600

@@ -16,14 +16,16 @@ import pytest
 
 from pollux.cli.main import main
 from pollux.errors import StartupError
-from pollux.service.server import ServerConfig, build_service
+from pollux.service.config import PolicyConfig, ServerConfig, StoreConfig
+from pollux.service.server import build_service
 from pollux.service.storage.states import JobState
 from tests.service.conftest import EQUAL_SHARE
 from tests.service.service_builders import make_spec
 
 
-def _service(data_dir: Path, fake_backend, **config):  # type: ignore[no-untyped-def]
-    return build_service(ServerConfig(data_dir=data_dir, policy=EQUAL_SHARE, **config),
+def _service(data_dir: Path, fake_backend, recover: bool = False):  # type: ignore[no-untyped-def]
+    return build_service(ServerConfig(data_dir=data_dir, policy=PolicyConfig(EQUAL_SHARE),
+                                      store=StoreConfig(recover=recover)),
                          None, fake_backend)
 
 

@@ -18,9 +18,10 @@ from pathlib import Path
 
 from pollux.data_dir import LOCK_FILE, SERVER_FILE, SOCKET_FILE, TOKEN_FILE
 from pollux.errors import ConfigError, PolluxError, StartupError
+from pollux.service.config import ServerConfig
 from pollux.service.http.local_socket import bind_local_socket, share_local_socket
 from pollux.service.private import make_private_dir, make_private_file, new_token
-from pollux.service.server import ServerConfig, build_service, is_loopback
+from pollux.service.server import build_service, is_loopback
 
 logger = logging.getLogger(__name__)
 
@@ -79,9 +80,9 @@ def write_server_file(config: ServerConfig, url: str) -> None:
     make_private_file(tmp)
     tmp.write_text(json.dumps({"url": url, "socket": str(config.data_dir / SOCKET_FILE),
                                "machine": socket.gethostname(),
-                               "pid": os.getpid(), "token_file": config.token_file,
-                               "has_token": bool(config.token),
-                               "tls_cert": config.tls_cert}))
+                               "pid": os.getpid(), "token_file": config.http.token_file,
+                               "has_token": bool(config.http.token),
+                               "tls_cert": config.tls.cert}))
     os.replace(tmp, path)
 
 
@@ -102,32 +103,33 @@ def run_server(config: ServerConfig, ready: Callable[[str], None] | None = None)
     )
 
     with data_dir_lock(config.data_dir):
-        if not config.token:  # a token always: a new one at every start, in the data dir
+        if not config.http.token:  # a token always: a new one at every start, in the data dir
             try:
                 token, token_path = new_token(config.data_dir)
             except OSError as exc:  # e.g. a full disk: leave no half-written token behind
                 (config.data_dir / f"{TOKEN_FILE}.tmp").unlink(missing_ok=True)
                 raise unwritable(config.data_dir / TOKEN_FILE, "write the API token",
                                  exc) from exc
-            config = replace(config, token=token, token_file=str(token_path))
-        sock = socket.socket(socket.AF_INET6 if ":" in config.host else socket.AF_INET)
+            config = replace(config, http=replace(config.http, token=token,
+                                                       token_file=str(token_path)))
+        sock = socket.socket(socket.AF_INET6 if ":" in config.http.host else socket.AF_INET)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
-            sock.bind((config.host, config.port))
+            sock.bind((config.http.host, config.http.port))
             # Listen now, so that clients reading server.json queue in the backlog instead of
             # being refused until uvicorn's event loop starts accepting.
             sock.listen(LISTEN_BACKLOG)
         except OSError as exc:
-            raise ConfigError("port", config.port, f"cannot bind {config.host}: {exc}") from exc
+            raise ConfigError("port", config.http.port, f"cannot bind {config.http.host}: {exc}") from exc
         port = sock.getsockname()[1]
         local_sock = bind_local_socket(config.data_dir)  # the local CLI's way in
-        local_host = "127.0.0.1" if config.host in ("0.0.0.0", "::", "localhost") else config.host
-        scheme = "https" if config.tls_cert else "http"
+        local_host = "127.0.0.1" if config.http.host in ("0.0.0.0", "::", "localhost") else config.http.host
+        scheme = "https" if config.tls.cert else "http"
         url = f"{scheme}://{local_host}:{port}"
-        if not config.tls_cert and not is_loopback(config.host):
+        if not config.tls.cert and not is_loopback(config.http.host):
             logger.warning("serving plain HTTP on %s: the token and job specs cross the "
-                           "network readable; pass --tls-cert and --tls-key", config.host)
-        advertised = config.advertise_host
+                           "network readable; pass --tls-cert and --tls-key", config.http.host)
+        advertised = config.http.advertise_host
         if advertised and ":" in advertised:
             advertised = f"[{advertised}]"  # IPv6
         hints_base = f"{scheme}://{advertised}:{port}" if advertised else url
@@ -138,15 +140,15 @@ def run_server(config: ServerConfig, ready: Callable[[str], None] | None = None)
             local_sock.close()
             (config.data_dir / SOCKET_FILE).unlink(missing_ok=True)
             raise
-        assert config.token is not None
+        assert config.http.token is not None
         share_local_socket(config.data_dir, service.users.count() > 0)
-        app = create_app(service, ApiAuth(config.token, allowed_hosts_for(
-            config.host, config.advertise_host), secure_cookie=bool(config.tls_cert),
+        app = create_app(service, ApiAuth(config.http.token, allowed_hosts_for(
+            config.http.host, config.http.advertise_host), secure_cookie=bool(config.tls.cert),
             port=port))
         app.state.url = url  # the dashboard link of users who reach only the socket
         limits = connection_limits()
-        tls = (None if config.tls_cert is None or config.tls_key is None
-               else server_tls_context(config.tls_cert, config.tls_key))
+        tls = (None if config.tls.cert is None or config.tls.key is None
+               else server_tls_context(config.tls.cert, config.tls.key))
         protocol, _ = guarded_protocol(limits, tls)  # the guard does TLS: handshakes counted
         server = deepen_backlog(uvicorn.Server)(uvicorn.Config(
             app, log_level="warning", access_log=False, http=protocol,  # type: ignore[arg-type]
@@ -169,7 +171,7 @@ def run_server(config: ServerConfig, ready: Callable[[str], None] | None = None)
             except OSError as exc:
                 raise unwritable(config.data_dir / SERVER_FILE, "write the server file",
                                  exc) from exc
-            logger.info("pollux server on %s (policy %s, data %s)", url, config.policy,
+            logger.info("pollux server on %s (policy %s, data %s)", url, config.policy.spec,
                         config.data_dir)
             if ready is not None:
                 ready(url)
@@ -182,7 +184,7 @@ def run_server(config: ServerConfig, ready: Callable[[str], None] | None = None)
             for sig in previous:
                 signal.signal(sig, signal.SIG_IGN)
             try:
-                service.shutdown(config.stop_grace_s)
+                service.shutdown(config.loop.stop_grace_s)
             except PolluxError:
                 logger.exception("shutdown did not complete")
             finally:

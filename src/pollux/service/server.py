@@ -10,35 +10,31 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pollux.backends.base import Backend
 from pollux.backends.registry import make_backend
-from pollux.backends.replica_log import DEFAULT_LOG_BUDGET_BYTES, check_log_budget
-from pollux.cluster_spec import parse_cluster_spec, parse_type_speeds
 from pollux.data_dir import log_dir, replica_log
 from pollux.errors import ConfigError, JobSpecError, UnknownJobError
 from pollux.job_spec import JobSpec
 from pollux.models.hints import JobHints
 from pollux.policies.autoscaling import (
-    DEFAULT_NODE_PRICE_PER_HOUR,
     Autoscaler,
     AutoscalerConfig,
-    check_autoscaler_name,
     make_autoscaler,
     scaling_view,
     template_from_nodes,
 )
 from pollux.policies.base import NodeInfo, Policy
 from pollux.policies.registry import make_policy
+from pollux.service.config import AutoscalingConfig, ServerConfig
 from pollux.service.http.team_usage import load_service_teams, team_usage
 from pollux.service.http.views import job_detail, job_summary, node_views
 from pollux.service.loop.allocator import Allocator, AllocatorConfig
 from pollux.service.loop.explain import batch_change_event
-from pollux.service.loop.retention import Pruner, Retention
+from pollux.service.loop.retention import Pruner
 from pollux.service.loop.telemetry import History, RoundRecorder
 from pollux.service.storage.records import JobRecord
 from pollux.service.storage.states import ACTIVE_STATES
@@ -52,7 +48,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_PORT = 8470
 POLICY_SEED = 0
 """Seed of the service's policy (the simulator's default seed too)."""
 MAX_LOG_CHUNK_BYTES = 1 << 20
@@ -62,98 +57,6 @@ MAX_LISTED = 10000
 """The most finished jobs (or events) one page may ask for."""
 DEFAULT_EVENTS_LISTED = 500
 """Events ``GET /api/jobs/{ref}`` returns by default (the newest)."""
-
-
-@dataclass(frozen=True)
-class ServerConfig:
-    data_dir: Path
-    host: str = "127.0.0.1"
-    port: int = DEFAULT_PORT
-    """0 picks a free port (written to server.json)."""
-    token: str | None = None
-    """Required on every request; None: the token in ``<data_dir>/token``, generated on
-    first start (mode 0600)."""
-    token_file: str | None = None
-    """Where the token came from (recorded in server.json so the CLI can read it)."""
-    policy: str = "pollux"
-    """A policy spec: a registered name or ``module:Class``, with options, e.g.
-    ``pollux(p=-0.5)`` (:mod:`pollux.policies.registry`)."""
-    interval_s: float = 30.0
-    backend: str = "local"
-    num_nodes: int = 1
-    slots_per_node: int | None = None
-    virtual_nodes: str | None = None
-    """Local backend: typed virtual nodes as a cluster spec (``aws:2x2,rtx:1x4``) instead
-    of ``num_nodes`` x ``slots_per_node``."""
-    gpu_type_speeds: str | None = None
-    """Relative speed of one GPU of each type, ``t4=1,a100=6.9``: projects a job's model
-    onto types it has not run on (types not given are learned from jobs that ran on
-    several)."""
-    device: str = "auto"
-    stop_grace_s: float = 60.0
-    poll_interval_s: float = 0.5
-    backend_options: Mapping[str, Any] = field(default_factory=dict)
-    """Extra keyword options of the backend class (e.g. a cluster address)."""
-    advertise_host: str | None = None
-    """Address replicas use to reach the server (hints URL); default: the bound address,
-    or 127.0.0.1 when binding every interface."""
-    tls_cert: str | None = None
-    """PEM certificate (chain) to serve HTTPS with; needs ``tls_key``."""
-    tls_key: str | None = None
-    """PEM private key of ``tls_cert``."""
-    autoscaler: str = "none"
-    """Registered autoscaler computing the desired cluster size every round ("none": no
-    desired size); the size goes to the backend's ``request_cluster_size``."""
-    min_nodes: int = 1
-    """Autoscaling: the fewest nodes to ask for."""
-    max_nodes: int | None = None
-    """Autoscaling: the most nodes to ask for (None: the nodes there are at startup)."""
-    node_price_per_hour: float = DEFAULT_NODE_PRICE_PER_HOUR
-    """Autoscaling: price of a node-hour (shown with the desired size)."""
-    keep_finished: int = Retention.keep_count
-    """Finished jobs kept (the newest); older ones are pruned with their files."""
-    recover: bool = False
-    """Before starting: set the job store aside, restore its newest backup and move the
-    directories of jobs it lacks to ``<data dir>/lost`` (:mod:`pollux.service.storage.store_check`)."""
-    keep_finished_days: float = Retention.keep_s / 86_400.0
-    """Finished jobs are pruned (with their files) this many days after they finished."""
-    log_budget_bytes: int = DEFAULT_LOG_BUDGET_BYTES
-    """Local and slurm backends: each replica's log budget (the newest output kept,
-    :mod:`pollux.backends.replica_log`)."""
-    teams_file: str | None = None
-    """The teams file (YAML, :mod:`pollux.teams`): each team's GPU quota, weight and
-    Slurm account; jobs are submitted into one of their owner's teams."""
-
-    def __post_init__(self) -> None:
-        check_autoscaler_name(self.autoscaler)
-        if (self.tls_cert is None) != (self.tls_key is None):
-            raise ConfigError("tls_cert" if self.tls_cert is None else "tls_key", None,
-                              "give both --tls-cert and --tls-key")
-        for name in ("tls_cert", "tls_key"):
-            path = getattr(self, name)
-            if path is not None and not os.access(path, os.R_OK):
-                raise ConfigError(name, path, "no such readable file")
-        if self.interval_s <= 0:
-            raise ConfigError("interval", self.interval_s, "must be > 0 seconds")
-        if self.gpu_type_speeds is not None:
-            parse_type_speeds(self.gpu_type_speeds, "--gpu-type-speeds")
-        if self.virtual_nodes is not None:
-            if self.backend != "local":
-                raise ConfigError("virtual_nodes", self.virtual_nodes,
-                                  "typed virtual nodes need --backend local (a Ray node "
-                                  "declares its type with an accelerator_type:<T> resource)")
-            parse_cluster_spec(self.virtual_nodes, field="virtual_nodes")
-        try:
-            check_log_budget(self.log_budget_bytes)
-        except ValueError as exc:
-            raise ConfigError("log_budget", self.log_budget_bytes, str(exc)) from None
-        if not 0 <= self.port < 65536:
-            raise ConfigError("port", self.port, "must be in 0..65535")
-        self.retention()  # checks the bounds
-
-    def retention(self) -> Retention:
-        return Retention(keep_count=self.keep_finished,
-                         keep_s=self.keep_finished_days * 86_400.0)
 
 
 def is_loopback(host: str) -> bool:
@@ -338,53 +241,46 @@ class SchedulerService:
         self.backend.close()
 
 
-def autoscaler_for(config: ServerConfig, nodes: Sequence[NodeInfo]) -> Autoscaler | None:
+def autoscaler_for(config: AutoscalingConfig, nodes: Sequence[NodeInfo]) -> Autoscaler | None:
     """``config``'s autoscaler (None for "none"); new nodes copy the most common node."""
-    if config.autoscaler == "none":
+    if config.name == "none":
         return None
     max_nodes = (max(config.min_nodes, 1, len(nodes)) if config.max_nodes is None
                  else config.max_nodes)
     scaling = AutoscalerConfig(template_from_nodes(nodes, config.node_price_per_hour),
                                config.min_nodes, max_nodes)
-    return make_autoscaler(config.autoscaler, scaling)
+    return make_autoscaler(config.name, scaling)
 
 
 def build_service(config: ServerConfig, hints_url: str | None,
                   backend: Backend | None = None) -> SchedulerService:
     """Store, backend, policy and allocation loop for ``config`` (no HTTP)."""
-    store = open_checked_store(config.data_dir, recover=config.recover)
+    store = open_checked_store(config.data_dir, recover=config.store.recover)
     instance_id = keep_instance_id(store, config.data_dir)
     if backend is None:
-        options = dict(config.backend_options)
-        if config.backend == "local":
-            options.update(num_nodes=config.num_nodes, slots_per_node=config.slots_per_node,
-                           device=config.device, virtual_nodes=config.virtual_nodes)
-        if config.backend in ("local", "slurm"):
-            options.update(log_budget_bytes=config.log_budget_bytes)
-        backend = make_backend(config.backend, instance_id=instance_id, **options)
-    policy: Policy = make_policy(config.policy, seed=POLICY_SEED)
+        backend = make_backend(config.backend.name, instance_id=instance_id,
+                               **config.backend.options())
+    policy: Policy = make_policy(config.policy.spec, seed=POLICY_SEED)
     teams = (None if config.teams_file is None else load_service_teams(
-        config.teams_file, backend.nodes(), check_cluster=config.backend == "local"))
+        config.teams_file, backend.nodes(), check_cluster=config.backend.name == "local"))
     history = History()
     metrics = service_metrics(store, backend, history, teams)
     recorder = RoundRecorder(history, lambda: store.list_jobs(ACTIVE_STATES),
                              backend.nodes, time.time,
                              None if metrics is None else metrics.round_duration.observe)
     allocator = Allocator(store, backend, policy, AllocatorConfig(
-        data_dir=config.data_dir, interval_s=config.interval_s,
-        poll_interval_s=config.poll_interval_s, stop_grace_s=config.stop_grace_s,
-        hints_url=hints_url,
-        gpu_type_speeds=({} if config.gpu_type_speeds is None
-                         else parse_type_speeds(config.gpu_type_speeds, "--gpu-type-speeds")),
+        data_dir=config.data_dir, interval_s=config.loop.interval_s,
+        poll_interval_s=config.loop.poll_interval_s, stop_grace_s=config.loop.stop_grace_s,
+        hints_url=hints_url, gpu_type_speeds=config.policy.type_speeds(),
         teams=teams,
         team_accounts={} if teams is None else {
             team.name: team.slurm_account for team in teams if team.slurm_account}),
-        autoscaler=autoscaler_for(config, backend.nodes()),
+        autoscaler=autoscaler_for(config.autoscaling, backend.nodes()),
         on_round=recorder)
     service = SchedulerService(store, backend, allocator, config.data_dir, policy.name,
-                               autoscaler=config.autoscaler, history=history,
+                               autoscaler=config.autoscaling.name, history=history,
                                metrics=metrics,
-                               pruner=Pruner(store, config.data_dir, config.retention(),
+                               pruner=Pruner(store, config.data_dir, config.store.retention(),
                                              time.time,
                                              backup=lambda: backup(store, config.data_dir)))
     service.teams = teams

@@ -167,7 +167,7 @@ def test_jobs_asked_for_by_id_are_those_only(tmp_path: Path) -> None:
 def test_the_slurm_flags_reach_the_backend_and_need_it() -> None:
     import argparse
 
-    from pollux.cli.server import add_server_arguments, backend_options_from_args
+    from pollux.cli.server import add_server_arguments, config_from_args
     from pollux.errors import ConfigError
 
     parser = argparse.ArgumentParser()
@@ -175,10 +175,11 @@ def test_the_slurm_flags_reach_the_backend_and_need_it() -> None:
     args = parser.parse_args(["--backend", "slurm", "--slurm-partition", "gpu",
                               "--slurm-account", "lab", "--slurm-nodes", "g[01-04]",
                               "--slurm-mode", "cluster"])
-    assert backend_options_from_args(args) == {"partition": "gpu", "account": "lab",
-                                               "nodes": "g[01-04]", "mode": "cluster"}
+    assert config_from_args(args).backend.options() == {
+        "partition": "gpu", "account": "lab", "nodes": "g[01-04]", "mode": "cluster",
+        "log_budget_bytes": 64 << 20}
     with pytest.raises(ConfigError, match="--slurm-partition needs --backend slurm"):
-        backend_options_from_args(parser.parse_args(["--slurm-partition", "gpu"]))
+        config_from_args(parser.parse_args(["--slurm-partition", "gpu"]))
     with pytest.raises(SystemExit):
         parser.parse_args(["--backend", "slurm", "--slurm-mode", "both"])
 
