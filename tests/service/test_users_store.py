@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import stat
 from pathlib import Path
 
 import pytest
 
 from pollux.errors import ConfigError, UnknownUserError
+from pollux.service.private import make_private_dir
 from pollux.service.storage.store import JobStore
 from pollux.service.storage.users import TOKEN_PREFIX, UserStore, hash_token
 from tests.service.service_builders import make_spec
@@ -94,6 +96,20 @@ def test_bad_users_are_refused_naming_the_field(store: JobStore, name, teams, fi
     with pytest.raises(ConfigError) as refused:
         UserStore(store.db).add(name, teams, 1.0)
     assert refused.value.field == field
+
+
+def test_a_data_directory_shared_for_its_socket_stays_searchable(tmp_path: Path):
+    """0711 (what registered users need to reach the socket) is kept across restarts; a
+    directory others may list or write is still made private."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    (shared / "pollux.db").touch()
+    shared.chmod(0o711)
+    make_private_dir(shared)
+    assert stat.S_IMODE(shared.stat().st_mode) == 0o711
+    shared.chmod(0o755)
+    make_private_dir(shared)
+    assert stat.S_IMODE(shared.stat().st_mode) == 0o700
 
 
 def test_a_user_name_is_added_once(store: JobStore):
