@@ -151,12 +151,13 @@ class Tiny(pl.LightningModule):
     """A linear model over ``data``; ``read_steps``: reads the trainer's
     estimated_stepping_batches in configure_optimizers."""
 
-    def __init__(self, data: Any, read_steps: bool = False) -> None:
+    def __init__(self, data: Any, read_steps: bool = False, **loader_kwargs: Any) -> None:
         super().__init__()
         self.net, self.data, self.read_steps = torch.nn.Linear(16, 1), data, read_steps
+        self.loader_kwargs = loader_kwargs
 
     def train_dataloader(self) -> Any:
-        return torch.utils.data.DataLoader(self.data, batch_size=8)
+        return torch.utils.data.DataLoader(self.data, batch_size=8, **self.loader_kwargs)
 
     def training_step(self, batch: Any, batch_idx: int) -> Any:
         return self.net(batch[0]).square().mean()
@@ -168,11 +169,67 @@ class Tiny(pl.LightningModule):
 
 
 class Stream(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
+    """The samples of ``data`` as a stream, in order (no ``__len__``)."""
+
+    def __init__(self, data: Any) -> None:
+        self.data = data
+
     def __iter__(self) -> Any:
-        return iter([(torch.zeros(16), torch.zeros(1), 0)] * 8)
+        return (self.data[i] for i in range(len(self.data)))
 
 
-@pytest.mark.parametrize("case", ["accumulation", "steps_in_optimizers", "iterable"])
+class Reversed(torch.utils.data.Sampler):  # type: ignore[type-arg]
+    """A custom sampler: the data set backwards."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+
+    def __iter__(self) -> Any:
+        return iter(range(self.size - 1, -1, -1))
+
+    def __len__(self) -> int:
+        return self.size
+
+
+@pytest.mark.parametrize("source", ["stream", "sampler"])
+def test_a_stream_and_a_custom_sampler_train_every_sample_once_per_epoch(
+        tmp_path: Path, source: str) -> None:
+    """An IterableDataset is read as a stream and a custom sampler draws each epoch's
+    order (pollux.torch.data_sources): 2 epochs, each sample once per epoch, in the
+    stream's or the sampler's order."""
+    ex = example()
+    train, val = ex.synthetic_data(256, 64, seed=0)
+
+    class Module(ex.Regressor):  # type: ignore[misc, name-defined]
+        def train_dataloader(self) -> Any:
+            if source == "stream":
+                return torch.utils.data.DataLoader(Stream(self.train_data), batch_size=16)
+            return torch.utils.data.DataLoader(self.train_data, batch_size=16,
+                                               sampler=Reversed(len(self.train_data)))
+
+    import pollux.torch as pt
+
+    pl.seed_everything(0, verbose=False)
+    module = Module(train, val, batch_size=16, lr=0.005)
+    observer = Observer()
+    trainer = pl.Trainer(
+        max_epochs=2, accelerator="cpu", logger=False, enable_checkpointing=False,
+        enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
+        callbacks=[observer],
+        strategy=AdaptiveStrategy(64, (8, 64), checkpoint_dir=str(tmp_path),
+                                  config=pt.AgentConfig(max_control_interval_steps=1,
+                                                        log_level=None)))
+    trainer.fit(module)
+    assert observer.seen["epoch"] == observer.seen["job_epoch"] == 2
+    order = list(range(256)) if source == "stream" else list(range(255, -1, -1))
+    by_epoch: dict[int, list[int]] = {}
+    for record in module.samples.history:
+        by_epoch.setdefault(record["epoch"], []).extend(record["indices"])
+    assert by_epoch == {0: order, 1: order}, {e: (len(v), v[-20:]) for e, v in by_epoch.items()}
+
+
+@pytest.mark.parametrize("case", ["accumulation", "steps_in_optimizers", "stream_workers",
+                                  "distributed_sampler"])
 def test_unsupported_set_ups_are_refused_by_name(tmp_path: Path, case: str) -> None:
     ex = example()
     train, val = ex.synthetic_data(64, 16, seed=0)
@@ -182,8 +239,11 @@ def test_unsupported_set_ups_are_refused_by_name(tmp_path: Path, case: str) -> N
         accumulate = 2
     elif case == "steps_in_optimizers":
         module, field = Tiny(train, read_steps=True), "estimated_stepping_batches"
-    else:
-        module, field = Tiny(Stream()), "dataset"
+    elif case == "stream_workers":  # a stream is read by the training process
+        module, field = Tiny(Stream(train), num_workers=2), "num_workers"
+    else:  # the agent splits the samples over the replicas itself
+        sampler = torch.utils.data.DistributedSampler(train, num_replicas=1, rank=0)
+        module, field = Tiny(train, sampler=sampler), "DistributedSampler"
     trainer = pl.Trainer(max_epochs=1, accelerator="cpu", logger=False,
                          enable_checkpointing=False, enable_progress_bar=False,
                          accumulate_grad_batches=accumulate, num_sanity_val_steps=0,

@@ -8,6 +8,7 @@ import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -21,6 +22,7 @@ from pollux.models import JobHints
 from pollux.torch.batch_size import BatchLimits
 from pollux.torch.memory_bound import (
     BOUNDS_FILE,
+    RISE_AFTER_STEPS,
     LocalBatchBound,
     fit_peak_memory,
 )
@@ -74,7 +76,8 @@ def test_out_of_memory_bound_is_kept_per_type_and_survives_a_restart(tmp_path: P
     assert bound.out_of_memory(96) == 32  # the largest that completed a step
     limits = BatchLimits(16, 1024, (8, 256), accumulation=False)
     assert bound.limits(limits).local_bsz_bounds == (8, 32)
-    assert json.loads((tmp_path / BOUNDS_FILE).read_text()) == {"a100": 32}
+    assert json.loads((tmp_path / BOUNDS_FILE).read_text()) == {
+        "a100": {"bound": 32, "failed": 96}}
     restarted = LocalBatchBound("a100", None, directory=tmp_path)  # read from the file
     assert restarted.upper_bound() == 32
     other = LocalBatchBound("v100", None, directory=tmp_path)  # another type: its own
@@ -84,6 +87,37 @@ def test_out_of_memory_bound_is_kept_per_type_and_survives_a_restart(tmp_path: P
     saved = LocalBatchBound("a100", None)
     saved.load_state_dict(restarted.state_dict())  # the checkpoint keeps it too
     assert saved.upper_bound() == 32
+
+
+def test_the_bound_rises_halfway_to_the_failed_batch_when_the_fit_shows_headroom(
+        tmp_path: Path) -> None:
+    """32 fits, 96 ran out of memory; steps at 32 peak at 10 MiB + 1 MiB per sample on a
+    1 GiB device (the fit predicts ~900): after RISE_AFTER_STEPS steps the bound rises to
+    (32 + 96) / 2 = 64; out of memory at 64 lowers it to 32 again (64 failed), then it
+    rises to 48; without a reader it never rises."""
+    memory = FakeMemory(10 * MIB, MIB, 1024 * MIB)
+    bound = LocalBatchBound("a100", memory, directory=tmp_path)
+    memory.local_bsz = 32
+    bound.observe_step(32)
+    assert bound.out_of_memory(96) == 32
+    for _ in range(RISE_AFTER_STEPS - 1):
+        bound.observe_step(32)
+    assert bound.upper_bound() == 32  # not before RISE_AFTER_STEPS steps at the bound
+    bound.observe_step(32)
+    assert bound.upper_bound() == 64
+    assert json.loads((tmp_path / BOUNDS_FILE).read_text()) == {
+        "a100": {"bound": 64, "failed": 96}}
+    assert bound.out_of_memory(64) == 32
+    for _ in range(RISE_AFTER_STEPS):
+        bound.observe_step(32)
+    assert bound.upper_bound() == 48
+    assert LocalBatchBound("a100", None, directory=tmp_path).upper_bound() == 48
+    blind = LocalBatchBound("cpu", None)
+    blind.observe_step(32)
+    assert blind.out_of_memory(96) == 32
+    for _ in range(2 * RISE_AFTER_STEPS):
+        blind.observe_step(32)
+    assert blind.upper_bound() == 32
 
 
 @pytest.fixture()
@@ -170,10 +204,51 @@ def test_out_of_memory_in_forward_leaves_for_a_restart_with_the_bound(
     with pytest.raises(SystemExit) as leaving:
         train_one_pass()
     assert leaving.value.code == RESCALE_EXIT_CODE
-    assert json.loads((ckpt / BOUNDS_FILE).read_text()) == {"cpu": 32}
+    assert json.loads((ckpt / BOUNDS_FILE).read_text()) == {"cpu": {"bound": 32, "failed": 64}}
     job, model, loader = start()
     assert model.bounded_limits(loader.limits).local_bsz_bounds == (8, 32)
     job.close()
+
+
+class OutOfMemoryInStep(torch.optim.SGD):
+    """SGD whose step runs out of memory above ``limit`` samples (``local``: the batch)."""
+
+    def __init__(self, params: Any, limit: int) -> None:
+        super().__init__(params, lr=0.1)
+        self.limit, self.local = limit, 0
+
+    def step(self, closure: Any = None) -> Any:
+        if self.local > self.limit:
+            raise torch.OutOfMemoryError("injected in the optimizer step")
+        return super().step(closure)
+
+
+def test_out_of_memory_in_the_optimizer_step_leaves_for_a_restart_with_the_bound(
+        process_group: None, tmp_path: Path) -> None:
+    ckpt = tmp_path / "ckpt"
+    job = pt.init_process_group("gloo", install_signal_handler=False,
+                                checkpoint_dir=ckpt, environ={})
+    net = torch.nn.Linear(4, 1)
+    optimizer = OutOfMemoryInStep(net.parameters(), limit=48)
+    model = pt.AdaptiveDataParallel(net, optimizer, job=job)
+    data = torch.utils.data.TensorDataset(torch.randn(128, 4), torch.randn(128))
+    loader = pt.AdaptiveDataLoader(data, batch_size=32, job=job)
+    loader.autoscale_batch_size(256, local_bsz_bounds=(8, 128))
+
+    def train_one_pass() -> None:
+        for x, y in loader:
+            optimizer.local = len(x)
+            optimizer.zero_grad()
+            ((model(x).squeeze(-1) - y) ** 2).mean().backward()
+            optimizer.step()
+
+    train_one_pass()
+    loader.batch_config, loader.config_replicas = pt.BatchConfig(64), 1
+    with pytest.raises(SystemExit) as leaving:
+        train_one_pass()
+    assert leaving.value.code == RESCALE_EXIT_CODE
+    assert json.loads((ckpt / BOUNDS_FILE).read_text()) == {"cpu": {"bound": 32, "failed": 64}}
+    assert optimizer.param_groups[0]["lr"] == 0.1  # the scaled rate was put back
 
 
 @pytest.mark.timeout(240)
@@ -202,7 +277,7 @@ def test_a_job_out_of_memory_above_48_succeeds_under_pollux_submit(tmp_path: Pat
         steps = [json.loads(line) for line in (ckpt / "steps.jsonl").read_text().splitlines()]
         assert max(s["launch"] for s in steps) >= 1  # restarted after the out-of-memory
         assert all(s["local_bsz"] <= 48 for s in steps)
-        bound = json.loads((ckpt / BOUNDS_FILE).read_text())["cpu"]
+        bound = json.loads((ckpt / BOUNDS_FILE).read_text())["cpu"]["bound"]
         assert bound <= 48
         hints = JobHints.from_dict(detail["hints"])
         assert hints.local_bsz_bounds[1] == bound and hints.max_batch_size == 512

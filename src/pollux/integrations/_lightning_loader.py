@@ -43,41 +43,52 @@ _LOADER_OPTIONS = ("num_workers", "collate_fn", "pin_memory", "timeout", "worker
 """The DataLoader options the agent's loader takes over from the module's loader."""
 
 
-def _is_shuffled(loader: torch.utils.data.DataLoader[Any]) -> bool:
+def _order(loader: torch.utils.data.DataLoader[Any]) -> tuple[bool, Any]:
+    """(shuffle, custom sampler or None) of a map-style loader: PyTorch's own sequential
+    or random order becomes the agent's seeded one; any other sampler (weighted, grouped
+    by length, a RandomSampler with replacement...) draws each epoch's order on rank 0
+    (:mod:`pollux.torch.data_sources`)."""
     sampler = loader.sampler
-    if isinstance(sampler, torch.utils.data.RandomSampler):
-        return True
     if isinstance(sampler, torch.utils.data.SequentialSampler):
-        return False
+        return False, None
+    if (isinstance(sampler, torch.utils.data.RandomSampler) and not sampler.replacement
+            and sampler.num_samples == len(sampler.data_source)):
+        return True, None
     if isinstance(sampler, torch.utils.data.DistributedSampler):
-        return bool(sampler.shuffle)
-    raise ConfigError("train_dataloader().sampler", type(sampler).__name__,
-                      "AdaptiveStrategy orders the samples itself: give the DataLoader "
-                      "shuffle=True or shuffle=False and no sampler")
+        raise ConfigError("train_dataloader().sampler", "DistributedSampler",
+                          "AdaptiveStrategy splits the samples over the replicas itself: "
+                          "give the DataLoader shuffle=True/False or a sampler of the "
+                          "whole data set")
+    return False, sampler
 
 
 def adaptive_loader_options(loader: object) -> tuple[Any, int, bool, bool, dict[str, Any]]:
     """(dataset, batch size, shuffle, drop_last, other options) of the module's training
-    DataLoader, checked for what the agent's loader can take over."""
+    DataLoader, checked for what the agent's loader can take over: a map-style data set
+    with PyTorch's order or a custom ``sampler`` (passed on as ``sampler=``), or an
+    IterableDataset read as a stream (in this process, ``num_workers=0``)."""
     if not isinstance(loader, torch.utils.data.DataLoader):
         raise ConfigError("train_dataloader()", type(loader).__name__,
                           "return a torch.utils.data.DataLoader under AdaptiveStrategy")
-    if isinstance(loader.dataset, torch.utils.data.IterableDataset):
-        raise ConfigError("train_dataloader().dataset", type(loader.dataset).__name__,
-                          "AdaptiveStrategy needs a map-style data set (__len__ and "
-                          "__getitem__)")
     if loader.batch_size is None:
         raise ConfigError("train_dataloader().batch_size", None,
                           "give the DataLoader a batch_size (the initial local batch) "
                           "rather than a batch_sampler")
+    dataset = loader.dataset
+    if isinstance(dataset, torch.utils.data.IterableDataset):
+        options: dict[str, Any] = {"collate_fn": loader.collate_fn,
+                                   "num_workers": loader.num_workers}
+        return dataset, int(loader.batch_size), False, bool(loader.drop_last), options
     options = {name: getattr(loader, name) for name in _LOADER_OPTIONS
                if hasattr(loader, name)}
     if options.get("num_workers", 0) > 0:
         options["prefetch_factor"] = loader.prefetch_factor
     else:
         options.pop("persistent_workers", None)
-    return (loader.dataset, int(loader.batch_size), _is_shuffled(loader),
-            bool(loader.drop_last), options)
+    shuffle, sampler = _order(loader)
+    if sampler is not None:
+        options["sampler"] = sampler
+    return dataset, int(loader.batch_size), shuffle, bool(loader.drop_last), options
 
 
 def trainer_callbacks(trainer: Any) -> list[Callback]:
@@ -114,9 +125,15 @@ class LightningTrainLoader:
         return int(current.processed)
 
     def _remaining(self) -> int:
-        """Batches this process has still to hand out in this epoch (current batch size)."""
+        """Batches this process has still to hand out in this epoch (current batch size).
+        A stream of unknown length has one more until it has ended: Lightning, told a
+        length, fetches no batch ahead (which would run the agent's step boundary of a
+        step before it trained), and the pass's end marks Lightning's last batch."""
         handed = self._handed if self._handed_epoch == self.job.epoch else 0
-        return max(len(self.loader) - handed, 0)
+        try:
+            return max(len(self.loader) - handed, 0)
+        except TypeError:
+            return 0 if self._exhausted else 1
 
     def __len__(self) -> int:
         """This epoch's batches: those Lightning counted plus those left."""

@@ -1,5 +1,6 @@
 """Set-up helpers of :mod:`pollux.integrations.transformers`: the refused arguments,
-accelerate's view of the replicas, the RNG states the Trainer's seeding would reset."""
+accelerate's view of the replicas, the RNG states the Trainer's seeding would reset,
+and the epochs' passes the Trainer iterates."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import numpy as np
 import torch
 
 from pollux.errors import ConfigError
+from pollux.torch.data_loader import AdaptiveDataLoader
 from pollux.torch.job import JobContext
 
 
@@ -73,3 +75,40 @@ def set_rng_states(states: dict[str, Any]) -> None:
     if "cuda" in states:
         torch.cuda.set_rng_state_all(states["cuda"])
 
+
+class EpochPasses:
+    """What the Trainer iterates: one full pass of the agent's loader per Trainer epoch.
+
+    Its length is the most micro-batches a pass can hand out, plus one, so that the
+    Trainer's loop always asks once more at the end of a pass; the pass then ends the
+    job's epoch and the Trainer's (``should_epoch_stop``).
+    """
+
+    def __init__(self, trainer: Any, loader: AdaptiveDataLoader) -> None:
+        self.trainer = trainer
+        self.loader = loader
+        self.dataset = loader.dataset
+        self._pass: Any = None
+
+    def __len__(self) -> int:
+        job = self.loader.job
+        smallest = job.num_replicas * self.loader.limits.local_bsz_bounds[0]
+        return len(self.dataset) // smallest + 3
+
+    def __iter__(self) -> Any:
+        self._pass = self._one_pass()
+        return self._pass
+
+    def _one_pass(self) -> Any:
+        job = self.loader.job
+        epoch = job.epoch
+        yield from self.loader
+        if job.epoch == epoch:
+            job.finish_epoch()
+        self.trainer.control.should_epoch_stop = True
+
+    def finish_pass(self) -> None:
+        """Run the pass in progress to its end (its last step has trained)."""
+        if self._pass is not None:
+            next(self._pass, None)
+            self._pass = None

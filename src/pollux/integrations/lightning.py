@@ -326,7 +326,11 @@ class AdaptiveStrategy(ParallelStrategy):
         if self.adaptive_model is None:
             return super().optimizer_step(optimizer, closure, model, **kwargs)
         optimizer.zero_grad()  # the agent keeps pending (accumulated) gradients
-        result = closure()
+        try:
+            result = closure()
+        except torch.OutOfMemoryError:  # in the backward pass (the forward's is caught)
+            self.adaptive_model.restart_after_out_of_memory()
+            raise
         if result is None:  # training_step returned None: no backward, no step
             return None
         return super().optimizer_step(optimizer, lambda: result, model, **kwargs)

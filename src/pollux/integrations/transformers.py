@@ -44,10 +44,12 @@ import types
 from collections.abc import Sized
 from typing import Any
 
+import torch
 from transformers import Trainer, TrainerCallback, TrainerState, TrainingArguments
 
 from pollux.errors import ConfigError
 from pollux.integrations._transformers_setup import (
+    EpochPasses,
     align_accelerate,
     check_arguments,
     is_hf_dataset,
@@ -92,44 +94,6 @@ class _TrainerRecord:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.init_batch_size = state.get("init_batch_size")
         self.restored_state = state.get("trainer_state")
-
-
-class _EpochPasses:
-    """What the Trainer iterates: one full pass of the agent's loader per Trainer epoch.
-
-    Its length is the most micro-batches a pass can hand out, plus one, so that the
-    Trainer's loop always asks once more at the end of a pass; the pass then ends the
-    job's epoch and the Trainer's (``should_epoch_stop``).
-    """
-
-    def __init__(self, trainer: AdaptiveTrainer, loader: AdaptiveDataLoader) -> None:
-        self.trainer = trainer
-        self.loader = loader
-        self.dataset = loader.dataset
-        self._pass: Any = None
-
-    def __len__(self) -> int:
-        job = self.loader.job
-        smallest = job.num_replicas * self.loader.limits.local_bsz_bounds[0]
-        return len(self.dataset) // smallest + 3
-
-    def __iter__(self) -> Any:
-        self._pass = self._one_pass()
-        return self._pass
-
-    def _one_pass(self) -> Any:
-        job = self.loader.job
-        epoch = job.epoch
-        yield from self.loader
-        if job.epoch == epoch:
-            job.finish_epoch()
-        self.trainer.control.should_epoch_stop = True
-
-    def finish_pass(self) -> None:
-        """Run the pass in progress to its end (its last step has trained)."""
-        if self._pass is not None:
-            next(self._pass, None)
-            self._pass = None
 
 
 class _AgentCallback(TrainerCallback):
@@ -223,7 +187,7 @@ class AdaptiveTrainer(Trainer):
         self.adaptive_loader: AdaptiveDataLoader | None = None
         """The agent's training loader (None before ``train``); ``batch_info`` says
         which samples the current micro-batch holds."""
-        self._passes: _EpochPasses | None = None
+        self._passes: EpochPasses | None = None
         self._record = _TrainerRecord(self)
         self.job.checkpoint.register(STATE_NAME, self._record)
         self._steps_seen = 0
@@ -266,7 +230,7 @@ class AdaptiveTrainer(Trainer):
         if self.max_batch_size is not None:
             loader.autoscale_batch_size(self.max_batch_size, self.local_bsz_bounds)
         self.adaptive_loader = loader
-        self._passes = _EpochPasses(self, loader)
+        self._passes = EpochPasses(self, loader)
         return self._passes
 
     def set_initial_training_values(self, args: Any, dataloader: Any) -> tuple[Any, ...]:
@@ -341,6 +305,16 @@ class AdaptiveTrainer(Trainer):
         self._steps_seen = self.adaptive_model.optimizer_steps
         return self.adaptive_model
 
+    def training_step(self, *args: Any, **kwargs: Any) -> Any:
+        """The Trainer's forward and backward pass; out of memory, the agent lowers its
+        bound and restarts at a batch that fits (:mod:`pollux.torch.memory_bound`)."""
+        try:
+            return super().training_step(*args, **kwargs)
+        except torch.OutOfMemoryError:
+            if self.adaptive_model is not None:
+                self.adaptive_model.restart_after_out_of_memory()
+            raise
+
     def create_scheduler(self, num_training_steps: int, optimizer: Any = None) -> Any:
         scheduler = super().create_scheduler(num_training_steps, optimizer)
         if scheduler is not None and scheduler is not self._schedule_attached:
@@ -395,6 +369,6 @@ class AdaptiveTrainer(Trainer):
             logger.info("resuming from Pollux's checkpoint; resume_from_checkpoint=%r is "
                         "not used", resume_from_checkpoint)
         # the Trainer's epochs are an epoch loop: one pass per epoch, the one in progress
-        # resumed after a restart, the epoch moved by _EpochPasses (pollux.torch.epochs)
+        # resumed after a restart, the epoch moved by EpochPasses (pollux.torch.epochs)
         with epoch_scope(self.job):
             return super().train(None, *args, **kwargs)

@@ -32,7 +32,12 @@ from pollux.torch.distributed import (
     standalone_checkpoint_dir,
 )
 from pollux.torch.elastic_sampler import ElasticSampler, StepPlan, epoch_order, plan_step
-from pollux.torch.epochs import current_dataloader, current_epoch, remaining_epochs_until
+from pollux.torch.epochs import (
+    current_dataloader,
+    current_epoch,
+    epoch_scope,
+    remaining_epochs_until,
+)
 from pollux.torch.gradient_noise import GradientNoiseEstimator
 from pollux.torch.job import AgentConfig, JobContext
 from pollux.torch.scaling_rules import (
@@ -68,6 +73,7 @@ __all__ = [
     "current_epoch",
     "default_scaling_rule",
     "epoch_order",
+    "epoch_scope",
     "init_process_group",
     "plan_step",
     "read_launch_environment",

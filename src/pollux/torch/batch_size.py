@@ -65,6 +65,21 @@ class BatchConfig:
     def total(self, num_replicas: int) -> int:
         return num_replicas * self.local_bsz * (self.accum_steps + 1)
 
+    def micro_batches_per_rank(self, num_samples: int, num_replicas: int,
+                               drop_last: bool) -> int:
+        """Micro-batches each rank takes for ``num_samples`` samples of an epoch (as
+        :func:`~pollux.torch.elastic_sampler.plan_step` plans them: full steps, then the
+        last, short step spread over the replicas unless ``drop_last``).
+
+        >>> BatchConfig(local_bsz=8, accum_steps=1).micro_batches_per_rank(100, 2, False)
+        7
+        """
+        micro = self.accum_steps + 1
+        full_steps, rest = divmod(num_samples, num_replicas * self.local_bsz * micro)
+        share = -(-rest // num_replicas)  # the last, short step's samples per replica
+        last = 0 if rest == 0 or drop_last else -(-share // self.local_bsz)
+        return full_steps * micro + last
+
 
 def initial_batch_config(limits: BatchLimits, num_replicas: int) -> BatchConfig:
     """The configuration closest to ``M0`` on ``num_replicas`` replicas.

@@ -1,12 +1,11 @@
 """AdaptiveDataLoader: hands each replica its micro-batches and runs the job's rhythm.
 
-Iterating the loader drives everything that must happen at optimizer-step boundaries
-on every rank at once: the agent's control loop (:mod:`pollux.torch.control_loop`) runs
-its agreement points there, where a stop request leads to a checkpoint and exit, a
-periodic checkpoint is taken, or a new batch configuration is adopted; the cursor of the elastic sampler moves past each step once the
-user asks for the next batch (so a checkpoint never loses or repeats a step's samples,
-even one taken in the middle of an accumulation). It also marks micro-step times for the
-profile and reports hints.
+Iterating the loader drives what must happen at optimizer-step boundaries on every rank
+at once: the agreement points of the control loop (:mod:`pollux.torch.control_loop`: a
+stop request leads to a checkpoint and exit, a periodic checkpoint, a new batch
+configuration); the sampler's cursor moves past each step once the user asks for the
+next batch (a checkpoint never loses or repeats a step's samples, even in the middle of
+an accumulation). It also marks micro-step times for the profile and reports hints.
 
 The ``batch_size`` given is the initial *total* batch size ``M0``, split over replicas.
 The defaults are PyTorch's ``DataLoader``'s (and AdaptDL's): ``shuffle=False``,
@@ -37,7 +36,7 @@ from pollux.torch.data_sources import (
     planned_steps,
     stream_steps,
 )
-from pollux.torch.elastic_sampler import ElasticSampler, IndexArray, StepPlan, plan_step
+from pollux.torch.elastic_sampler import ElasticSampler, IndexArray, StepPlan
 from pollux.torch.passes import PassLog, PassMark, PassStart
 from pollux.torch.profiler import MicroStepTiming
 
@@ -46,7 +45,6 @@ if TYPE_CHECKING:
     from pollux.torch.roles import DrivenModel
 
 logger = logging.getLogger(__name__)
-
 
 
 @dataclass(frozen=True)
@@ -193,19 +191,11 @@ class AdaptiveDataLoader:
             if self.custom_sampler is not None and not sampler.drawn:
                 total = len(self.custom_sampler)
         mark = self.mark
-        if mark is None or mark.ended:
-            return self._micro_batches_for(total, config)
-        return self._handed_out + self._micro_batches_for(remaining, config)
-
-    def _micro_batches_for(self, samples: int, config: BatchConfig) -> int:
-        """Micro-batches on this rank for ``samples`` samples of an epoch (as
-        :func:`~pollux.torch.elastic_sampler.plan_step` plans them)."""
         replicas = self.job.num_replicas
-        micro = config.accum_steps + 1
-        full_steps, rest = divmod(samples, replicas * config.local_bsz * micro)
-        share = math.ceil(rest / replicas)  # the last, short step's samples per replica
-        last = 0 if rest == 0 or self.drop_last else math.ceil(share / config.local_bsz)
-        return full_steps * micro + last
+        if mark is None or mark.ended:
+            return config.micro_batches_per_rank(total, replicas, self.drop_last)
+        return self._handed_out + config.micro_batches_per_rank(remaining, replicas,
+                                                                self.drop_last)
 
     def to_tensorboard(self, writer: Any, step: int, prefix: str = "pollux/") -> None:
         """Add the agent's view of this loader as scalars at ``step`` to ``writer`` (a
@@ -338,19 +328,13 @@ class AdaptiveDataLoader:
         return planned_steps(sampler, self.dataset, self._loader_kwargs, job.rank,
                              job.num_replicas, config, self.drop_last, wants_probe)
 
-    def _pass_over(self) -> bool:
-        sampler = self.sampler
-        if isinstance(sampler, StreamReader):
-            return sampler.exhausted
-        return sampler.remaining <= 0
-
     def _iterate(self, model: DrivenModel | None) -> Iterator[Any]:
         job = self.job
         epoch = self.sampler.epoch
         profiling = job.rank == 0 and model is not None
         clock = job.profiler.clock
         self._control.synchronize(model)
-        while not self._pass_over():
+        while self.sampler.remaining > 0:  # a stream's: 1 until it has ended
             config = self.batch_config
             assert config is not None
             steps = self._steps(config, model)
@@ -407,11 +391,9 @@ class AdaptiveDataLoader:
             steps.close()
             if not reconfigured:
                 break
-        sampler = self.sampler
-        if isinstance(sampler, ElasticSampler) and sampler.remaining > 0:
-            # drop_last: the incomplete last step is skipped
-            config = self.batch_config
-            assert config is not None
-            sampler.commit(plan_step(sampler.order, sampler.position, job.num_replicas,
-                                     config.local_bsz, config.accum_steps))
+        config = self.batch_config
+        rest = (self.sampler.plan(job.num_replicas, config.local_bsz, config.accum_steps)
+                if isinstance(self.sampler, ElasticSampler) and config is not None else None)
+        if rest is not None:  # drop_last: the incomplete last step is skipped
+            self.sampler.commit(rest)
 

@@ -56,8 +56,6 @@ from pollux.torch.scaling_rules import ScalingRule, default_scaling_rule
 
 if TYPE_CHECKING:
     from pollux.torch.batch_size import BatchLimits
-
-if TYPE_CHECKING:
     from pollux.torch.job import JobContext
 
 logger = logging.getLogger(__name__)
@@ -159,13 +157,10 @@ class AdaptiveDataParallel(DistributedDataParallel):
         self._pair = GradientPair()
         self.grad_stats: GradientStats | None = None
         """Host copy of the gradient statistics at the initial batch (from agreements)."""
-        self._sharded: ShardedGradients | None = None
-        """The FSDP2 side (None: DDP)."""
-        if sharded:
-            self._sharded = ShardedGradients(module, self._step, world_size=self._world,
-                                             process_group=self.process_group,
-                                             mark=job.profiler.clock.mark)
-        else:
+        self._sharded = None if not sharded else ShardedGradients(  # the FSDP2 side
+            module, self._step, world_size=self._world, process_group=self.process_group,
+            mark=job.profiler.clock.mark)
+        if not sharded:
             self.register_comm_hook(self._norms, comm_hook)
         if isinstance(self.scaling_rule, AdamGainScale) and not sharded:  # Adam's steps
             self._norms.preconditioner = AdamPreconditioner(optimizer)
@@ -349,16 +344,18 @@ class AdaptiveDataParallel(DistributedDataParallel):
         step = self._step
         scale, step_gain = self.step_gain(step.step_batch)
         factor = self.scaling_rule.lr_factor(scale, step_gain, self._trainer.progress)
-        if factor == 1.0:  # e.g. at the initial batch size: nothing to scale
-            result = original(*args, **kwargs)
-        else:
-            groups = self.optimizer.param_groups
-            base = [group["lr"] for group in groups]
+        groups = self.optimizer.param_groups
+        base = [group["lr"] for group in groups]
+        if factor != 1.0:  # (1: e.g. at the initial batch size, nothing to scale)
             for group, lr in zip(groups, base):
                 group["lr"] = lr * factor
-            try:
-                result = original(*args, **kwargs)
-            finally:
+        try:
+            result = original(*args, **kwargs)
+        except torch.OutOfMemoryError:  # e.g. Adam's state, created at the first step
+            self.restart_after_out_of_memory()
+            raise
+        finally:
+            if factor != 1.0:
                 for group, lr in zip(groups, base):
                     group["lr"] = lr
         step.grads_pending = False
@@ -380,11 +377,14 @@ class AdaptiveDataParallel(DistributedDataParallel):
                 return self.module(*inputs, **kwargs)
             return super().forward(*inputs, **kwargs)
         except torch.OutOfMemoryError:
-            self._out_of_memory()
+            self.restart_after_out_of_memory()
             raise
 
-    def _out_of_memory(self) -> None:
-        """Restart at a batch that fits (exit 75), unless nothing smaller can help."""
+    def restart_after_out_of_memory(self) -> None:
+        """The step ran out of memory: lower the bound and exit 75 to restart from the last
+        checkpoint at a batch that fits; returns when nothing smaller can help (the caller
+        re-raises). The forward pass and the optimizer step call it; around a backward
+        pass, call it in ``except torch.OutOfMemoryError`` (the integrations do)."""
         limits = getattr(self.job.current_dataloader, "limits", None)
         local = self._step.local_bsz
         if (self.memory_bound is None or limits is None or local is None

@@ -10,11 +10,19 @@ Two bounds, the tighter one wins (:meth:`LocalBatchBound.upper_bound`):
   point; one batch size seen: everything counted per sample, which over-estimates the
   slope, so the prediction errs small), and the largest batch whose predicted peak stays
   under :data:`MEMORY_HEADROOM` of the device's capacity is the bound.
-* **Measured**: a forward pass that raises ``torch.OutOfMemoryError`` lowers the bound
-  of this GPU type to the largest local batch that has completed a step there (half the
-  failed batch if none has). The bound is written at once to ``memory-bounds.json`` in
-  the checkpoint directory (no consistent checkpoint can be taken in the middle of a
-  step) and kept in every later checkpoint, so it survives the restart that follows.
+* **Measured**: a step that raises ``torch.OutOfMemoryError`` (in the forward pass, in
+  the optimizer step, or in the backward pass where the agent runs it: the Lightning and
+  Hugging Face integrations) lowers the bound of this GPU type to the largest local
+  batch that has completed a step there (half the failed batch if none has). The bound
+  and the failed batch are written at once to ``memory-bounds.json`` in the checkpoint
+  directory (no consistent checkpoint can be taken in the middle of a step) and kept in
+  every later checkpoint, so they survive the restart that follows.
+* **Rising again**: an out-of-memory error may be transient (fragmentation, another
+  process on the device). After :data:`RISE_AFTER_STEPS` steps at the measured bound,
+  when the fit of peak memory predicts more fits, the bound rises halfway to the batch
+  that failed (never to it): a bisection between the largest batch known to fit and the
+  smallest known not to, which another out-of-memory error lowers again. Without a
+  memory reader (CPU) nothing is predicted and the bound stays.
 
 The agent never chooses a local batch above the bound, and its hints report it as the
 upper end of ``local_bsz_bounds``, so the scheduler's goodput model never assumes more.
@@ -44,7 +52,10 @@ logger = logging.getLogger(__name__)
 MEMORY_HEADROOM = 0.9
 """Fraction of the device's capacity a predicted peak may use (fragmentation, spikes)."""
 BOUNDS_FILE = "memory-bounds.json"
-"""In the checkpoint directory: GPU type -> local batch bound after an out-of-memory."""
+"""In the checkpoint directory: GPU type -> ``{"bound": largest local batch allowed,
+"failed": smallest local batch that ran out of memory}``."""
+RISE_AFTER_STEPS = 50
+"""Steps completed at the measured bound before it may rise (see the module)."""
 
 
 class MemoryReader(Protocol):
@@ -137,6 +148,10 @@ class LocalBatchBound:
         self.headroom = headroom
         self._oom: dict[str, int] = {}
         """GPU type -> largest local batch allowed after an out-of-memory there."""
+        self._failed: dict[str, int] = {}
+        """GPU type -> smallest local batch that ran out of memory there."""
+        self._steps_at_bound = 0
+        """Steps completed at this type's measured bound since it last moved."""
         self._peaks: dict[int, int] = {}
         """Local batch -> highest peak bytes of a step at this type."""
         self._largest_ok = 0
@@ -157,6 +172,26 @@ class LocalBatchBound:
         peak = self.reader.peak_bytes()
         if peak is not None and peak > 0:
             self._peaks[int(local_bsz)] = max(self._peaks.get(int(local_bsz), 0), int(peak))
+        if self._oom.get(self.gpu_type) == int(local_bsz):
+            self._steps_at_bound += 1
+            if self._steps_at_bound >= RISE_AFTER_STEPS:
+                self._maybe_rise()
+
+    def _maybe_rise(self) -> None:
+        """Raise the measured bound halfway to the failed batch when the fit predicts it
+        fits (see the module)."""
+        self._steps_at_bound = 0
+        bound = self._oom[self.gpu_type]
+        failed = self._failed.get(self.gpu_type, 2 * bound)
+        predicted = self.predicted()
+        if predicted is None or predicted <= bound or failed - bound < 2:
+            return
+        new = min(predicted, (bound + failed) // 2)
+        self._oom[self.gpu_type] = new
+        logger.info("memory bound on %s raised from %d to %d (the fit of peak memory "
+                    "predicts up to %d; %d ran out of memory)", self.gpu_type, bound, new,
+                    predicted, failed)
+        self._write_file(lowered=False)
 
     def out_of_memory(self, local_bsz: int) -> int:
         """A step at ``local_bsz`` ran out of memory: lower this type's bound and write it
@@ -164,6 +199,8 @@ class LocalBatchBound:
         failed = int(local_bsz)
         new = self._largest_ok if 0 < self._largest_ok < failed else max(failed // 2, 1)
         self._oom[self.gpu_type] = min(self._oom.get(self.gpu_type, new), new)
+        self._failed[self.gpu_type] = min(self._failed.get(self.gpu_type, failed), failed)
+        self._steps_at_bound = 0
         self._write_file()
         return self._oom[self.gpu_type]
 
@@ -207,27 +244,45 @@ class LocalBatchBound:
         if isinstance(saved, dict):
             self._merge(saved)
 
-    def _merge(self, saved: dict[str, Any]) -> None:
-        for gpu_type, bound in saved.items():
-            if isinstance(gpu_type, str) and isinstance(bound, int) and bound >= 1:
+    def _merge(self, saved: dict[str, Any], *, failed: dict[str, Any] | None = None) -> None:
+        """Take the lower bounds of ``saved`` (type -> ``{"bound", "failed"}``, or an int
+        bound as written before failed batches were kept)."""
+        for gpu_type, entry in saved.items():
+            if not isinstance(gpu_type, str):
+                continue
+            bound = entry.get("bound") if isinstance(entry, dict) else entry
+            fail = entry.get("failed") if isinstance(entry, dict) else None
+            if failed is not None:
+                fail = failed.get(gpu_type, fail)
+            if isinstance(bound, int) and bound >= 1:
                 self._oom[gpu_type] = min(self._oom.get(gpu_type, bound), bound)
+            if isinstance(fail, int) and fail >= 1:
+                self._failed[gpu_type] = min(self._failed.get(gpu_type, fail), fail)
 
-    def _write_file(self) -> None:
+    def _entries(self) -> dict[str, dict[str, int]]:
+        return {gpu_type: {"bound": bound, "failed": self._failed.get(gpu_type, 2 * bound)}
+                for gpu_type, bound in self._oom.items()}
+
+    def _write_file(self, *, lowered: bool = True) -> None:
+        """Write the bounds (merged with another replica's lower ones when ``lowered``;
+        a rise is this process's decision, written as it is)."""
         if self.directory is None:
             return
         self.directory.mkdir(parents=True, exist_ok=True)
         path = self.directory / BOUNDS_FILE
-        self._read_file()  # another replica may have written a lower one
+        if lowered:
+            self._read_file()  # another replica may have written a lower one
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(self._oom, sort_keys=True))
+        tmp.write_text(json.dumps(self._entries(), sort_keys=True))
         os.replace(tmp, path)
 
     def state_dict(self) -> dict[str, Any]:
-        return {"oom": dict(self._oom), "gpu_type": self.gpu_type,
+        return {"oom": dict(self._oom), "failed": dict(self._failed),
+                "gpu_type": self.gpu_type,
                 "peaks": {str(b): p for b, p in self._peaks.items()}}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self._merge(dict(state.get("oom", {})))
+        self._merge(dict(state.get("oom", {})), failed=dict(state.get("failed", {})))
         if state.get("gpu_type") == self.gpu_type:
             for b, p in dict(state.get("peaks", {})).items():
                 self._peaks[int(b)] = max(self._peaks.get(int(b), 0), int(p))
@@ -235,7 +290,7 @@ class LocalBatchBound:
 
 def leave_after_out_of_memory(bound: LocalBatchBound, local_bsz: int, smallest: int,
                               close: Callable[[], None], device: torch.device) -> None:
-    """A forward pass at ``local_bsz`` ran out of memory: lower the bound, free the cached
+    """A step at ``local_bsz`` ran out of memory: lower the bound, free the cached
     memory, close the job and raise ``SystemExit`` with the rescale exit code, so that
     the job restarts from its last checkpoint at a batch that fits, not counted as a
     failure (a plain training loop cannot be resumed in the middle of its body). Returns
