@@ -221,7 +221,7 @@ def run(args: argparse.Namespace) -> int:
         paths = save_plots(records, timelines, args.plot)
         console.print(f"wrote {len(paths)} plots to {args.plot}", highlight=False)
     if args.html:
-        from pollux.sim.report import write_report
+        from pollux.sim.html_report import write_report
 
         title = "Pollux simulation" + (" on a typed cluster" if config.cluster else "")
         write_report(args.html, title, f"{len(workloads)} workload(s) on {cluster}, "

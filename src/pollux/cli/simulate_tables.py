@@ -1,6 +1,6 @@
 """The tables of ``pollux simulate``: policies side by side, and average JCT per workload.
 
-Built as :class:`~pollux.sim.report.TextTable` (the HTML report reuses them) and printed
+Built as :class:`~pollux.sim.html_report.TextTable` (the HTML report reuses them) and printed
 with rich.
 """
 
@@ -11,8 +11,8 @@ from typing import Any
 
 from rich.table import Table
 
+from pollux.sim.html_report import TextTable
 from pollux.sim.metrics import RunRecord, summarize_policies
-from pollux.sim.report import TextTable
 
 
 def _seconds(value: float) -> str:

@@ -58,9 +58,9 @@ from pollux.sim.applications import Application
 from pollux.sim.cluster import ClusterSize, ElasticCluster
 from pollux.sim.config import ClusterConfig
 from pollux.sim.job import BatchMode, JobKnowledge, SimJob
+from pollux.sim.job_reports import hints_report, typed_report
 from pollux.sim.oracle import OracleTables, true_throughput_params
 from pollux.sim.placement import placement_of
-from pollux.sim.reports import hints_report, typed_report
 from pollux.sim.typed_apps import TypedApplication, typed_on
 from pollux.sim.workload import Workload
 from pollux.teams import Teams

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from pollux.cli.main import main
-from pollux.sim.report import TextTable, table_html
+from pollux.sim.html_report import TextTable, table_html
 
 
 def test_simulate_writes_one_self_contained_page(tmp_path: Path,
