@@ -15,6 +15,7 @@ from pollux.backends.ray.nodes import (
     node_info,
     offers_slots,
     replica_bundle,
+    typed_autoscaler_bundles,
 )
 from pollux.errors import JobSpecError
 from pollux.job_spec import ReplicaResources
@@ -77,6 +78,19 @@ def test_autoscaler_bundles_are_shaped_like_the_largest_node():
     assert autoscaler_bundles(3, nodes, "GPU") == [{"GPU": 8.0}] * 3
     assert autoscaler_bundles(0, nodes, "GPU") == []
     assert autoscaler_bundles(2, [], "GPU") == [{"GPU": 1.0}] * 2
+
+
+def test_typed_bundles_carry_their_types_marker_and_shape():
+    """Nodes wanted per GPU type become one bundle per node holding the type's
+    ``accelerator_type:<T>`` marker (only that type's nodes have it), shaped like the
+    type's largest node; a type not seen asks for one slot."""
+    nodes = alive_nodes([record(CPU=8, GPU=4, **{"accelerator_type:T4": 1}),
+                         record("cd" * 28, CPU=8, GPU=8, **{"accelerator_type:A100": 1})])
+    bundles = typed_autoscaler_bundles({"T4": 2, "A100": 1, "V100": 1, "K80": 0}, nodes, "GPU")
+    assert bundles == [{"GPU": 8.0, "accelerator_type:A100": 1.0},
+                       {"GPU": 4.0, "accelerator_type:T4": 1.0},
+                       {"GPU": 4.0, "accelerator_type:T4": 1.0},
+                       {"GPU": 1.0, "accelerator_type:V100": 1.0}]
 
 
 def test_gpu_type_from_accelerator_type_or_a_custom_prefix() -> None:

@@ -136,3 +136,54 @@ def test_server_flags_and_unknown_autoscalers(tmp_path: Path) -> None:
         AutoscalingConfig(name="cheap")
     template = NodeTemplate({"gpu": 2.0})
     assert AutoscalerConfig(template, 0, 3).min_nodes == 0  # scale to zero is allowed
+
+
+def test_the_service_autoscales_by_gpu_type_with_the_simulators_numbers(tmp_path: Path
+                                                                      ) -> None:
+    """``pollux server --autoscaler pollux --node-price a=4,b=16`` on nodes of two types:
+    each round the service decides the nodes of each type, the simulator's typed
+    autoscaler (built from the same cluster, prices and bounds) decides the same on the
+    same jobs and sizes, and the backend is asked for the nodes of each type."""
+    from pollux.cluster_spec import parse_cluster_spec
+    from pollux.models.hints import JobHints, TypeProfile
+    from pollux.models.throughput import ThroughputParams
+    from pollux.sim import ClusterConfig, JobSpec, Workload
+    from pollux.sim.runner import RunTask, build_autoscaler
+
+    fast = ThroughputParams(0.01, 0.001, 0.1, 0.01, 0.05, 0.005, 1.5)
+    slow = ThroughputParams(0.03, 0.003, 0.1, 0.01, 0.05, 0.005, 1.5)
+    nodes = [NodeInfo(f"{t}-0", {"gpu": 4.0, "cpu": 8.0, "memory": 64e9}, gpu_type=t)
+             for t in ("a", "b")]
+    backend = FakeBackend(nodes)
+    parser = argparse.ArgumentParser()
+    add_server_arguments(parser)
+    args = parser.parse_args(["--data-dir", str(tmp_path / "data"), "--policy", "pollux",
+                              "--autoscaler", "pollux", "--node-price", "a=4,b=16",
+                              "--max-nodes", "4", "--interval", "10"])
+    service = build_service(config_from_args(args), None, backend)
+    try:
+        for name, profiles in (("both", {"a": TypeProfile(fast, 2), "b": TypeProfile(slow, 1)}),
+                               ("only-a", {"a": TypeProfile(slow, 2)})):
+            job = service.submit(make_spec(name, max_replicas=16).to_dict())["id"]
+            service.post_hints(job, JobHints(
+                init_batch_size=32, max_batch_size=2048, local_bsz_bounds=(16, 128),
+                throughput_params=profiles["a"].throughput_params, max_profiled_replicas=2,
+                gpu_type="a", type_profiles=profiles).to_dict())
+        simulated = build_autoscaler(RunTask(
+            "pollux", Workload("w", (JobSpec("j", 0.0, "cifar10", 1, 128),)),
+            ClusterConfig(cluster=parse_cluster_spec("a:4x4,b:4x4"), min_nodes=1, max_nodes=4,
+                          node_price_per_hour={"a": 4.0, "b": 16.0}), autoscaler="pollux"))
+        assert simulated is not None
+        decided = []
+        for second in range(1, 8):
+            service.allocator.request_round()
+            service.allocator.tick(1000.0 + 60.0 * second)
+            scaling, snapshot = service.allocator.last_scaling, service.allocator.last_snapshot
+            assert scaling is not None and snapshot is not None
+            assert scaling == simulated.decide_by_type(snapshot.jobs, {"a": 1, "b": 1})
+            assert backend.requested_by_type[-1] == dict(scaling.num_nodes_by_type)
+            decided.append(dict(scaling.num_nodes_by_type))
+        assert decided[0] == {"a": 1, "b": 1} and decided[-1] != decided[0], decided
+        assert service.cluster()["desired_num_nodes_by_type"] == decided[-1]
+    finally:
+        service.store.close()

@@ -54,6 +54,8 @@ class FakeBackend(Backend):
         cluster keeps its nodes whatever is asked)."""
         self.requested_sizes: list[int | None] = []
         """Every size :meth:`request_cluster_size` was asked for, in order."""
+        self.requested_by_type: list[dict[str, int]] = []
+        """Every per-type size :meth:`request_nodes_by_type` was asked for, in order."""
         self.exit_on_stop = exit_on_stop
         """Whether stop() makes replicas exit at once (75 graceful, -9 forced)."""
         self.starting_polls = starting_polls
@@ -80,6 +82,10 @@ class FakeBackend(Backend):
         self.requested_sizes.append(num_nodes)
         if self.provider is not None and num_nodes is not None:
             self._nodes = list(self.provider(num_nodes))
+
+    def request_nodes_by_type(self, num_nodes_by_type: Mapping[str, int]) -> None:
+        self.requested_by_type.append(dict(num_nodes_by_type))
+        super().request_nodes_by_type(num_nodes_by_type)
 
     def launch(self, request: LaunchRequest) -> list[LaunchedReplica]:
         if self.fail_next_launch is not None:

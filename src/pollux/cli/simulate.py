@@ -40,6 +40,7 @@ from pollux.policies.autoscaling import (
     DEFAULT_NODE_PRICE_PER_HOUR,
     autoscaler_names,
     check_autoscaler_name,
+    parse_node_prices,
 )
 from pollux.policies.registry import canonical_spec, policy_names
 from pollux.sim.generator import generate_workload
@@ -66,25 +67,6 @@ def _workloads(args: argparse.Namespace, applications: set[str]) -> list[Workloa
     if not args.workloads:
         return [generate_workload(args.jobs, args.hours, args.seed)]
     return [read_workload(path, applications) for path in workload_files(args.workloads)]
-
-
-def _node_price(text: str) -> float | dict[str, float]:
-    """``--node-price``: one price for every type, or ``type=PRICE,...``."""
-    try:
-        return float(text)
-    except ValueError:
-        pass
-    prices: dict[str, float] = {}
-    for part in (p.strip() for p in text.split(",") if p.strip()):
-        name, sep, value = part.partition("=")
-        try:
-            prices[name.strip()] = float(value)
-        except ValueError:
-            sep = ""
-        if not sep:
-            raise ConfigError("node_price", text, "give one price (e.g. 3.912) or one per "
-                              "GPU type, e.g. t4=3.91,a100=32.77")
-    return prices
 
 
 def _cluster_config(args: argparse.Namespace) -> ClusterConfig:
@@ -117,7 +99,7 @@ def _cluster_config(args: argparse.Namespace) -> ClusterConfig:
                          else args.restart_delay,
                          interference=args.interference,
                          min_nodes=1 if args.min_nodes is None else args.min_nodes,
-                         max_nodes=args.max_nodes, node_price_per_hour=_node_price(args.node_price),
+                         max_nodes=args.max_nodes, node_price_per_hour=parse_node_prices(args.node_price),
                          provision_delay_s=args.provision_delay_s,
                          cluster=spec if typed else None, semantics=semantics)
 

@@ -24,8 +24,10 @@ from pollux.job_spec import parse_memory
 from pollux.options import changed_flag, option, section
 from pollux.policies.autoscaling import (
     DEFAULT_NODE_PRICE_PER_HOUR,
+    NodePrices,
     autoscaler_names,
     check_autoscaler_name,
+    parse_node_prices,
 )
 from pollux.service.loop.retention import Retention
 
@@ -219,10 +221,11 @@ class AutoscalingConfig:
     max_nodes: int | None = option(None, flag="--max-nodes", type=int,
                                    help="autoscaling: most nodes (default: the nodes at "
                                         "startup)")
-    node_price_per_hour: float = option(
-        DEFAULT_NODE_PRICE_PER_HOUR, flag="--node-price", type=float,
-        help="autoscaling: price of a node-hour, shown with the desired size (default: "
-             "%(default)s)")
+    node_price_per_hour: NodePrices = option(
+        DEFAULT_NODE_PRICE_PER_HOUR, flag="--node-price", type=parse_node_prices,
+        help="autoscaling: price of a node-hour, one for every GPU type or TYPE=PRICE,... "
+             "(on nodes of several types each type is sized by goodput per dollar; "
+             "default: %(default)s)")
 
     def __post_init__(self) -> None:
         check_autoscaler_name(self.name)

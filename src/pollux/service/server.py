@@ -20,13 +20,7 @@ from pollux.data_dir import log_dir, replica_log
 from pollux.errors import ConfigError, JobSpecError, UnknownJobError
 from pollux.job_spec import JobSpec
 from pollux.models.hints import JobHints
-from pollux.policies.autoscaling import (
-    Autoscaler,
-    AutoscalerConfig,
-    make_autoscaler,
-    scaling_view,
-    template_from_nodes,
-)
+from pollux.policies.autoscaling import Autoscaler, autoscaler_for_nodes, scaling_view
 from pollux.policies.base import NodeInfo, Policy
 from pollux.policies.registry import make_policy
 from pollux.service.config import AutoscalingConfig, ServerConfig
@@ -242,14 +236,11 @@ class SchedulerService:
 
 
 def autoscaler_for(config: AutoscalingConfig, nodes: Sequence[NodeInfo]) -> Autoscaler | None:
-    """``config``'s autoscaler (None for "none"); new nodes copy the most common node."""
-    if config.name == "none":
-        return None
-    max_nodes = (max(config.min_nodes, 1, len(nodes)) if config.max_nodes is None
-                 else config.max_nodes)
-    scaling = AutoscalerConfig(template_from_nodes(nodes, config.node_price_per_hour),
-                               config.min_nodes, max_nodes)
-    return make_autoscaler(config.name, scaling)
+    """``config``'s autoscaler (None for "none"), the simulator's for the same nodes: new
+    nodes copy the most common node; on nodes of several GPU types it decides the nodes
+    of each type (:func:`~pollux.policies.autoscaling.autoscaler_for_nodes`)."""
+    return autoscaler_for_nodes(config.name, nodes, config.node_price_per_hour,
+                                config.min_nodes, config.max_nodes)
 
 
 def build_service(config: ServerConfig, hints_url: str | None,

@@ -44,6 +44,7 @@ from pollux.backends.ray.nodes import (
     node_info,
     offers_slots,
     replica_bundle,
+    typed_autoscaler_bundles,
 )
 from pollux.errors import BackendError, ConfigError
 from pollux.job_spec import JobSpec
@@ -91,6 +92,7 @@ class RayBackend(Backend):
         self._launches: dict[str, RayLaunch] = {}
         self._actor_class = replica_actor_class()
         self._requested_num_nodes: int | None = None
+        self._requested_by_type: dict[str, int] | None = None
         self._warned_hints = False
         self._driver_address = str(ray.util.get_node_ip_address())
         self.slot_resource = choose_slot_resource(slot_resource, self._read_nodes())
@@ -247,6 +249,26 @@ class RayBackend(Backend):
         self._requested_num_nodes = num_nodes
         logger.info("asked Ray's autoscaler for %d nodes (%s each)", num_nodes,
                     bundles[0] if bundles else "-")
+
+    def request_nodes_by_type(self, num_nodes_by_type: Mapping[str, int]) -> None:
+        """Pass the nodes wanted per GPU type to Ray's autoscaler (when enabled and
+        changed): one bundle per node carrying the type's ``accelerator_type:<T>`` marker,
+        so that Ray launches nodes of that type. One type: :meth:`request_cluster_size`."""
+        wanted = {t: int(n) for t, n in num_nodes_by_type.items()}
+        if len(wanted) <= 1:
+            self.request_cluster_size(sum(wanted.values()))
+            return
+        if not self.autoscale or wanted == self._requested_by_type:
+            return
+        from ray.autoscaler.sdk import request_resources
+
+        with self._lock:
+            nodes = list(self._nodes.values())
+        bundles = typed_autoscaler_bundles(wanted, nodes, self.slot_resource,
+                                           self.gpu_type_prefix)
+        request_resources(bundles=bundles)
+        self._requested_by_type = wanted
+        logger.info("asked Ray's autoscaler for nodes by GPU type: %s", wanted)
 
     def close(self) -> None:
         for job_id in list(self._launches):

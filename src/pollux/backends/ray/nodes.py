@@ -128,3 +128,22 @@ def autoscaler_bundles(num_nodes: int, nodes: Sequence[RayNode], slot_resource: 
     with_slots = [n for n in nodes if offers_slots(n, slot_resource)]
     slots = max((n.resources[slot_resource] for n in with_slots), default=1.0)
     return [{slot_resource: slots} for _ in range(max(0, num_nodes))]
+
+
+def typed_autoscaler_bundles(num_nodes_by_type: Mapping[str, int], nodes: Sequence[RayNode],
+                             slot_resource: str, type_prefix: str = GPU_TYPE_PREFIX
+                             ) -> list[dict[str, float]]:
+    """What to ask Ray's autoscaler for so that each GPU type has its number of nodes with
+    slots: one bundle per node, shaped like the largest node of the type seen (by slots;
+    1 slot for a type none is seen of) and holding the type's ``<type_prefix><T>`` marker
+    (which only nodes of that type have; none for the default type)."""
+    bundles: list[dict[str, float]] = []
+    for gpu_type, count in sorted(num_nodes_by_type.items()):
+        of_type = [n for n in nodes if offers_slots(n, slot_resource)
+                   and gpu_type_of(n, type_prefix) == gpu_type]
+        slots = max((n.resources[slot_resource] for n in of_type), default=1.0)
+        bundle = {slot_resource: slots}
+        if gpu_type != DEFAULT_GPU_TYPE:
+            bundle[f"{type_prefix}{gpu_type}"] = 1.0
+        bundles.extend(dict(bundle) for _ in range(max(0, int(count))))
+    return bundles

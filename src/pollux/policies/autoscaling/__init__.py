@@ -31,7 +31,13 @@ from pollux.policies.autoscaling.registry import (
     check_autoscaler_name,
     make_autoscaler,
 )
-from pollux.policies.autoscaling.runtime import scaling_view, template_from_nodes
+from pollux.policies.autoscaling.runtime import (
+    NodePrices,
+    autoscaler_for_nodes,
+    parse_node_prices,
+    scaling_view,
+    template_from_nodes,
+)
 from pollux.policies.autoscaling.typed import TypedAutoscaler, TypedThroughputAutoscaler
 from pollux.policies.autoscaling.utility import (
     THROUGHPUT_SPEEDUP_KEY,
@@ -58,10 +64,13 @@ __all__ = [
     "ThroughputAutoscaler",
     "TypedAutoscaler",
     "TypedThroughputAutoscaler",
+    "NodePrices",
+    "autoscaler_for_nodes",
     "autoscaler_names",
     "check_autoscaler_name",
     "cluster_utility",
     "make_autoscaler",
+    "parse_node_prices",
     "scaling_efficiencies",
     "scaling_view",
     "template_from_nodes",
