@@ -85,3 +85,36 @@ def test_ray_nodes_report_their_types_and_a_job_stays_within_one(server):
     assert hints is not None and hints["gpu_type"] == last_type
     assert set(hints["type_profiles"]) == {types[n] for placed in runs.values() for n in placed}
     server.stop()
+
+
+def test_a_per_type_decision_asks_rays_autoscaler_for_each_types_nodes(
+        typed_workers: list[Any]) -> None:
+    """The nodes wanted per GPU type (the typed autoscaler's decision) reach Ray's
+    autoscaler as one bundle per node holding the type's ``accelerator_type:<T>`` marker,
+    shaped like that type's node, in the request channel Ray's autoscaler reads. (Ray's
+    own ``AutoscalingCluster`` with fake nodes cannot run here: the installed wheel lacks
+    its ``fake_multi_node/example.yaml``, and its ``start`` runs ``ray stop --force``,
+    which would end every Ray cluster on the machine.)"""
+    import json
+    import uuid
+
+    from ray.autoscaler._private.commands import AUTOSCALER_RESOURCE_REQUEST_CHANNEL
+    from ray.experimental.internal_kv import _internal_kv_get
+
+    from pollux.backends.ray.backend import RayBackend
+
+    backend = RayBackend(f"test-{uuid.uuid4().hex[:8]}", slot_resource=TYPED_SLOT,
+                         autoscale=True)
+    try:
+        assert {n.gpu_type for n in backend.nodes() if n.resources["gpu"] > 0} == {"x", "y"}
+        backend.request_nodes_by_type({"x": 2, "y": 3})
+        stored = _internal_kv_get(AUTOSCALER_RESOURCE_REQUEST_CHANNEL)
+        assert stored is not None
+        assert json.loads(stored) == (
+            [{TYPED_SLOT: 2.0, "accelerator_type:x": 1.0}] * 2
+            + [{TYPED_SLOT: 1.0, "accelerator_type:y": 1.0}] * 3)
+        backend.request_nodes_by_type({"x": 4})  # one type: its size, as before
+        assert json.loads(_internal_kv_get(AUTOSCALER_RESOURCE_REQUEST_CHANNEL)) == \
+            [{TYPED_SLOT: 2.0}] * 4
+    finally:
+        backend.close()
