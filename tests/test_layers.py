@@ -23,6 +23,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "pollux.resources": RUNTIME + ("pollux.policies", "pollux.models"),
     "pollux.cluster_spec": RUNTIME + ("pollux.policies", "pollux.models"),
     "pollux.options": RUNTIME + ("pollux.policies", "pollux.models"),
+    "pollux.capacity": RUNTIME + ("pollux.policies", "pollux.models", "numpy"),
     "pollux.backends.local_options": ("pollux.service", "pollux.policies", "pollux.sim",
                                       "pollux.torch", "torch"),
     "pollux.backends.ray.options": ("pollux.service", "pollux.policies", "pollux.sim",

@@ -131,7 +131,7 @@ def _skip_sigterm_broadcast(trainer: pl.Trainer) -> None:
     """Drop Lightning's per-batch broadcast of its SIGTERM flag (a blocking collective
     on every batch, a sixth of a small model's step on 2 replicas): with the agent's
     handler installed Lightning's flag stays False, and the agent's stop watch already
-    agrees on stops without blocking (:class:`pollux.torch.control.StopWatch`)."""
+    agrees on stops without blocking (:class:`pollux.torch.agreement.StopWatch`)."""
     epoch_loop = trainer.fit_loop.epoch_loop
     if hasattr(type(epoch_loop), "_broadcast_sigterm_tensor"):
         epoch_loop._broadcast_sigterm_tensor = _no_broadcast  # type: ignore[method-assign]

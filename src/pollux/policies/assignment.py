@@ -41,6 +41,7 @@ from numpy.typing import ArrayLike, NDArray
 from scipy.optimize import Bounds, LinearConstraint, linprog, milp
 from scipy.sparse import csr_matrix
 
+from pollux.capacity import RESOURCE_TOLERANCE
 from pollux.errors import ConfigError
 
 __all__ = ["objective_value", "solve_exact", "solve_fast"]
@@ -86,7 +87,7 @@ def _check(values: ArrayLike, kind: ArrayLike, size: ArrayLike, capacity: ArrayL
     if np.isinf(a[rows, f[rows]]).any():
         raise ConfigError("forced", f, "a job cannot be forced onto a forbidden entry")
     used = np.bincount(k[f[rows]], weights=s[f[rows]], minlength=len(cap))
-    if (used > cap + 1e-9).any():  # Sia's rule: forcing that cannot fit is dropped
+    if (used > cap + RESOURCE_TOLERANCE).any():  # Sia's rule: forcing that cannot fit is dropped
         f = np.full(num_jobs, NONE, dtype=np.int64)
     return a, k, s, cap, f
 
@@ -175,7 +176,7 @@ def solve_fast(values: ArrayLike, kind: ArrayLike, size: ArrayLike, capacity: Ar
     free_cap = cap - np.bincount(k[f[fixed]], weights=s[f[fixed]], minlength=len(cap))
     jobs = np.flatnonzero(f < 0)
     sub = a[jobs]
-    useful = np.isfinite(sub) & (sub < 0) & (s <= free_cap[k] + 1e-9)[None, :]
+    useful = np.isfinite(sub) & (sub < 0) & (s <= free_cap[k] + RESOURCE_TOLERANCE)[None, :]
     cols = np.flatnonzero(useful.any(axis=0))
     if jobs.size == 0 or cols.size == 0:
         return chosen
@@ -232,12 +233,12 @@ def _price(a: np.ndarray, kind: IntArray, size: np.ndarray, cap: np.ndarray) -> 
                 wins = total[np.arange(len(total)), best] < outside
                 return float(size_t[best[wins]].sum())
 
-            if demand_t(mu[t]) <= cap[t] + 1e-9:
+            if demand_t(mu[t]) <= cap[t] + RESOURCE_TOLERANCE:
                 continue
             low, high = mu[t], float(np.max(-a_t[np.isfinite(a_t)])) + 1.0
             for _ in range(_BISECTION_STEPS):  # demand_t(high) fits, demand_t(low) does not
                 mid = 0.5 * (low + high)
-                low, high = (low, mid) if demand_t(mid) <= cap[t] + 1e-9 else (mid, high)
+                low, high = (low, mid) if demand_t(mid) <= cap[t] + RESOURCE_TOLERANCE else (mid, high)
             mu[t] = high
             raised = True
         if not raised:
@@ -252,11 +253,11 @@ def _repair(a: np.ndarray, kind: IntArray, size: np.ndarray, cap: np.ndarray,
     """Drop, on each type over capacity, the jobs that lose least per GPU freed."""
     pick = pick.copy()
     demand = _demand(pick, kind, size, len(cap))
-    for t in np.flatnonzero(demand > cap + 1e-9):
+    for t in np.flatnonzero(demand > cap + RESOURCE_TOLERANCE):
         on = np.flatnonzero((pick >= 0) & (kind[np.maximum(pick, 0)] == t))
         loss_per_gpu = -a[on, pick[on]] / size[pick[on]]
         for i in on[np.argsort(loss_per_gpu, kind="stable")]:
-            if demand[t] <= cap[t] + 1e-9:
+            if demand[t] <= cap[t] + RESOURCE_TOLERANCE:
                 break
             demand[t] -= size[pick[i]]
             pick[i] = NONE
@@ -275,7 +276,7 @@ def _improve(a: np.ndarray, kind: IntArray, size: np.ndarray, cap: np.ndarray,
         # GPUs the job may use on each configuration's type: the free ones plus its own
         own = np.where(on[:, None] & (kind[np.maximum(pick, 0)][:, None] == kind[None, :]),
                        size[np.maximum(pick, 0)][:, None], 0.0)
-        fits = size[None, :] <= free[kind][None, :] + own + 1e-9
+        fits = size[None, :] <= free[kind][None, :] + own + RESOURCE_TOLERANCE
         gain = np.where(fits, current[:, None] - a, -np.inf)
         best = int(np.argmax(gain))
         i, j = divmod(best, a.shape[1])
@@ -316,12 +317,12 @@ def _pair_move(a: np.ndarray, kind: IntArray, size: np.ndarray, cap: np.ndarray,
         own = np.where(cur_type == t, cur_size, 0.0)
         need = size[cols_t][None, :] - free[t] - own[:, None]
         gain_move = current[:, None] - a[:, cols_t]
-        wanted = (need > 1e-9) & np.isfinite(gain_move) & (gain_move > best_gain)
+        wanted = (need > RESOURCE_TOLERANCE) & np.isfinite(gain_move) & (gain_move > best_gain)
         for d in np.unique(need[wanted]):
-            release = np.where(freed >= d - 1e-9, loss, np.inf)
+            release = np.where(freed >= d - RESOURCE_TOLERANCE, loss, np.inf)
             per_holder = release.min(axis=1)
             order = np.argsort(per_holder, kind="stable")[:2]
-            movers, targets = np.nonzero(wanted & (np.abs(need - d) < 1e-9))
+            movers, targets = np.nonzero(wanted & (np.abs(need - d) < RESOURCE_TOLERANCE))
             for rank, h in enumerate(order):
                 if not np.isfinite(per_holder[h]):
                     break

@@ -15,16 +15,13 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import replace
 
+from pollux.capacity import RESOURCE_TOLERANCE
 from pollux.cluster_spec import allocation_gpu_type
 from pollux.errors import MixedGpuTypesError
 from pollux.policies.base import Allocation, JobInfo, NodeInfo, PolicyDecision
 from pollux.policies.snapshot import Snapshot
 
 logger = logging.getLogger(__name__)
-
-FREE_EPSILON = 1e-9
-"""Rounding slack when comparing resource amounts."""
-
 
 def check_decision(decision: PolicyDecision, snapshot: Snapshot) -> PolicyDecision:
     """``decision`` with every allocation that cannot be applied moved to ``infeasible``
@@ -78,6 +75,6 @@ def _why_infeasible(job: JobInfo, num_replicas: int, counts: Mapping[str, int],
         for resource, amount in job.resources.items():
             need = count * float(amount)
             left = float(total.get(resource, 0.0)) - on_node.get(resource, 0.0)
-            if need > left + FREE_EPSILON:
+            if need > left + RESOURCE_TOLERANCE:
                 return f"{count} replicas on {node!r} need {need:g} {resource}, {left:g} left"
     return None

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from pollux.capacity import RESOURCE_TOLERANCE
 from pollux.policies.base import JobInfo
 from pollux.resources import DEFAULT_GPU_TYPE
 from pollux.teams import Teams
@@ -66,11 +67,11 @@ def entitlements(guarantee: Mapping[str, float], demand: Mapping[str, float],
     """``E_t`` (module docstring, step 2) of the teams in ``demand``."""
     out = {t: float(guarantee[t]) for t in demand}
     left = capacity - sum(out.values())
-    wanting = [t for t in demand if demand[t] > out[t] + 1e-9]
-    while left > 1e-9 and wanting:
+    wanting = [t for t in demand if demand[t] > out[t] + RESOURCE_TOLERANCE]
+    while left > RESOURCE_TOLERANCE and wanting:
         total = sum(weights[t] for t in wanting)
         step = {t: left * weights[t] / total for t in wanting}
-        capped = [t for t in wanting if out[t] + step[t] >= demand[t] - 1e-9]
+        capped = [t for t in wanting if out[t] + step[t] >= demand[t] - RESOURCE_TOLERANCE]
         if not capped:
             for t in wanting:
                 out[t] += step[t]
@@ -81,7 +82,7 @@ def entitlements(guarantee: Mapping[str, float], demand: Mapping[str, float],
             out[t] = float(demand[t])
         wanting = [t for t in wanting if t not in capped]
     active = [t for t in demand if demand[t] > 0]
-    if left > 1e-9 and active:  # nobody can use it: spread by weight, as the paper does
+    if left > RESOURCE_TOLERANCE and active:  # nobody can use it: spread by weight, as the paper does
         total = sum(weights[t] for t in active)
         for t in active:
             out[t] += left * weights[t] / total

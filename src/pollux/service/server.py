@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from pollux.backends.base import Backend
 from pollux.backends.registry import make_backend
+from pollux.capacity import RESOURCE_TOLERANCE
 from pollux.data_dir import log_dir, replica_log
 from pollux.errors import ConfigError, JobSpecError, UnknownJobError
 from pollux.job_spec import JobSpec
@@ -70,7 +71,7 @@ def check_fits_cluster(spec: JobSpec, nodes: Sequence[NodeInfo]) -> None:
     for node in nodes:
         per_node = [node.resources.get(name, 0.0) / amount for name, amount in needed.items()]
         fitting[node.gpu_type] = (fitting.get(node.gpu_type, 0)
-                                  + int(min(per_node, default=0.0) + 1e-9))
+                                  + int(min(per_node, default=0.0) + RESOURCE_TOLERANCE))
     most = max(fitting.values(), default=0)
     if spec.min_replicas > most:
         where = "the cluster" if len(fitting) < 2 else "one GPU type of the cluster"

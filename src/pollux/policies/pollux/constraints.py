@@ -14,13 +14,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from pollux.capacity import with_slack
 from pollux.policies.pollux.problem import (
     AllocationProblem,
     IntArray,
     count_along,
 )
-
-_TOLERANCE = 1e-9
 
 
 def violations(
@@ -34,7 +33,7 @@ def violations(
     if (state < 0).any():
         out.append("negative replica counts")
     used = state.T.astype(np.float64) @ problem.demand
-    over = used > problem.capacity * (1 + _TOLERANCE) + _TOLERANCE
+    over = used > with_slack(problem.capacity)
     for n, r in zip(*np.nonzero(over)):
         out.append(f"node {problem.nodes[n].name!r} over capacity of "
                    f"{problem.resource_types[r]!r}: {used[n, r]:g} > {problem.capacity[n, r]:g}")
@@ -144,7 +143,7 @@ def _fit_capacity(problem: AllocationProblem, s: IntArray, small_first: bool) ->
         granted = np.diff(room, axis=1, prepend=0.0)
         with np.errstate(divide="ignore", invalid="ignore"):
             ratio = np.where(need_r > 0, granted / need_r, np.inf)
-        fits = np.minimum(fits, np.floor(ratio * (1 + _TOLERANCE) + _TOLERANCE))
+        fits = np.minimum(fits, np.floor(with_slack(ratio)))
     fits = np.where(np.isfinite(fits), fits, columns)  # jobs that request nothing
     s[at] = np.minimum(columns, np.maximum(fits, 0).astype(np.int64))
     return s

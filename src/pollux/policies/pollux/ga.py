@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from pollux.capacity import RESOURCE_TOLERANCE
 from pollux.errors import ConfigError
 from pollux.policies.pollux.constraints import repair
 from pollux.policies.pollux.objective import PolluxObjective
@@ -142,7 +143,7 @@ class GeneticOptimizer:
         # the jobs already on it), and a raised entry goes up to the node's capacity for
         # the job; the job's own bound is left to the repair.
         used = np.matmul(states.transpose(0, 2, 1).astype(np.float64), problem.demand)
-        free = problem.capacity[None] - used + 1e-9  # (P, N, R)
+        free = problem.capacity[None] - used + RESOURCE_TOLERANCE  # (P, N, R)
         room = (problem.demand[None, :, None, :] <= free[:, None, :, :]).all(axis=3)
         owned = room & (states > 0)
         # Chance p_room + p_owned - p_room * p_owned per entry, p_room = 1 / (jobs that

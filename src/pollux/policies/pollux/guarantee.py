@@ -23,11 +23,11 @@ from typing import Any
 
 import numpy as np
 
+from pollux.capacity import RESOURCE_TOLERANCE
 from pollux.policies.pollux.objective import PolluxObjective
 from pollux.policies.pollux.problem import IntArray
 from pollux.policies.team_shares import TeamShares
 
-_TOLERANCE = 1e-9
 MAX_PRICE_ROUNDS = 4
 """Solves of one round beyond the first, each with higher prices for short teams."""
 PRICE_STEP = 4.0
@@ -42,7 +42,7 @@ def shortfalls(state: IntArray, shares: TeamShares, gpus: np.ndarray) -> np.ndar
                        minlength=len(shares.team_names))
     guarantee = np.array([shares.guarantee_gpus[t] for t in shares.team_names])
     quota = np.array([shares.quota_gpus[t] for t in shares.team_names])
-    over = held > quota + _TOLERANCE
+    over = held > quota + RESOURCE_TOLERANCE
     others_over = over.sum() - over > 0
     return np.where(others_over, np.maximum(guarantee - held, 0.0), 0.0)
 
@@ -57,7 +57,7 @@ def priced_solve(solve: Callable[[PolluxObjective], tuple[IntArray, dict[str, An
         priced = replace(shares, weights=shares.weights * prices[shares.team_index])
         objective = build(priced)
         state, stats = solve(objective)
-        short = shortfalls(state, shares, gpus) > _TOLERANCE
+        short = shortfalls(state, shares, gpus) > RESOURCE_TOLERANCE
         if not short.any() or attempt == max_price_rounds:
             break
         prices[short] *= PRICE_STEP
@@ -79,7 +79,7 @@ def meet_guarantees(objective: PolluxObjective, state: IntArray, teams: list[str
     for _ in range(int(state.sum()) + int(problem.max_replicas.sum()) + 1):
         held = {t: float((state[member[t]].sum(axis=1) * gpus[member[t]]).sum()) for t in names}
         gaps = shortfalls(state, shares, gpus)
-        short = [t for t, gap in zip(shares.team_names, gaps) if gap > _TOLERANCE]
+        short = [t for t, gap in zip(shares.team_names, gaps) if gap > RESOURCE_TOLERANCE]
         if not short or not _close_one(objective, state, teams, gpus, held, short[0]):
             break
     return state
@@ -96,15 +96,15 @@ def _close_one(objective: PolluxObjective, state: IntArray, teams: list[str],
     free = problem.capacity - state.T @ problem.demand
     growers = [j for j in range(problem.num_jobs) if teams[j] == team
                and not problem.pinned[j] and state[j].sum() < problem.max_replicas[j]
-               and gpus[j] <= shares.guarantee_gpus[team] - held[team] + _TOLERANCE]
+               and gpus[j] <= shares.guarantee_gpus[team] - held[team] + RESOURCE_TOLERANCE]
     growers.sort(key=lambda j: (-problem.jobs[j].priority, -_gain(objective, state, j), j))
     for j in growers:
-        fits = np.all(free >= problem.demand[j] - _TOLERANCE, axis=1)
+        fits = np.all(free >= problem.demand[j] - RESOURCE_TOLERANCE, axis=1)
         if fits.any():
             _grow(state, j, fits)
             return True
     lenders = [v for v in range(problem.num_jobs) if state[v].any() and not problem.pinned[v]
-               and held[teams[v]] - gpus[v] + _TOLERANCE >= shares.quota_gpus.get(
+               and held[teams[v]] - gpus[v] + RESOURCE_TOLERANCE >= shares.quota_gpus.get(
                    teams[v], 0.0) and teams[v] != team]
     lenders.sort(key=lambda v: (problem.jobs[v].priority, _loss(objective, state, v), v))
     for j in growers:
@@ -112,7 +112,7 @@ def _close_one(objective: PolluxObjective, state: IntArray, teams: list[str],
             for n in np.flatnonzero(state[v]):
                 after = free[n] + problem.demand[v] * (
                     state[v].sum() if state[v].sum() - 1 < problem.min_replicas[v] else 1)
-                if np.all(after >= problem.demand[j] - _TOLERANCE):
+                if np.all(after >= problem.demand[j] - RESOURCE_TOLERANCE):
                     _shrink(state, v, int(n), int(problem.min_replicas[v]))
                     state[j, n] += 1
                     return True

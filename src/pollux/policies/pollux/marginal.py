@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from pollux.capacity import with_slack
 from pollux.policies.pollux.constraints import repair
 from pollux.policies.pollux.exchange import exchange
 from pollux.policies.pollux.objective import PolluxObjective
@@ -102,7 +103,7 @@ def price_counts(problem: AllocationProblem, choices: dict[int, JobChoices]) -> 
         counts[i, : len(c.counts)] = c.counts
     cost = counts * np.maximum(problem.dominant_share[jobs], 1e-12)[:, None]
     demand = problem.demand[jobs]
-    total = problem.free_capacity.sum(axis=0) * (1 + 1e-9) + 1e-9
+    total = with_slack(problem.free_capacity.sum(axis=0))
     rows = np.arange(len(jobs))
 
     def pick(price: float) -> tuple[IntArray, bool]:
@@ -142,7 +143,7 @@ def allocate_counts(
             return None
         extra = c.counts[at + 1:] - c.counts[at]
         need = extra[:, None] * problem.demand[j][None, :]
-        fits = np.all(need <= remaining[None, :] * (1 + 1e-9) + 1e-9, axis=1)
+        fits = np.all(need <= with_slack(remaining[None, :]), axis=1)
         if not fits.any():
             return None
         unit = max(float(problem.dominant_share[j]), 1e-12)
@@ -160,7 +161,7 @@ def allocate_counts(
     while heap:
         _, j, target = heapq.heappop(heap)
         need = (choices[j].counts[target] - choices[j].counts[chosen[j]]) * problem.demand[j]
-        if np.all(need <= remaining * (1 + 1e-9) + 1e-9):
+        if np.all(need <= with_slack(remaining)):
             remaining = remaining - need
             chosen[j] = target
         jump = best_jump(j)

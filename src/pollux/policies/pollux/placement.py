@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from pollux.capacity import with_slack
 from pollux.policies.pollux.objective import PolluxObjective
 from pollux.policies.pollux.problem import AllocationProblem, IntArray, fitting_replicas
 
@@ -42,7 +43,7 @@ class Placement:
 
     def fits_row(self, j: int, row: IntArray) -> bool:
         need = row[:, None] * self.problem.demand[j][None, :]
-        if np.any(need > self.free * (1 + 1e-9) + 1e-9):
+        if np.any(need > with_slack(self.free)):
             return False
         if self.interference_avoidance and np.count_nonzero(row) > 1:
             return bool(np.all(self.owner[row > 0] < 0))

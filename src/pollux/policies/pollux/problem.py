@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
+from pollux.capacity import RESOURCE_TOLERANCE, with_slack
 from pollux.errors import ConfigError
 from pollux.policies.base import Allocation, Allocations, JobInfo, NodeInfo
 
@@ -22,8 +23,6 @@ IntArray = NDArray[np.int64]
 FloatArray = NDArray[np.float64]
 BoolArray = NDArray[np.bool_]
 
-_FIT_TOLERANCE = 1e-9
-"""Relative slack when dividing capacities by demands (float resources such as bytes)."""
 
 
 @dataclass(frozen=True)
@@ -118,7 +117,7 @@ def fitting_replicas(demand: FloatArray, free: FloatArray, cap: IntArray) -> Int
     with np.errstate(divide="ignore", invalid="ignore"):
         ratio = free[None, :, :] / demand[:, None, :]
     ratio = np.where(demand[:, None, :] > 0, ratio, np.inf)
-    fits = np.floor(ratio * (1.0 + _FIT_TOLERANCE) + _FIT_TOLERANCE).min(axis=2, initial=np.inf)
+    fits = np.floor(with_slack(ratio)).min(axis=2, initial=np.inf)
     fits = np.minimum(fits, cap[:, None].astype(np.float64))
     return np.maximum(fits, 0.0).astype(np.int64)
 
@@ -211,7 +210,7 @@ def build_problem(
     dominant = shares.max(axis=1, initial=0.0)
     ratio = np.where(demand[:, None, :] > 0,
                      capacity[None, :, :] / np.where(demand > 0, demand, 1.0)[:, None, :], np.inf)
-    largest = np.floor(ratio * (1 + _FIT_TOLERANCE)).min(axis=2, initial=np.inf)
+    largest = np.floor(ratio * (1 + RESOURCE_TOLERANCE)).min(axis=2, initial=np.inf)
     largest = largest.max(axis=1, initial=-np.inf)  # no nodes or no resources: inf or -inf
     node_size = np.where(np.isfinite(largest), np.maximum(largest, 1), 1).astype(np.int64)
 

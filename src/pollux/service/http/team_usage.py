@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 
+from pollux.capacity import RESOURCE_TOLERANCE
 from pollux.policies.base import NodeInfo
 from pollux.resources import DEFAULT_GPU_TYPE, GPU
 from pollux.service.storage.records import JobRecord
@@ -115,5 +116,5 @@ def load_service_teams(path: str, nodes: Sequence[NodeInfo], check_cluster: bool
     cluster: dict[str, int] = {}
     for node in nodes:
         cluster[node.gpu_type] = cluster.get(node.gpu_type, 0) + int(
-            node.resources.get(GPU, 0.0) + 1e-9)
+            node.resources.get(GPU, 0.0) + RESOURCE_TOLERANCE)
     return load_teams(path, cluster if check_cluster else None)

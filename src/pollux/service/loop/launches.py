@@ -19,13 +19,13 @@ from enum import Enum
 from pathlib import Path
 
 from pollux.backends.base import Backend, LaunchRequest, ReplicaState, ReplicaStatus, rank_order
+from pollux.capacity import fits, subtract
 from pollux.cluster_spec import allocation_gpu_type
 from pollux.data_dir import checkpoint_dir, job_dir, log_dir
 from pollux.errors import BackendError, MixedGpuTypesError, StoreError
 from pollux.jobenv import CORRUPT_CHECKPOINT_EXIT_CODE, RESCALE_EXIT_CODE
 from pollux.policies.base import Allocation
 from pollux.resources import DEFAULT_GPU_TYPE
-from pollux.service.decisions import fits, subtract
 from pollux.service.loop.explain import replicas_text
 from pollux.service.loop.recovery import LOST_EXIT_CODE
 from pollux.service.storage.records import JobRecord, ReplicaRecord
@@ -125,8 +125,8 @@ class LaunchSupervisor:
         records = self.store.list_jobs(ACTIVE_STATES)
         infos = {n.name: n for n in self.backend.nodes()}
         nodes = {name: dict(n.resources) for name, n in infos.items()}
-        free = subtract(nodes, [(r.allocation, r.spec) for r in records
-                                if r.state.has_replicas])
+        free = subtract(nodes, [(r.allocation, r.spec.resources.as_policy_resources())
+                                for r in records if r.state.has_replicas])
         for record in records:
             target = record.target_allocation
             if (record.state is not JobState.PENDING or not target
@@ -142,8 +142,9 @@ class LaunchSupervisor:
                 self.store.update_job(record.id, now, target_allocation=None,
                                       event=f"not launched: {exc}")
                 continue
-            if fits(free, target, record.spec):
-                free = subtract(free, [(target, record.spec)])
+            per_replica = record.spec.resources.as_policy_resources()
+            if fits(free, target, per_replica):
+                free = subtract(free, [(target, per_replica)])
                 self._launch(record, target, now,
                              None if gpu_type == DEFAULT_GPU_TYPE else gpu_type)
 
