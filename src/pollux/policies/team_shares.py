@@ -6,7 +6,10 @@ job's replica bound times its GPUs per replica). Then, on the ``C`` GPUs of the 
 (of one GPU type):
 
 1. **Guarantee**: ``G_t = min(quota_t, D_t)``: a team's quota is its own while it has
-   the demand for it; what it leaves idle is lent to the others.
+   the demand for it; what it leaves idle is lent to the others. The Pollux policy
+   bounds it further by what the team's jobs would hold alone on nodes of its quota
+   (the same objective, solved for the team alone): a guarantee never forces a team's
+   jobs to grow further than they would on a private cluster.
 2. **Entitlement**: ``E_t = G_t`` plus a part of what lies beyond the guarantees
    (``C - sum G``), shared by weight among the teams that want more, each capped at its
    demand (water-filling); what no team can use is spread by weight over the teams with
@@ -14,9 +17,11 @@ job's replica bound times its GPUs per replica). Then, on the ``C`` GPUs of the 
 3. **Jobs within a team**: a job's *fair share* is the paper's, within its team: the
    team's entitlement divided equally among the team's jobs (by dominant share). How the
    team's GPUs are split among its jobs is the objective's choice (their fair-share
-   speedups), except where a guarantee must be met: then the team's job of highest
-   ``priority`` grows first, and a team that gives borrowed GPUs back loses them from its
-   job of lowest ``priority`` first (:mod:`pollux.policies.pollux.guarantee`).
+   speedups), a job's utility weighing :data:`PRIORITY_STEP` times more per ``priority``
+   level above the team's lowest, so that the lowest priority shrinks first; where a
+   guarantee must be met by the last step, the team's job of highest priority grows
+   first, and a team that gives borrowed GPUs back loses them from its job of lowest
+   priority first (:mod:`pollux.policies.pollux.guarantee`).
 
 The Pollux objective (:mod:`pollux.policies.pollux.objective`) uses these: each job's
 speedup is relative to its fair share within its team, its utility counts ``1 / J_t`` of
@@ -38,7 +43,11 @@ from pollux.policies.base import JobInfo
 from pollux.resources import DEFAULT_GPU_TYPE
 from pollux.teams import Teams
 
-__all__ = ["TeamShares", "entitlements", "team_shares"]
+__all__ = ["PRIORITY_STEP", "TeamShares", "entitlements", "team_shares"]
+
+PRIORITY_STEP = 4.0
+"""Within a team, a job's utility weighs this much more per priority level above the
+team's lowest (the levels the team's jobs have this round, in order)."""
 
 
 @dataclass(frozen=True)
@@ -90,21 +99,30 @@ def entitlements(guarantee: Mapping[str, float], demand: Mapping[str, float],
 
 
 def team_shares(jobs: Sequence[JobInfo], bounds: Sequence[int], capacity_gpus: float,
-                teams: Teams, gpu_type: str = DEFAULT_GPU_TYPE) -> TeamShares:
+                teams: Teams, gpu_type: str = DEFAULT_GPU_TYPE,
+                alone_gpus: Mapping[str, float] | None = None) -> TeamShares:
     """The shares of ``jobs`` (bounds: each job's most replicas this round) on a cluster
-    of ``capacity_gpus`` GPUs of ``gpu_type``."""
+    of ``capacity_gpus`` GPUs of ``gpu_type``; ``alone_gpus``: team -> the GPUs its jobs
+    would hold alone on nodes of its quota (then the guarantee is at most that)."""
     names = [teams.team_of(job.team, f"JobInfo({job.name!r}).team").name for job in jobs]
     per_replica = [job.gpus_per_replica for job in jobs]
     demand: dict[str, float] = {}
     for name, bound, gpus in zip(names, bounds, per_replica):
         demand[name] = demand.get(name, 0.0) + bound * gpus
     guarantee = {t: min(float(teams[t].quota(gpu_type)), d) for t, d in demand.items()}
+    if alone_gpus is not None:
+        guarantee = {t: min(g, float(alone_gpus.get(t, g))) for t, g in guarantee.items()}
     entitled = entitlements(guarantee, demand, {t: teams[t].weight for t in demand},
                             capacity_gpus)
     counts = {t: names.count(t) for t in demand}
     share = np.array([entitled[n] / max(capacity_gpus, 1e-12) / counts[n] for n in names])
     num_teams = len(demand)
     weights = np.array([len(jobs) / (num_teams * counts[n]) for n in names])
+    for team in demand:  # within a team, each priority level above the lowest weighs more
+        members = [i for i, n in enumerate(names) if n == team]
+        levels = sorted({jobs[i].priority for i in members})
+        for i in members:
+            weights[i] *= PRIORITY_STEP ** levels.index(jobs[i].priority)
     order = tuple(demand)
     index = np.array([order.index(n) for n in names], dtype=np.int64)
     quota = {t: float(teams[t].quota(gpu_type)) for t in demand}
