@@ -116,8 +116,10 @@ class PolluxPolicy(Policy):
                     gpu_type: str) -> dict[str, float]:
         """Team -> GPUs its jobs would hold alone on nodes of its quota (the cluster's
         first nodes, the last one cut to fit), by this objective on a fresh marginal-gain
-        optimizer, without previous allocations."""
+        optimizer, without previous allocations (so starting a job costs nothing there:
+        what is bounded is how much the team would hold, not when it starts)."""
         out: dict[str, float] = {}
+        alone_options = replace(self.one, penalize_first_start=False)
         ordered = sorted(nodes, key=lambda node: node.name)
         team_of = {job.name: teams.team_of(job.team).name for job in jobs}
         for team in dict.fromkeys(team_of.values()):
@@ -139,7 +141,7 @@ class PolluxPolicy(Policy):
             optimizer = MarginalGainOptimizer(self.one.interference_avoidance,
                                               self.one.fill_free,
                                               shrink_whole_nodes=self.one.shrink_whole_nodes)
-            state, _ = optimizer.solve(problem, PolluxObjective(problem, self.one))
+            state, _ = optimizer.solve(problem, PolluxObjective(problem, alone_options))
             out[team] = float(np.sum(state.sum(axis=1) * np.array(
                 [job.gpus_per_replica for job in problem.jobs])))
         return out
