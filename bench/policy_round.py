@@ -33,7 +33,7 @@ from pollux.cluster_spec import parse_cluster_spec
 from pollux.models import GoodputFunction, GradientStats, SpeedupFunction, ThroughputParams
 from pollux.models.typed import TypedGoodput, TypeProfile
 from pollux.policies import JobInfo, NodeInfo, make_policy
-from pollux.policies.base import Allocation, Policy
+from pollux.policies.base import Allocation, Policy, facts_by_type, typed_facts
 from pollux.policies.pollux.options import BASES, SEVERAL_TYPES, PolluxOptions
 from pollux.policies.pollux.typed import TypedPollux
 from pollux.policies.sia import Config
@@ -77,13 +77,15 @@ def speedup_function(rng: np.random.Generator) -> SpeedupFunction:
 def new_job(index: int, now_s: float, rng: np.random.Generator, typed: bool = False
             ) -> JobInfo:
     cap = int(rng.choice([1, 2, 4, 8, 16, 32, 64]))
+    submission_s = now_s - float(rng.uniform(0, 3600))
+    age_s, num_restarts = float(rng.uniform(0, 3600)), int(rng.integers(0, 4))
+    speedup = None if typed or rng.random() < 0.1 else speedup_function(rng)
+    model = typed_goodput(rng) if typed else None
+    caps = {t: cap for t in ("aws", "dgx-ext", "rtx")} if typed else {}
     return JobInfo(
-        name=f"job-{index:05d}", resources={"gpu": 1}, max_replicas=cap,
-        submission_time_s=now_s - float(rng.uniform(0, 3600)),
-        age_s=float(rng.uniform(0, 3600)), num_restarts=int(rng.integers(0, 4)),
-        speedup_fn=None if typed or rng.random() < 0.1 else speedup_function(rng),
-        typed_goodput=typed_goodput(rng) if typed else None,
-        max_replicas_by_type={t: cap for t in ("aws", "dgx-ext", "rtx")} if typed else {})
+        name=f"job-{index:05d}", resources={"gpu": 1},
+        by_type=facts_by_type(cap, speedup, per_type=typed_facts(caps, model)),
+        submission_time_s=submission_s, age_s=age_s, num_restarts=num_restarts)
 
 
 def cluster(num_nodes: int, gpus_per_node: int) -> list[NodeInfo]:
@@ -117,10 +119,10 @@ def time_rounds(policy_name: str, num_jobs: int, nodes: list[NodeInfo], rounds: 
                 next_index += 1
                 continue
             refit = rng.random() < 0.2
-            fn = speedup_function(rng) if refit and not typed else job.speedup_fn
+            fn = speedup_function(rng) if refit and not typed else job.on().speedup_fn
             model = typed_goodput(rng) if refit and typed else job.typed_goodput
-            evolved.append(replace(job, age_s=job.age_s + INTERVAL_S, speedup_fn=fn,
-                                   typed_goodput=model))
+            evolved.append(replace(job, age_s=job.age_s + INTERVAL_S, by_type=facts_by_type(
+                job.max_replicas, fn, per_type=typed_facts(job.own_caps(), model))))
         jobs = evolved
     return np.array(times)
 

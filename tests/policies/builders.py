@@ -9,14 +9,43 @@ from collections.abc import Mapping, Sequence
 
 from hypothesis import strategies as st
 
-from pollux.policies.base import GPU, Allocation, JobInfo, NodeInfo, TunedConfig
+from pollux.models.typed import TypedGoodput
+from pollux.policies.base import (
+    GPU,
+    Allocation,
+    JobInfo,
+    NodeInfo,
+    RemainingTimeFn,
+    SpeedupFn,
+    TunedConfig,
+    TypeFacts,
+    facts_by_type,
+)
+
+
+def by_type(max_replicas: int = 64, speedup_fn: SpeedupFn | None = None,
+            remaining_time_fn: RemainingTimeFn | None = None, *,
+            caps: Mapping[str, int] | None = None,
+            oracles: Mapping[str, RemainingTimeFn] | None = None,
+            model: TypedGoodput | None = None) -> dict[str, TypeFacts]:
+    """A job's ``by_type``: its default entry and, per GPU type named in ``caps`` or
+    ``oracles``, its own (a type without a cap: ``max_replicas``; ``model``'s view)."""
+    caps, oracles = caps or {}, oracles or {}
+    own = {t: TypeFacts(caps.get(t, max_replicas), None if model is None else model.on(t),
+                        oracles.get(t)) for t in dict.fromkeys([*caps, *oracles])}
+    return facts_by_type(max_replicas, speedup_fn, remaining_time_fn, own)
 
 
 def tuned_job(name: str, num_replicas: int = 1, batch_size: int = 128, *,
               service_gpu_s: float = 0.0, submission_s: float = 0.0,
-              max_replicas: int = 64, **fields: object) -> JobInfo:
+              max_replicas: int = 64, remaining_time_fn: RemainingTimeFn | None = None,
+              caps: Mapping[str, int] | None = None,
+              oracles: Mapping[str, RemainingTimeFn] | None = None,
+              **fields: object) -> JobInfo:
     """A one-GPU-per-replica job with a tuned configuration."""
-    return JobInfo(name=name, resources={GPU: 1.0}, max_replicas=max_replicas,
+    return JobInfo(name=name, resources={GPU: 1.0},
+                   by_type=by_type(max_replicas, None, remaining_time_fn, caps=caps,
+                                   oracles=oracles),
                    submission_time_s=submission_s, attained_service_s=service_gpu_s,
                    tuned=TunedConfig(num_replicas, batch_size), **fields)  # type: ignore[arg-type]
 
@@ -109,7 +138,7 @@ def typed_tuned_snapshots(draw: st.DrawFn, max_jobs: int = 12
             service_gpu_s=draw(st.sampled_from([0.0, 16 * 3600.0, 100 * 3600.0])),
             submission_s=draw(st.integers(0, 3600)),
             max_replicas=draw(st.integers(1, 64)),
-            remaining_time_fn_by_type=oracles, max_replicas_by_type=caps))
+            oracles=oracles, caps=caps))
     free = {node.name: node.num_gpus for node in nodes}
     previous: dict[str, Allocation] = {}
     for job in jobs:

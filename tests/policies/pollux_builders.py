@@ -10,7 +10,7 @@ import numpy as np
 from hypothesis import strategies as st
 
 from pollux.models import GoodputFunction, GradientStats, SpeedupFunction, ThroughputParams
-from pollux.policies.base import Allocation, JobInfo, NodeInfo
+from pollux.policies.base import Allocation, JobInfo, NodeInfo, SpeedupFn, facts_by_type
 
 GPU, CPU, MEM = "gpu", "cpu", "memory"
 
@@ -29,11 +29,15 @@ def speedup_function(seed: int) -> SpeedupFunction:
                            accumulation=True)
 
 
-def job(name: str, gpus: float = 1, *, seed: int | None = 0, **fields: object) -> JobInfo:
-    """A job needing ``gpus`` GPUs (and 4 CPUs) per replica; ``seed=None``: no speedup_fn."""
+def job(name: str, gpus: float = 1, *, seed: int | None = 0, max_replicas: int = 64,
+        speedup_fn: SpeedupFn | None = None, **fields: object) -> JobInfo:
+    """A job needing ``gpus`` GPUs (and 4 CPUs) per replica; ``seed=None``: no speedup
+    function (unless ``speedup_fn`` gives one)."""
     resources = fields.pop("resources", {GPU: gpus, CPU: 4})
-    speedup = None if seed is None else speedup_function(seed)
-    defaults: dict[str, object] = {"age_s": 3600.0, "speedup_fn": speedup}
+    if speedup_fn is None and seed is not None:
+        speedup_fn = speedup_function(seed)
+    defaults: dict[str, object] = {"age_s": 3600.0,
+                                   "by_type": facts_by_type(max_replicas, speedup_fn)}
     defaults.update(fields)
     return JobInfo(name=name, resources=resources, **defaults)  # type: ignore[arg-type]
 
@@ -114,12 +118,12 @@ def snapshots(draw: st.DrawFn) -> tuple[list[JobInfo], list[NodeInfo], dict[str,
         max_r = draw(st.integers(max(min_r, 1), 16))
         has_fn = draw(st.booleans())
         info = JobInfo(
-            name=f"job{i}", resources=resources, min_replicas=min_r, max_replicas=max_r,
+            name=f"job{i}", resources=resources, min_replicas=min_r,
             preemptible=draw(st.booleans()) or draw(st.booleans()),
             submission_time_s=float(i), age_s=draw(st.floats(0, 7200)),
             num_restarts=draw(st.integers(0, 5)),
             restart_delay_s=draw(st.sampled_from([0.0, 30.0])),
-            speedup_fn=speedup_function(i) if has_fn else None)
+            by_type=facts_by_type(max_r, speedup_function(i) if has_fn else None))
         jobs.append(info)
         # A feasible previous allocation, packed on randomly chosen nodes.
         want = draw(st.integers(0, max_r))

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from pollux.errors import ConfigError
 from pollux.policies.autoscaling import AutoscalerConfig, NodeTemplate, TypedAutoscaler
-from pollux.policies.base import GPU, TYPE_SPEEDS_KEY, JobInfo
+from pollux.policies.base import GPU, TYPE_SPEEDS_KEY, JobInfo, facts_by_type
 
 PRICES = {"a": 8.0, "b": 4.0}  # per node: a has 8 GPUs, b 4; both 1 per GPU-hour
 
@@ -30,7 +30,7 @@ def sized(max_a: int = 4, max_b: int = 4, max_nodes: int = 8,
 
 def new_job(name: str, replicas: int, speeds: dict[str, float]) -> JobInfo:
     """A job without a goodput model yet: it asks ``replicas`` by 1-GPU speed per dollar."""
-    return JobInfo(name, {GPU: 1.0}, max_replicas=replicas, extras={TYPE_SPEEDS_KEY: speeds})
+    return JobInfo(name, {GPU: 1.0}, by_type=facts_by_type(replicas), extras={TYPE_SPEEDS_KEY: speeds})
 
 
 def test_a_job_asks_on_its_best_type_and_waits_when_that_is_full() -> None:

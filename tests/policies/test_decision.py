@@ -3,7 +3,7 @@ infeasible with the reason (never raised, never silently dropped)."""
 
 from __future__ import annotations
 
-from pollux.policies.base import JobInfo, NodeInfo, PolicyDecision
+from pollux.policies.base import JobInfo, NodeInfo, PolicyDecision, facts_by_type
 from pollux.policies.decision import check_decision
 from pollux.policies.snapshot import Snapshot
 
@@ -16,7 +16,7 @@ def snapshot(*jobs: JobInfo) -> Snapshot:
 
 
 def test_feasible_allocations_pass_unchanged() -> None:
-    jobs = (JobInfo("x", {"gpu": 1.0}, max_replicas=4), JobInfo("y", {"gpu": 2.0}))
+    jobs = (JobInfo("x", {"gpu": 1.0}, by_type=facts_by_type(4)), JobInfo("y", {"gpu": 2.0}))
     decision = PolicyDecision({"x": ("a", "a", "b"), "y": ("a",)})
     checked = check_decision(decision, snapshot(*jobs))
     assert checked.allocations == {"x": ("a", "a", "b"), "y": ("a",)}
@@ -25,7 +25,7 @@ def test_feasible_allocations_pass_unchanged() -> None:
 
 def test_what_cannot_be_applied_is_returned_with_the_reason() -> None:
     jobs = (JobInfo("first", {"gpu": 3.0}), JobInfo("over", {"gpu": 2.0}),
-            JobInfo("ghost", {"gpu": 1.0}), JobInfo("many", {"gpu": 1.0}, max_replicas=2),
+            JobInfo("ghost", {"gpu": 1.0}), JobInfo("many", {"gpu": 1.0}, by_type=facts_by_type(2)),
             JobInfo("mixed", {"gpu": 1.0}), JobInfo("few", {"gpu": 1.0}, min_replicas=2))
     decision = PolicyDecision({
         "first": ("a",), "over": ("a",), "ghost": ("z",), "many": ("b", "b", "b"),

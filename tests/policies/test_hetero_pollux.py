@@ -8,7 +8,7 @@ import pytest
 
 from pollux.cluster_spec import allocation_gpu_type, parse_cluster_spec
 from pollux.errors import ConfigError
-from pollux.policies.base import TYPE_SPEEDS_KEY
+from pollux.policies.base import TYPE_SPEEDS_KEY, typed_facts
 from pollux.policies.pollux import PolluxPolicy
 from pollux.policies.pollux.typed import TypedPollux
 from tests.policies.test_sia import BY_NAME, NODES, job
@@ -105,18 +105,19 @@ def test_the_exploration_factor_is_checked_and_kept_for_the_driver() -> None:
 def test_fast_growth_only_for_jobs_a_restart_matters_to() -> None:
     # profiled 4 replicas on aws, never ran elsewhere; the driver's 4x caps
     caps = {"aws": 16, "dgx-ext": 1, "rtx": 1}
-    short = replace(job("short"), remaining_s=2000.0, restart_delay_s=50.0,
-                    max_replicas_by_type=caps)
-    long = replace(job("long"), remaining_s=1e7, restart_delay_s=50.0,
-                   max_replicas_by_type=caps)
+    short, long = job("short"), job("long")
+    short = replace(short, remaining_s=2000.0, restart_delay_s=50.0,
+                    by_type={**short.by_type, **typed_facts(caps, short.typed_goodput)})
+    long = replace(long, remaining_s=1e7, restart_delay_s=50.0,
+                   by_type={**long.by_type, **typed_facts(caps, long.typed_goodput)})
     before = {"short": ("aws-0",) * 4, "long": ("aws-1",) * 4}
     policy = typed(exploration_factor=4, fast_growth_share=0.02)
     kept_short, slowed_long = policy._slow_growth_for_long_jobs([short, long], NODES, before)
-    assert kept_short.max_replicas_by_type == caps  # its restart is >2% of what is left
-    assert slowed_long.max_replicas_by_type == {"aws": 8, "dgx-ext": 1, "rtx": 1}  # 2x
+    assert kept_short.own_caps() == caps  # its restart is >2% of what is left
+    assert slowed_long.own_caps() == {"aws": 8, "dgx-ext": 1, "rtx": 1}  # 2x
     new = replace(short, name="new")  # no allocation yet: the reference's cap
     (slowed_new,) = policy._slow_growth_for_long_jobs([new], NODES, {})
-    assert slowed_new.max_replicas_by_type["aws"] == 8
+    assert slowed_new.own_caps()["aws"] == 8
     decision = policy.optimize([long], NODES, {"long": ("aws-1",) * 4})
     assert len(decision.allocations["long"]) <= 8
     with pytest.raises(ConfigError, match="fast_growth_share"):

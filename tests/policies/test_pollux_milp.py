@@ -25,7 +25,7 @@ def test_rows_are_speedups_and_respect_the_cap() -> None:
     configs = [Config("gpu", 1, k) for k in (1, 2, 3)] + [Config("gpu", 2, 8)]
     capped = job("a", seed=1, max_replicas=3)
     row = policy.goodput_row(capped, configs)
-    expected = capped.speedup_fn(np.array([1, 1, 1]), np.array([1, 2, 3]))
+    expected = capped.on().speedup_fn(np.array([1, 1, 1]), np.array([1, 2, 3]))
     assert row[:3] == pytest.approx(np.asarray(expected) / float(np.min(expected)))
     assert row[3] == INVALID_GOODPUT
     # no model: one GPU only

@@ -109,7 +109,7 @@ def test_dominant_resource_sets_the_fair_share() -> None:
 def test_speedup_normalizes_by_the_fair_share_of_the_speedup_function() -> None:
     jobs = [job(f"j{i}", seed=i) for i in range(4)]
     obj = _objective(jobs, nodes(4, 4), {})
-    fn = jobs[0].speedup_fn
+    fn = jobs[0].on().speedup_fn
     assert fn is not None
     j = [p.name for p in obj.problem.jobs].index("j0")
     assert obj.fair_speedup[j] == pytest.approx(float(fn(1, 4)))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from types import MappingProxyType
 
 from pollux.cluster_spec import allocation_gpu_type, parse_cluster_spec
-from pollux.policies.base import JobInfo
+from pollux.policies.base import JobInfo, facts_by_type
 from pollux.policies.pollux_unaware import PolluxUnawarePolicy
 
 NODES = parse_cluster_spec("aws:6x4,dgx-ext:2x8,rtx:3x8").node_infos()
@@ -33,8 +33,8 @@ def test_most_common_type_is_kept_ties_by_preference() -> None:
 
 
 def test_decisions_use_real_nodes_within_one_type_and_capacity() -> None:
-    jobs = [JobInfo(f"j{i}", MappingProxyType({"gpu": 1.0}), max_replicas=64,
-                    speedup_fn=perfect, age_s=600.0) for i in range(12)]
+    jobs = [JobInfo(f"j{i}", MappingProxyType({"gpu": 1.0}),
+                    by_type=facts_by_type(64, perfect), age_s=600.0) for i in range(12)]
     policy = PolluxUnawarePolicy()
     previous: dict[str, tuple[str, ...]] = {}
     for _ in range(3):

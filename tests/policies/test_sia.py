@@ -15,6 +15,7 @@ from pollux.models import GradientStats, ThroughputParams
 from pollux.models.typed import TypedGoodput, TypeProfile
 from pollux.policies.base import JobInfo
 from pollux.policies.sia import Config, SiaPolicy, restart_factor, type_configs
+from tests.policies.builders import by_type
 
 NODES = parse_cluster_spec("aws:6x4,dgx-ext:2x8,rtx:3x8").node_infos()
 BY_NAME = {node.name: node for node in NODES}
@@ -30,9 +31,9 @@ def job(name: str, speeds: dict[str, float] | None = SPEEDS, cap: int = 64, age_
     if modelled:
         model = TypedGoodput({"aws": TypeProfile(PARAMS, 4)}, GradientStats(1.0, noise), 64,
                              4096, (16, 256), True, speeds)
-    return JobInfo(name=name, resources=MappingProxyType({"gpu": 1.0}), max_replicas=cap,
-                   age_s=age_s, num_restarts=restarts, typed_goodput=model,
-                   max_replicas_by_type={t: cap for t in SPEEDS},
+    return JobInfo(name=name, resources=MappingProxyType({"gpu": 1.0}),
+                   by_type=by_type(cap, caps={t: cap for t in SPEEDS}, model=model),
+                   age_s=age_s, num_restarts=restarts,
                    restart_left_s=restart_left_s, extras={"application": "cifar10"})
 
 

@@ -47,8 +47,8 @@ def test_allocations_never_span_types(name: str, snapshot: Snapshot) -> None:
             gpu_type = allocation_gpu_type(alloc, by_name)  # raises when it spans types
             assert job.tuned is not None
             if name == "optimus":
-                assert gpu_type is None or len(alloc) <= job.max_replicas_by_type.get(
-                    gpu_type, job.max_replicas)
+                assert gpu_type is None or len(alloc) <= job.on(
+                    gpu_type).max_replicas
             else:
                 assert len(alloc) in (0, job.tuned.num_replicas)
         previous = {n: a for n, a in decision.allocations.items() if a}
@@ -75,7 +75,7 @@ def test_running_jobs_keep_their_type_and_nodes() -> None:
 
 def test_optimus_puts_a_job_on_its_fastest_type_and_grows_it_there() -> None:
     fast = {"a100": amdahl_oracle(0.0, 1000.0), "t4": amdahl_oracle(0.0, 7000.0)}
-    jobs = [tuned_job("a", 1, remaining_time_fn_by_type=fast)]
+    jobs = [tuned_job("a", 1, oracles=fast)]
     (alloc,) = OptimusPolicy().optimize(jobs, typed_nodes(), {}).allocations.values()
     assert alloc == ("a100-0",) * 8  # the a100s only, never a t4 on top
     # Without per-type oracles it goes to the type with the most GPUs (ties: first).

@@ -218,12 +218,12 @@ def same_job_info(service: JobInfo, sim: JobInfo, name: str) -> None:
             assert abs(left - right) < 1e-6, (name, attribute, left, right)
         else:
             assert left == right, (name, attribute, left, right)
-    if sim.speedup_fn is None:
-        assert service.speedup_fn is None, name
+    if sim.on().speedup_fn is None:
+        assert service.on().speedup_fn is None, name
     else:
-        assert service.speedup_fn is not None, name
-        np.testing.assert_allclose(service.speedup_fn(GRID_NODES, GRID_REPLICAS),
-                                   sim.speedup_fn(GRID_NODES, GRID_REPLICAS), rtol=1e-9)
+        assert service.on().speedup_fn is not None, name
+        np.testing.assert_allclose(service.on().speedup_fn(GRID_NODES, GRID_REPLICAS),
+                                   sim.on().speedup_fn(GRID_NODES, GRID_REPLICAS), rtol=1e-9)
 
 
 def canonical(decision: dict[str, tuple[str, ...]]) -> dict[str, list[str]]:

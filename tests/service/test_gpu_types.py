@@ -126,7 +126,7 @@ def test_the_policy_sees_each_jobs_per_type_model_from_its_hints(make_service, f
     assert model is not None and set(model.gpu_types) == {"a", "b"}
     # each type keeps its own step-time model: the fast type's goodput is higher
     assert float(model.goodput("a", 1, 2)) > float(model.goodput("b", 1, 2))
-    assert dict(info.max_replicas_by_type) == {"a": 4, "b": 2}
+    assert info.own_caps() == {"a": 4, "b": 2}
     assert info.max_replicas == 4
     # the same hints on an untyped cluster: no typed model (homogeneous path unchanged)
     fake_backend._nodes = [NodeInfo(n.name, n.resources) for n in typed_nodes()]
@@ -330,7 +330,7 @@ def test_the_policys_exploration_factor_sets_the_typed_caps(make_service, fake_b
     post_typed_hints(service, job)  # profiled 2 replicas on a, 1 on b
     service.allocator.tick(1.0)
     info = policy.seen[-1][0][0]
-    assert dict(info.max_replicas_by_type) == {"a": 8, "b": 4}
+    assert info.own_caps() == {"a": 8, "b": 4}
     assert info.max_replicas == 8
 
 
@@ -346,7 +346,7 @@ def test_pollux_starts_a_new_job_on_4_gpus_of_the_fastest_type(make_service, fak
     allocation = service.allocator.last_decision.allocations[job]
     assert allocation == ("b-0",) * 4
     info = service.allocator.last_snapshot.jobs[0]
-    assert dict(info.max_replicas_by_type) == {"a": 4, "b": 4}
+    assert info.own_caps() == {"a": 4, "b": 4}
     assert info.extras["type_speeds"] == {"a": 1.0, "b": 3.0}
 
     plain = make_service(policy="pollux-paper", gpu_type_speeds="a=1,b=3")

@@ -215,7 +215,7 @@ def test_a_policy_sets_the_growth_cap_of_its_jobs(apps: dict[str, TypedApplicati
     Simulator(one, apps, policy, typed(max_time_s=600.0)).run()
     ran = [job for _, job in policy.seen if job.typed_goodput is not None]
     assert ran  # ran on 1 dgx-ext GPU: caps from that, 1 on the types it never ran on
-    assert ran[-1].max_replicas_by_type == {"aws": 1, "dgx-ext": cap, "rtx": 1}
+    assert ran[-1].own_caps() == {"aws": 1, "dgx-ext": cap, "rtx": 1}
     assert ran[-1].max_replicas == cap
 
 
@@ -309,8 +309,8 @@ def test_a_policy_sets_how_many_replicas_a_new_job_may_start_with(
         Simulator(one, apps, policy, typed(max_time_s=600.0)).run()
         first = policy.seen[0][1]
         assert first.typed_goodput is None
-        assert first.max_replicas_by_type == dict.fromkeys(SPEC.gpu_types, first_cap)
+        assert first.own_caps() == dict.fromkeys(SPEC.gpu_types, first_cap)
         assert first.extras[TYPE_SPEEDS_KEY] == apps["cifar10"].type_speeds()
         ran = [job for _, job in policy.seen if job.typed_goodput is not None][-1]
         # once it has run (1 dgx-ext GPU here), the growth rule alone
-        assert ran.max_replicas_by_type == {"aws": 1, "dgx-ext": 2, "rtx": 1}
+        assert ran.own_caps() == {"aws": 1, "dgx-ext": 2, "rtx": 1}

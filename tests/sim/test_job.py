@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from pollux.policies.base import JobInfo
+from pollux.policies.base import JobInfo, facts_by_type
 from pollux.policies.snapshot import JobReport, SpeedupCache, job_info
 from pollux.sim.applications import ApplicationSpec
 from pollux.sim.job import BatchMode, JobSpec, JobState, SimJob
@@ -83,7 +83,7 @@ def test_fixed_batch_configurations(batch: int, replicas: int, expected: tuple[i
 def policy_view(job: SimJob) -> JobInfo:
     """What the policy sees of ``job`` from its hints (pollux.policies.snapshot)."""
     report = JobReport(job.name, {"gpu": 1.0}, submission_time_s=0.0,
-                       max_replicas=job.app.spec.max_useful_replicas,
+                       by_type=facts_by_type(job.app.spec.max_useful_replicas),
                        num_held_replicas=len(job.allocation), hints=job.hints())
     return job_info(report, 0.0, SpeedupCache())
 
@@ -93,7 +93,7 @@ def test_adaptive_job_profiles_and_refits_on_new_configurations() -> None:
     job = SimJob(JobSpec("j", 0.0, app.name, 1, 64), app, BatchMode.ADAPTIVE)
     assert job.profile is not None
     view = policy_view(job)
-    assert view.max_replicas == 1 and view.speedup_fn is None  # None: linear, no profile
+    assert view.max_replicas == 1 and view.on().speedup_fn is None  # None: linear, no profile
     job.reallocate(NODE, (1,), 0.0)
     assert job.batch_size == 32  # no model yet: the initial batch
     job.advance(0.0, 60.0)
@@ -102,7 +102,7 @@ def test_adaptive_job_profiles_and_refits_on_new_configurations() -> None:
     job.advance(60.0, 60.0)
     assert job.profile.max_profiled_replicas == 2 and policy_view(job).max_replicas == 4
     assert job.profile.num_fits >= 2
-    speedup = policy_view(job).speedup_fn
+    speedup = policy_view(job).on().speedup_fn
     assert speedup is not None and float(speedup(1, 2)) > 1.0
 
 
@@ -122,7 +122,7 @@ def test_oracle_knowledge_uses_the_true_model_after_the_first_measurement() -> N
     job = SimJob(JobSpec("j", 0.0, app.name, 1, 64), app, BatchMode.ADAPTIVE,
                  known_params=truth)
     assert job.profile is not None
-    assert policy_view(job).speedup_fn is None  # still no model before measuring
+    assert policy_view(job).on().speedup_fn is None  # still no model before measuring
     job.reallocate(("n0", "n0"), (2,), 0.0)
     job.advance(0.0, 60.0)
     assert job.profile.params is truth and job.profile.num_fits == 0

@@ -31,7 +31,7 @@ from pollux.models.goodput import GoodputFunction, check_batch_bounds
 from pollux.models.speedup import SpeedupFunction, speedup_matrix
 from pollux.models.throughput import FloatArray, ThroughputParams
 
-__all__ = ["TypeProfile", "TypedGoodput", "goodput_matrix", "project_params"]
+__all__ = ["TypeProfile", "TypeSpeedup", "TypedGoodput", "goodput_matrix", "project_params"]
 
 TIME_PARAMS = ("alpha_c", "beta_c", "alpha_n", "beta_n", "alpha_r", "beta_r")
 """The parameters measured in seconds (``gamma`` is a shape, not a time)."""
@@ -162,6 +162,24 @@ class TypedGoodput:
                                                   self.local_bsz_bounds(gpu_type),
                                                   self.accumulation)
         return float(good), int(bsz), int(steps)
+
+    def on(self, gpu_type: str) -> TypeSpeedup | None:
+        """The speedup on ``gpu_type`` as a function of (nodes, replicas); None without
+        a model there."""
+        return TypeSpeedup(self, gpu_type) if self.has_model(gpu_type) else None
+
+
+class TypeSpeedup:
+    """A job's speedup on one GPU type, a view of its :class:`TypedGoodput` (``model``):
+    ``speedup(num_nodes, num_replicas)`` on ``gpu_type``, on the model's one scale."""
+
+    def __init__(self, model: TypedGoodput, gpu_type: str) -> None:
+        self.model = model
+        self.gpu_type = gpu_type
+
+    def __call__(self, num_nodes: ArrayLike, num_replicas: ArrayLike) -> FloatArray:
+        return self.model.speedup(self.gpu_type, num_nodes, num_replicas)
+
 
 
 def goodput_matrix(models: Sequence[TypedGoodput], gpu_type: str, num_nodes: ArrayLike,

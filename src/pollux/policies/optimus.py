@@ -2,7 +2,7 @@
 
 After Peng et al., EuroSys'18, as run in the Pollux study ("Optimus+Oracle+TunedJobs"):
 each job keeps its tuned batch size, and the policy knows its true remaining time at any
-GPU count (``JobInfo.remaining_time_fn``, the oracle).
+GPU count (the ``remaining_time_fn`` of ``JobInfo.on()``, the oracle).
 
 1. Every job, in snapshot order, gets one GPU while GPUs last.
 2. Each remaining GPU goes to the job whose remaining time drops the most with one more
@@ -17,10 +17,10 @@ placements. Without an oracle a job's remaining time is taken as ``1 / speedup``
 
 On a typed cluster every job runs within one GPU type (:mod:`pollux.policies.packing`),
 chosen in step 1: the type it runs on if that type has a GPU left, else the type where
-its oracle for that type (``remaining_time_fn_by_type``) says one GPU finishes it soonest
+its own oracle for that type (``JobInfo.own(type)``) says one GPU finishes it soonest
 (ties, and without per-type oracles: the type with the most GPUs left). Steps 2 and 3
 then work within each job's type: GPUs of a type go only to jobs of that type, ``G`` and
-the cap (``max_replicas_by_type``) are the type's. On an untyped cluster this is the rule
+the cap (``JobInfo.on(type).max_replicas``) are the type's. On an untyped cluster this is the rule
 above, unchanged.
 """
 
@@ -53,23 +53,30 @@ from pollux.policies.packing import (
 def remaining_times(job: JobInfo, max_replicas: int, gpus_per_node: int,
                     oracle: RemainingTimeFn | None = None) -> np.ndarray:
     """``R[k]`` for k = 0..max_replicas + 1 (R[0] = inf), packed placements, from
-    ``oracle`` (default: the job's ``remaining_time_fn``)."""
+    ``oracle`` (default: its default entry's ``remaining_time_fn``)."""
     k = np.arange(max_replicas + 2, dtype=np.float64)
     nodes = np.ceil(k / max(gpus_per_node, 1))
-    oracle = oracle if oracle is not None else job.remaining_time_fn
+    default = job.on()
+    oracle = oracle if oracle is not None else default.remaining_time_fn
     with np.errstate(divide="ignore"):
         if oracle is not None:
             times = np.asarray(oracle(nodes, k), dtype=np.float64)
-        elif job.speedup_fn is not None:
-            times = 1.0 / np.asarray(job.speedup_fn(nodes, k), dtype=np.float64)
+        elif default.speedup_fn is not None:
+            times = 1.0 / np.asarray(default.speedup_fn(nodes, k), dtype=np.float64)
         else:
             times = 1.0 / k
     return np.where((k > 0) & ~np.isnan(times), times, np.inf)
 
 
+def _own_oracle(job: JobInfo, gpu_type: str) -> RemainingTimeFn | None:
+    """The job's oracle on ``gpu_type`` itself (None: only the default entry's, if any)."""
+    own = job.own(gpu_type)
+    return None if own is None else own.remaining_time_fn
+
+
 def _one_gpu_time(job: JobInfo, gpu_type: str) -> float:
     """The job's oracle of remaining seconds on one GPU of ``gpu_type`` (inf: unknown)."""
-    oracle = job.remaining_time_fn_by_type.get(gpu_type)
+    oracle = _own_oracle(job, gpu_type)
     if oracle is None:
         return float("inf")
     value = float(np.asarray(oracle(np.ones(1), np.ones(1)), dtype=np.float64)[0])
@@ -101,12 +108,10 @@ class OptimusPolicy(Policy):
                     counts[i] = 1
                     left[gpu_type] -= 1
                     job_types[i] = gpu_type
-        caps = [0 if t is None else min(job.max_replicas_by_type.get(t, job.max_replicas),
-                                        capacity[t])
+        caps = [0 if t is None else min(job.on(t).max_replicas, capacity[t])
                 for job, t in zip(jobs, job_types)]
         times = [None if t is None else
-                 remaining_times(job, cap, gpus_per_node[t],
-                                 job.remaining_time_fn_by_type.get(t))
+                 remaining_times(job, cap, gpus_per_node[t], _own_oracle(job, t))
                  for job, cap, t in zip(jobs, caps, job_types)]
 
         def gain(i: int) -> float:  # R(k) - R(k + 1), 0 at the cap

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import replace
 from typing import ClassVar
 
 from pollux.errors import ConfigError
@@ -107,7 +106,7 @@ class PolluxUnawarePolicy(Policy):
 
     def optimize(self, jobs: Sequence[JobInfo], nodes: Sequence[NodeInfo],
                  previous_allocations: Allocations) -> PolicyDecision:
-        capped = [replace(job, max_replicas=min(job.max_replicas, self.max_replicas))
+        capped = [job.with_default(max_replicas=min(job.max_replicas, self.max_replicas))
                   for job in jobs]
         previous = self._to_virtual(previous_allocations, nodes)
         decision = self.inner.optimize(capped, self._virtual_nodes(nodes), previous)

@@ -58,7 +58,10 @@ from pollux.policies.base import (
     JobInfo,
     NodeInfo,
     SpeedupFn,
+    facts_by_type,
+    typed_facts,
 )
+from pollux.resources import DEFAULT_GPU_TYPE
 from pollux.teams import Teams
 
 logger = logging.getLogger(__name__)
@@ -287,7 +290,8 @@ def job_info(report: JobReport, now_s: float, cache: SpeedupCache,
     anywhere (:meth:`~pollux.policies.base.Policy.growth_rule`)."""
     factor = EXPLORATION_FACTOR if exploration_factor is None else exploration_factor
     speedup = throughput = max_replicas = None
-    typed_goodput, caps = report.typed_goodput, report.max_replicas_by_type
+    own = {t: f for t, f in report.by_type.items() if t != DEFAULT_GPU_TYPE}
+    typed_goodput, caps = report.typed_goodput, {t: f.max_replicas for t, f in own.items()}
     if report.hints is not None:
         try:
             speedup, throughput = cache.speedups(report.name, report.hints)
@@ -302,7 +306,7 @@ def job_info(report: JobReport, now_s: float, cache: SpeedupCache,
                                        f"({type(exc).__name__}: {exc})")
             report = replace(report, hints=None)
             speedup = throughput = typed_goodput = max_replicas = None
-            caps = report.max_replicas_by_type
+            caps = {t: f.max_replicas for t, f in own.items()}
     extras = report.extras
     if len(gpu_types) > 1 and typed_goodput is None:  # no model yet (the service's)
         if not caps and initial_replicas > 1:  # no hints either: caps as before any run
@@ -317,18 +321,19 @@ def job_info(report: JobReport, now_s: float, cache: SpeedupCache,
     if throughput_speedups and throughput is not None:
         extras = {**extras, THROUGHPUT_SPEEDUP_KEY: throughput}
     facts = dict(zip(_FACTS, _facts_of(report)))
-    facts.update(max_replicas=(exploration_bound(report, factor=factor) if max_replicas is None
-                               else max_replicas),
-                 remaining_s=remaining_s, typed_goodput=typed_goodput,
-                 max_replicas_by_type=caps, extras=extras)
-    return JobInfo(**facts, age_s=max(0.0, now_s - report.submission_time_s),
-                   speedup_fn=speedup)
+    bound = exploration_bound(report, factor=factor) if max_replicas is None else max_replicas
+    oracles = {t: f.remaining_time_fn for t, f in own.items() if f.remaining_time_fn}
+    facts.update(by_type=facts_by_type(bound, speedup, report.on().remaining_time_fn,
+                                       typed_facts(caps, typed_goodput, oracles)),
+                 remaining_s=remaining_s, extras=extras)
+    return JobInfo(**facts, age_s=max(0.0, now_s - report.submission_time_s))
 
 
 def without_models(jobs: Sequence[JobInfo]) -> tuple[JobInfo, ...]:
     """``jobs`` as jobs without a model (perfect scaling): what a driver retries a round
     with when the policy failed on the jobs' models."""
-    return tuple(replace(job, speedup_fn=None, typed_goodput=None, remaining_s=None,
+    return tuple(replace(job, remaining_s=None,
+                         by_type={t: replace(f, speedup_fn=None) for t, f in job.by_type.items()},
                          extras={k: v for k, v in job.extras.items()
                                  if k != THROUGHPUT_SPEEDUP_KEY})
                  for job in jobs)

@@ -12,7 +12,13 @@ from __future__ import annotations
 from types import MappingProxyType
 from typing import Any
 
-from pollux.policies.base import GPU, TYPE_SPEEDS_KEY, TunedConfig
+from pollux.policies.base import (
+    GPU,
+    TYPE_SPEEDS_KEY,
+    TunedConfig,
+    facts_by_type,
+    typed_facts,
+)
 from pollux.policies.snapshot import JobReport
 from pollux.sim.config import ClusterConfig
 from pollux.sim.job import BatchMode, SimJob
@@ -57,9 +63,9 @@ def hints_report(job: SimJob, restart_delay_s: float, oracles: OracleTables,
         remaining_fn = oracles.oracle(
             app, batch, config.gpus_per_node_of(str(job.gpu_type)), job.epoch)
     return job_report(
-        job, restart_delay_s, max_replicas=max_replicas,
+        job, restart_delay_s, by_type=facts_by_type(max_replicas, None, remaining_fn),
         tuned=TunedConfig(num_replicas=tuned_replicas, batch_size=tuned_batch),
-        hints=hints, remaining_time_fn=remaining_fn,
+        hints=hints,
         remaining_progress=None if hints is None else job.remaining_progress())
 
 
@@ -88,18 +94,19 @@ def typed_report(job: SimJob, restart_delay_s: float, oracles: OracleTables,
         pinned = job.app.reference().spec.pinned_replicas
         tuned = TunedConfig(job.spec.num_replicas if pinned is None
                             else min(job.spec.num_replicas, pinned), batch)
-        fields = {"max_replicas": max(caps.values()), "max_replicas_by_type": caps,
-                  "remaining_time_fn_by_type": by_type}
+        fields = {"by_type": facts_by_type(max(caps.values()),
+                                           per_type=typed_facts(caps, None, by_type))}
     elif job.pooled is not None:
         spec = job.pooled.spec
-        fields = {"max_replicas": max(1, spec.max_batch_size // spec.min_local_bsz),
+        fields = {"by_type": facts_by_type(max(1, spec.max_batch_size // spec.min_local_bsz)),
                   "hints": job.pooled.hints()}
     else:
         caps = {t: job.max_replicas(t, growth_factor, initial_replicas)
                 for t in job.app.by_type}
         model = job.typed_goodput()
-        fields = {"max_replicas": max(caps.values()), "typed_goodput": model,
-                  "remaining_s": job.remaining_s(model), "max_replicas_by_type": caps}
+        fields = {"by_type": facts_by_type(max(caps.values()),
+                                           per_type=typed_facts(caps, model)),
+                  "remaining_s": job.remaining_s(model)}
     return job_report(job, restart_delay_s, tuned=tuned,
                       restart_left_s=job.restart_left_s if job.placement else 0.0,
                       extras=extras, **fields)

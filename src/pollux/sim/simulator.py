@@ -17,9 +17,10 @@ calibration) is ``config.semantics`` (:mod:`pollux.sim.semantics`), chosen by th
 trace set. Distributed jobs sharing a node slow down by ``interference``.
 
 Jobs are *fixed* (the tuned batch size, for baselines) or *adaptive* (Pollux jobs that
-fit their own model, as the agent does). The mode comes from the policy's class attribute
-``adaptive_jobs`` (``adaptive_jobs=`` here overrides it); a policy whose class sets
-``heterogeneity_aware = False`` gets, on a typed cluster, jobs with one model pooled over
+fit their own model, as the agent does). The mode comes from the policy's trait
+:attr:`~pollux.policies.base.Policy.adaptive_jobs` (``adaptive_jobs=`` here overrides it);
+a policy whose trait :attr:`~pollux.policies.base.Policy.heterogeneity_aware` is False
+gets, on a typed cluster, jobs with one model pooled over
 every type with the limits of its ``pooled_limits_type``, as Sia's artifact runs Pollux.
 Under the ``typed_goodput`` scheduler model the policy's growth rule on the cluster's
 types (:meth:`~pollux.policies.base.Policy.growth_rule`) sets each job's caps per type.
@@ -139,7 +140,7 @@ class Simulator:
         self.semantics = sem = cfg.semantics
         spec = cfg.spec
         if adaptive_jobs is None:
-            adaptive_jobs = bool(getattr(type(policy), "adaptive_jobs", True))
+            adaptive_jobs = type(policy).adaptive_jobs
         self.adaptive_jobs = adaptive_jobs
         mode = BatchMode.ADAPTIVE if adaptive_jobs else BatchMode.FIXED
         if batch_objective is None:
@@ -170,9 +171,8 @@ class Simulator:
         speeds = (projection_speeds({n: typed_on(a, spec.gpu_types)
                                      for n, a in applications.items()}, cfg.speeds_from)
                   if typed_model and cfg.project_unseen_types else {})
-        aware = bool(getattr(type(policy), "heterogeneity_aware", True))
-        pooled = None if aware or len(spec.gpu_types) == 1 else (
-            getattr(type(policy), "pooled_limits_type", None) or "")
+        pooled = None if type(policy).heterogeneity_aware or len(spec.gpu_types) == 1 else (
+            type(policy).pooled_limits_type or "")
         factor, self._initial_replicas = self.round.growth_rule(spec.gpu_types)
         self._growth_factor = factor or EXPLORATION_FACTOR
         self.jobs = tuple(

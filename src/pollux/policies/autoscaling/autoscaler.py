@@ -365,8 +365,8 @@ class ThroughputAutoscaler(Autoscaler):
         """The jobs with their throughput speedups in place of their goodput speedups."""
         out = []
         for job in jobs:
-            fn = job.extras.get(THROUGHPUT_SPEEDUP_KEY) or job.speedup_fn  # None: linear
-            out.append(replace(job, speedup_fn=fn))
+            fn = job.extras.get(THROUGHPUT_SPEEDUP_KEY) or job.on().speedup_fn  # None: linear
+            out.append(job.with_default(speedup_fn=fn))
         return out
 
     def marginal_efficiency(self, evaluator: SizeEvaluator, num_nodes: int) -> float:

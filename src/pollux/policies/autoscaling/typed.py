@@ -86,8 +86,7 @@ class TypedAutoscaler(Autoscaler):
 
     def _best(self, job: JobInfo) -> tuple[float, str, int] | None:
         """(goodput per dollar, type, replicas) the job would use well on its best type."""
-        caps = {t: max(1, int(job.max_replicas_by_type.get(t, job.max_replicas)))
-                for t in self.templates}
+        caps = {t: max(1, int(job.on(t).max_replicas)) for t in self.templates}
         model = job.typed_goodput
         if model is None:
             speeds = job.extras.get(TYPE_SPEEDS_KEY) or {}

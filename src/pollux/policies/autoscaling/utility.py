@@ -86,7 +86,8 @@ def scaling_efficiencies(jobs: Sequence[JobInfo], allocations: Allocations
     for job in jobs:
         alloc = tuple(allocations.get(job.name, ()))
         if alloc:
-            out[job.name] = speedup_of(job.speedup_fn, len(set(alloc)), len(alloc)) / len(alloc)
+            out[job.name] = speedup_of(job.on().speedup_fn, len(set(alloc)),
+                                       len(alloc)) / len(alloc)
     return out
 
 
@@ -114,6 +115,7 @@ def total_speedup(jobs: Sequence[JobInfo], allocations: Allocations,
     total = 0.0
     for job in jobs:
         alloc = tuple(allocations.get(job.name, ()))
-        fn = job.speedup_fn if speedups is None else speedups.get(job.name, job.speedup_fn)
+        own = job.on().speedup_fn
+        fn = own if speedups is None else speedups.get(job.name, own)
         total += speedup_of(fn, len(set(alloc)), len(alloc))
     return total

@@ -189,7 +189,7 @@ class PolluxObjective:
         return table
 
     def _query(self, j: int, nodes: IntArray, replicas: IntArray) -> FloatArray:
-        fn = self.problem.jobs[j].speedup_fn
+        fn = self.problem.jobs[j].on().speedup_fn
         running = replicas > 0
         out = np.zeros(nodes.shape, dtype=np.float64)
         if not running.any():

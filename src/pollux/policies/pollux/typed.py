@@ -161,10 +161,12 @@ class TypedPollux(SiaPolicy):
             left_s = self._left_s(job, tuple(previous_allocations.get(job.name, ())), type_of)
             fast = (left_s is not None
                     and job.restart_delay_s >= self.options.fast_growth_share * left_s)
-            if not fast and model is not None and job.max_replicas_by_type:
-                job = replace(job, max_replicas_by_type={t: min(cap, max(EXPLORATION_FACTOR * (
-                    model.profiles[t].max_profiled_replicas if t in model.profiles else 0), 1))
-                    for t, cap in job.max_replicas_by_type.items()})
+            own = {t: f for t, f in job.by_type.items() if job.own(t) is not None}
+            if not fast and model is not None and own:
+                job = replace(job, by_type={**job.by_type, **{t: replace(f, max_replicas=min(
+                    f.max_replicas, max(EXPLORATION_FACTOR * (
+                        model.profiles[t].max_profiled_replicas if t in model.profiles else 0),
+                        1))) for t, f in own.items()}})
             out.append(job)
         return out
 
@@ -180,7 +182,8 @@ class TypedPollux(SiaPolicy):
             if job.typed_goodput is not None or not speeds:
                 continue
             slowest = min(speeds.values())
-            cap = max(max(job.max_replicas_by_type.values(), default=job.max_replicas), 1)
+            cap = max(max(job.on(t).max_replicas for t in dict.fromkeys(
+                c.gpu_type for c in configs)), 1)
             row = np.array([speeds.get(c.gpu_type, 0.0) / slowest for c in configs]) * num_gpus
             matrix[j] = np.where((num_gpus <= cap) & (row > 0), row, INVALID_GOODPUT)
         return matrix
@@ -252,7 +255,7 @@ class TypedPollux(SiaPolicy):
 
 class OneTypeProgram(TypedPollux):
     """:class:`TypedPollux`'s program on a cluster of one type, each job's row its
-    ``JobInfo.speedup_fn`` (speedup over one replica is exactly the normalized goodput
+    default ``speedup_fn`` (speedup over one replica is exactly the normalized goodput
     row): the same program measured against the power mean on the paper's clusters."""
 
     def goodput_row(self, job: JobInfo, configs: Sequence[Config]) -> np.ndarray:
@@ -262,11 +265,12 @@ class OneTypeProgram(TypedPollux):
         gpus = np.array([c.num_gpus for c in configs])
         nodes = np.array([c.num_nodes for c in configs])
         valid = gpus <= max(job.max_replicas, 1)
-        if job.speedup_fn is None:
+        speedup_fn = job.on().speedup_fn
+        if speedup_fn is None:
             row[np.argmin(gpus)] = 1.0
             return row
         if valid.any():
-            values = np.asarray(job.speedup_fn(nodes[valid], gpus[valid]), dtype=np.float64)
+            values = np.asarray(speedup_fn(nodes[valid], gpus[valid]), dtype=np.float64)
             row[valid] = np.where(np.isfinite(values), values, 0.0)
         useful = row > INVALID_GOODPUT
         if useful.any():

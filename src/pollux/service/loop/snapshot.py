@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pollux.policies.base import Allocation, NodeInfo, TunedConfig
+from pollux.policies.base import Allocation, NodeInfo, TunedConfig, facts_by_type
 from pollux.policies.snapshot import JobReport
 from pollux.service.storage.records import JobRecord
 from pollux.teams import DEFAULT_TEAM, Team, Teams
@@ -42,7 +42,7 @@ def job_report(record: JobRecord, reports_hints: bool = False) -> JobReport:
         resources=spec.resources.as_policy_resources(),
         submission_time_s=record.submitted_at,
         min_replicas=spec.min_replicas,
-        max_replicas=spec.max_replicas,
+        by_type=facts_by_type(spec.max_replicas),
         preemptible=spec.preemptible,
         attained_service_s=record.attained_service_s,
         num_restarts=record.num_restarts,
