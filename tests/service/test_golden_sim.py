@@ -55,8 +55,9 @@ WORKLOAD = Workload("golden", (
 GRID_NODES, GRID_REPLICAS = np.array([1, 1, 1, 2, 2, 2, 0]), np.array([1, 2, 4, 2, 4, 8, 0])
 COMPARED_FIELDS = ("resources", "min_replicas", "max_replicas", "preemptible",
                    "submission_time_s", "age_s", "attained_service_s", "num_restarts",
-                   "restart_delay_s", "remaining_time_fn")
-"""Every JobInfo field but the speedup functions (compared on a grid), ``tuned`` (the
+                   "restart_delay_s")
+"""Every JobInfo field but ``by_type`` (its caps and oracles compared per type, its speedup
+functions on a grid), ``tuned`` (the
 simulator's workload gives tuned configurations, the service has none: no policy under
 test reads it) and ``remaining_s`` (simulated jobs know their target epochs; the agent
 reports none)."""
@@ -218,6 +219,10 @@ def same_job_info(service: JobInfo, sim: JobInfo, name: str) -> None:
             assert abs(left - right) < 1e-6, (name, attribute, left, right)
         else:
             assert left == right, (name, attribute, left, right)
+    def limits(info: JobInfo) -> dict[str, tuple[int, object]]:
+        return {t: (f.max_replicas, f.remaining_time_fn) for t, f in info.by_type.items()}
+
+    assert limits(service) == limits(sim), name
     if sim.on().speedup_fn is None:
         assert service.on().speedup_fn is None, name
     else:

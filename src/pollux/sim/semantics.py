@@ -11,11 +11,22 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from enum import Enum
 from types import MappingProxyType
 
 from pollux.errors import ConfigError
 
-SCHEDULER_MODELS = ("hints", "typed_goodput")
+
+class SchedulerModel(str, Enum):
+    """What the scheduler sees of an adaptive job (:attr:`ReferenceSemantics.
+    scheduler_model`)."""
+
+    HINTS = "hints"
+    """The agent's report: its fitted model and measured gradient statistics; growth by
+    the snapshot's exploration rule (Pollux)."""
+    TYPED_GOODPUT = "typed_goodput"
+    """Its goodput per GPU type from per-type fits and the true gradient statistics, with
+    per-type growth caps and remaining time (Sia)."""
 
 
 @dataclass(frozen=True)
@@ -38,11 +49,9 @@ class ReferenceSemantics:
     """A job restarts when its set of nodes changes (Pollux); False: only when its shape
     (replicas per node) or GPU type changes, so the same shape on other nodes of the same
     type is free (Sia)."""
-    scheduler_model: str = "hints"
-    """What the scheduler sees of an adaptive job: ``hints``, the agent's report (its
-    fitted model and measured gradient statistics; growth by the snapshot's exploration
-    rule, Pollux); ``typed_goodput``, its goodput per GPU type from per-type fits and the
-    true gradient statistics, with per-type growth caps and remaining time (Sia)."""
+    scheduler_model: SchedulerModel = SchedulerModel.HINTS
+    """What the scheduler sees of an adaptive job (:class:`SchedulerModel`; its value
+    names it too)."""
     placement_batch_limits: bool = False
     """The largest atomic batch at a placement is the largest measured there (Sia)."""
 
@@ -52,9 +61,12 @@ class ReferenceSemantics:
             value = getattr(self, name)
             if value is not None:
                 object.__setattr__(self, name, dict(value))
-        if self.scheduler_model not in SCHEDULER_MODELS:
+        try:
+            object.__setattr__(self, "scheduler_model", SchedulerModel(self.scheduler_model))
+        except ValueError:
             raise ConfigError("scheduler_model", self.scheduler_model,
-                              f"choose from: {', '.join(SCHEDULER_MODELS)}")
+                              f"choose from: {', '.join(m.value for m in SchedulerModel)}"
+                              ) from None
 
     def restart_delay_s(self, application: str, cluster_delay_s: float) -> float:
         """The restart delay of a job of ``application``."""
@@ -78,5 +90,5 @@ SIA_ARTIFACT = ReferenceSemantics(
         "cifar10": 1.8, "ncf": 1.5, "imagenet": 1.2, "yolov3": 1.2, "bert": 1.2,
         "deepspeech2": 1.2}),
     charge_whole_rounds=True, restart_on_node_change=False,
-    scheduler_model="typed_goodput", placement_batch_limits=True)
+    scheduler_model=SchedulerModel.TYPED_GOODPUT, placement_batch_limits=True)
 """The Sia artifact's reference simulator (its data: docs/research/data.md)."""

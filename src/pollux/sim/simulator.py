@@ -62,6 +62,7 @@ from pollux.sim.job import BatchMode, JobKnowledge, SimJob
 from pollux.sim.job_reports import hints_report, typed_report
 from pollux.sim.oracle import OracleTables, true_throughput_params
 from pollux.sim.placement import placement_of
+from pollux.sim.semantics import SchedulerModel
 from pollux.sim.typed_apps import TypedApplication, typed_on
 from pollux.sim.workload import Workload
 from pollux.teams import Teams
@@ -167,7 +168,7 @@ class Simulator:
         if self.job_knowledge is JobKnowledge.ORACLE and mode is BatchMode.ADAPTIVE:
             known = {name: {t: true_throughput_params(a, cfg.gpus_per_node_of(t))
                             for t, a in apps[name].by_type.items()} for name in used}
-        typed_model = sem.scheduler_model == "typed_goodput"
+        typed_model = sem.scheduler_model is SchedulerModel.TYPED_GOODPUT
         speeds = (projection_speeds({n: typed_on(a, spec.gpu_types)
                                      for n, a in applications.items()}, cfg.speeds_from)
                   if typed_model and cfg.project_unseen_types else {})
@@ -203,7 +204,7 @@ class Simulator:
     def _report(self, job: SimJob) -> JobReport:
         """What the driver knows of a job and what the job reports (the semantics'
         scheduler model)."""
-        if self.semantics.scheduler_model == "hints":
+        if self.semantics.scheduler_model is SchedulerModel.HINTS:
             report = hints_report(job, self._restart_delay_s(job), self._oracles, self.config)
         else:
             report = typed_report(job, self._restart_delay_s(job), self._oracles, self.config,
