@@ -28,11 +28,11 @@ from pollux.cluster_spec import parse_cluster_spec
 from pollux.models import fit_throughput_params
 from pollux.models.typed import TypedGoodput, TypeProfile
 from pollux.policies.registry import make_policy
+from pollux.sim.applications import load_typed_applications
 from pollux.sim.config import ClusterConfig
 from pollux.sim.job import SimJob
 from pollux.sim.semantics import SIA_ARTIFACT
 from pollux.sim.simulator import SimulationResult, Simulator
-from pollux.sim.typed_apps import load_typed_applications
 from pollux.sim.workload import read_workload
 
 ARTIFACT = Path("..", "shared", "sia-artifact")

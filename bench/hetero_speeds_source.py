@@ -38,11 +38,11 @@ import numpy as np
 
 from pollux.cluster_spec import parse_cluster_spec
 from pollux.policies.registry import make_policy
+from pollux.sim.applications import load_typed_applications
 from pollux.sim.config import ClusterConfig
 from pollux.sim.metrics import summarize_run
 from pollux.sim.semantics import SIA_ARTIFACT
 from pollux.sim.simulator import Simulator
-from pollux.sim.typed_apps import load_typed_applications
 from pollux.sim.workload import read_workload
 
 CLUSTER = "aws:6x4,dgx-ext:2x8,rtx:3x8"

@@ -13,12 +13,12 @@ from pollux.cluster_spec import allocation_gpu_type, parse_cluster_spec
 from pollux.errors import WorkloadError
 from pollux.policies.base import Allocations, JobInfo, NodeInfo, Policy, PolicyDecision
 from pollux.policies.sia import SiaPolicy
+from pollux.sim.applications import TypedApplication, load_typed_applications
 from pollux.sim.config import ClusterConfig
 from pollux.sim.job import BatchMode, JobSpec, SimJob
 from pollux.sim.metrics import summarize_run
 from pollux.sim.semantics import SIA_ARTIFACT
 from pollux.sim.simulator import Simulator
-from pollux.sim.typed_apps import TypedApplication, load_typed_applications
 from pollux.sim.workload import Workload
 
 SIA = Path(__file__).resolve().parents[2].parent / "shared" / "sia-artifact"

@@ -11,13 +11,13 @@ from hypothesis import strategies as st
 
 from pollux.cluster_spec import parse_cluster_spec
 from pollux.policies.registry import make_policy
+from pollux.sim.applications import TypedApplication, load_typed_applications
 from pollux.sim.config import ClusterConfig
 from pollux.sim.job import JobSpec
 from pollux.sim.lower_bound import best_rates, cluster_lower_bound, typed_best_rates
 from pollux.sim.metrics import summarize_run
 from pollux.sim.semantics import SIA_ARTIFACT
 from pollux.sim.simulator import Simulator
-from pollux.sim.typed_apps import TypedApplication, load_typed_applications
 from pollux.sim.workload import Workload, read_workload, write_workload
 from tests.sim.test_hetero import SIA, needs_sia
 

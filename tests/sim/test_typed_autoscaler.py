@@ -11,6 +11,7 @@ import pytest
 from pollux.cluster_spec import parse_cluster_spec
 from pollux.errors import ConfigError
 from pollux.policies.registry import make_policy
+from pollux.sim.applications import TypedApplication, load_typed_applications
 from pollux.sim.cluster import node_seconds
 from pollux.sim.config import ClusterConfig
 from pollux.sim.job import JobSpec
@@ -18,7 +19,6 @@ from pollux.sim.metrics import summarize_run
 from pollux.sim.runner import RunTask, build_autoscaler
 from pollux.sim.semantics import SIA_ARTIFACT
 from pollux.sim.simulator import SimulationResult, Simulator
-from pollux.sim.typed_apps import TypedApplication, load_typed_applications
 from pollux.sim.workload import Workload, write_workload
 from tests.sim.test_hetero import SIA, needs_sia
 

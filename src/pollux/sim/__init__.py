@@ -4,7 +4,7 @@ Applications come from a trace directory in the Pollux artifact format
 (:func:`load_trace_applications`) or from the built-in catalog
 (:func:`load_builtin_applications`); workloads from CSV files (:func:`read_workload`) or
 the generator (:func:`generate_workload`); per-type traces (the Sia artifact's) from
-:func:`~.typed_apps.load_typed_applications`. One simulator (:mod:`.simulator`) runs
+:func:`~.applications.load_typed_applications`. One simulator (:mod:`.simulator`) runs
 every cluster, a homogeneous one being a typed cluster with one type; what the two
 artifacts' reference simulators do differently is :mod:`.semantics`.
 """

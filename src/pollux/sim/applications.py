@@ -13,6 +13,14 @@ Pollux artifact does (the data: docs/research/data.md):
 
 Two sources implement it: :class:`TraceApplication` (measurements in the artifact format,
 interpolated) here, and the compact parametric models of :mod:`pollux.sim.catalog`.
+
+A job's application on a cluster is one model per GPU type, :class:`TypedApplication`
+(a homogeneous cluster's has one entry). The Sia artifact gives, per application, one
+placements and one scalability file per GPU type and validation files shared by every
+type: a :class:`TraceApplication` of one type (``gpu_type``) has that type's step times
+and batch limits (its measured local batch range, deepspeech2 on rtx at most 57, and at a
+measured placement the largest atomic batch measured there), and its 1-GPU throughput
+gives the speed ratios that project a job's model onto types it has not run on.
 """
 
 from __future__ import annotations
@@ -20,14 +28,16 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from bisect import bisect_left
-from collections.abc import Hashable
-from dataclasses import dataclass
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import MappingProxyType
 
 import numpy as np
 from scipy.interpolate import LinearNDInterpolator, NearestNDInterpolator
 
+from pollux.errors import ConfigError, WorkloadError
+from pollux.resources import DEFAULT_GPU_TYPE
 from pollux.sim.placement import Placement, canonical_placement
 from pollux.sim.traces import TraceData, application_dirs, read_trace_dir
 
@@ -37,6 +47,8 @@ MAX_EPOCHS = MappingProxyType({
 """Epochs each application trains for (the reference simulator's settings)."""
 MAX_LOCAL_BSZ_OVERRIDE = MappingProxyType({"yolov3": 8})
 """Largest atomic batch where it differs from the largest measured one (GPU memory)."""
+TYPE_MAX_LOCAL_BSZ_OVERRIDE = MappingProxyType({("deepspeech2", "rtx"): 57})
+"""Per GPU type: largest atomic batch where GPU memory is below the measured range."""
 PINNED_CONFIGS = MappingProxyType({"ncf": (1, 32768)})
 """Applications pinned to (replicas, total batch size) under every policy."""
 MAX_INTERPOLATION_NODES = 16
@@ -201,15 +213,52 @@ class TraceApplication(Application):
     iterations interpolate linearly between the validated batch sizes around the batch.
     """
 
-    def __init__(self, trace: TraceData) -> None:
+    def __init__(self, trace: TraceData, gpu_type: str | None = None) -> None:
         spec = make_spec(trace.name, trace.batch_sizes, trace.min_local_bsz,
                          trace.max_local_bsz, min(len(v.progress) for v in trace.validation))
+        if gpu_type is not None:  # the type's measured range
+            spec = replace(spec, min_local_bsz=trace.min_local_bsz, max_local_bsz=int(
+                TYPE_MAX_LOCAL_BSZ_OVERRIDE.get((trace.name, gpu_type), trace.max_local_bsz)))
         super().__init__(spec)
         self.trace = trace
+        self.gpu_type = gpu_type
+        """The GPU type measured (per-type traces); None: an untyped trace."""
         self._linear: LinearNDInterpolator | None = None
         self._nearest: NearestNDInterpolator | None = None
         progress = np.stack([v.progress[: spec.max_epochs] for v in trace.validation])
         self._epoch_progress = np.concatenate([[0.0], progress.min(axis=0)])
+        self._placement_max: dict[Placement, int] = {}
+
+    def max_local_bsz_at(self, placement: Placement) -> int:
+        """Per-type traces: the largest atomic batch measured at a placement (or, for a
+        placement not measured exactly, at any larger scale), within the type's bound."""
+        if self.gpu_type is None:
+            return super().max_local_bsz_at(placement)
+        canon = canonical_placement(placement)
+        found = self._placement_max.get(canon)
+        if found is None:
+            exact = self.trace.placements.get(canon)
+            if exact is not None:
+                found = int(exact.local_bsz.max())
+            else:
+                points = self.trace.scale_points
+                larger = points[(points[:, 0] >= len(canon)) & (points[:, 1] >= sum(canon))]
+                found = int(larger[:, 2].max()) if len(larger) else self.spec.max_local_bsz
+            found = min(found, self.spec.max_local_bsz)
+            self._placement_max[canon] = found
+        return found
+
+    def one_gpu_throughput(self) -> float:
+        """Samples per second of one GPU: largest local batch over the slowest step among
+        the 1-replica measurements (the speed the projections compare)."""
+        ones = [trace for placement, trace in self.trace.placements.items()
+                if sum(placement) == 1]
+        if not ones:
+            where = "placements.csv" if self.gpu_type is None else f"placements-{self.gpu_type}.csv"
+            raise WorkloadError(self.name, None, where,
+                                "no 1-replica measurements; the speed ratio needs them")
+        return (max(float(t.local_bsz.max()) for t in ones)
+                / max(float(t.step_time.max()) for t in ones))
 
     def step_time_key(self, placement: Placement) -> Hashable:
         """A measured placement's own times, else those interpolated at its node count
@@ -280,3 +329,79 @@ def load_trace_applications(traces_dir: str | Path) -> dict[str, Application]:
     """Every application of a trace directory, by name."""
     return {name: TraceApplication(read_trace_dir(path))
             for name, path in application_dirs(traces_dir).items()}
+
+
+@dataclass(frozen=True)
+class TypedApplication:
+    """One application on every GPU type of a cluster."""
+
+    name: str
+    by_type: Mapping[str, Application]
+
+    @classmethod
+    def of(cls, app: Application, gpu_type: str = DEFAULT_GPU_TYPE) -> TypedApplication:
+        """An application measured on one type (a homogeneous cluster's)."""
+        return cls(app.name, MappingProxyType({gpu_type: app}))
+
+    def type_speeds(self) -> dict[str, float]:
+        """Type -> 1-GPU throughput (samples/s); ratios of these project models."""
+        return {t: app.one_gpu_throughput() for t, app in self.by_type.items()
+                if isinstance(app, TraceApplication) and app.gpu_type is not None}
+
+    @property
+    def spec(self) -> ApplicationSpec:
+        """The reference type's spec (batch sizes and epochs are the same on every type)."""
+        return self.reference().spec
+
+    def reference(self) -> Application:
+        """The type-independent parts (epochs, gradient statistics) of any type."""
+        return next(iter(self.by_type.values()))
+
+
+def load_typed_applications(traces_dir: str | Path, gpu_types: Sequence[str]
+                            ) -> dict[str, TypedApplication]:
+    """Every application of a per-type trace directory, on each of ``gpu_types``.
+
+    Raises :class:`~pollux.errors.WorkloadError` naming the missing file when an
+    application has no measurements for one of the types.
+    """
+    root = Path(traces_dir)
+    if not root.is_dir():
+        raise WorkloadError(str(root), None, "--traces", "not a directory")
+    found: dict[str, TypedApplication] = {}
+    for child in sorted(root.iterdir()):
+        if not child.is_dir():
+            continue
+        have = {path.name for path in child.glob("placements-*.csv")}
+        if not have:
+            continue
+        missing = [t for t in gpu_types if f"placements-{t}.csv" not in have]
+        if missing:
+            raise WorkloadError(str(child), None, f"placements-{missing[0]}.csv",
+                                "no measurements for this GPU type; types measured: "
+                                + ", ".join(sorted(h[len("placements-"):-4] for h in have)))
+        found[child.name] = TypedApplication(
+            child.name, MappingProxyType({t: TraceApplication(read_trace_dir(child, t), t)
+                                          for t in gpu_types}))
+    if not found:
+        raise WorkloadError(str(root), None, "--traces", "no application directories with "
+                            "per-type files (placements-<type>.csv); untyped traces: "
+                            f"{', '.join(application_dirs(root)) if _has_untyped(root) else '-'}")
+    return found
+
+
+def _has_untyped(root: Path) -> bool:
+    return any((child / "placements.csv").is_file() for child in root.iterdir()
+               if child.is_dir())
+
+
+def typed_on(app: Application | TypedApplication, gpu_types: Sequence[str]
+             ) -> TypedApplication:
+    """``app`` on the cluster's types: a plain application is the one type's."""
+    if isinstance(app, TypedApplication):
+        return app
+    if len(gpu_types) != 1:
+        raise ConfigError("traces", app.name, "a typed cluster needs per-type traces "
+                          "(<app>/placements-<type>.csv), e.g. the Sia artifact's "
+                          "sia-simulator/traces (docs/research/data.md)")
+    return TypedApplication.of(app, gpu_types[0])

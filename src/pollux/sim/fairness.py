@@ -20,12 +20,11 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from pollux.sim.applications import Application
+from pollux.sim.applications import Application, TypedApplication, typed_on
 from pollux.sim.config import ClusterConfig
 from pollux.sim.job import BatchMode, JobSpec, SimJob
 from pollux.sim.oracle import fixed_batch_max_replicas
 from pollux.sim.placement import packed_placement
-from pollux.sim.typed_apps import TypedApplication, typed_on
 
 HORIZON_S = 1e12
 """Simulated seconds an isolated run may take (it always finishes well before)."""

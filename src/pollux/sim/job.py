@@ -29,9 +29,8 @@ from pollux.models.typed import TypedGoodput, TypeProfile
 from pollux.policies.autoscaling.objective import BatchObjective
 from pollux.policies.snapshot import EXPLORATION_FACTOR, MAX_EXPLORATION_REPLICAS
 from pollux.sim.adaptive import EFFICIENCY_IGNORED, FitCache, JobProfile
-from pollux.sim.applications import Application, ApplicationSpec
+from pollux.sim.applications import Application, ApplicationSpec, TypedApplication
 from pollux.sim.placement import Placement
-from pollux.sim.typed_apps import TypedApplication
 from pollux.teams import DEFAULT_TEAM
 
 NUM_ORACLE_BATCH_CANDIDATES = 32

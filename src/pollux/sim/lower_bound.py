@@ -41,11 +41,10 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from pollux.cluster_spec import ClusterSpec
-from pollux.sim.applications import MAX_INTERPOLATION_NODES, Application
+from pollux.sim.applications import MAX_INTERPOLATION_NODES, Application, TypedApplication, typed_on
 from pollux.sim.metrics import RunRecord
 from pollux.sim.placement import Placement, canonical_placement, packed_placement
 from pollux.sim.simulator import ClusterConfig
-from pollux.sim.typed_apps import TypedApplication, typed_on
 from pollux.sim.workload import Workload
 
 EPOCH_ROUNDING_S = 0.5

@@ -17,13 +17,12 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from pollux.sim.applications import Application
+from pollux.sim.applications import Application, TypedApplication
 from pollux.sim.cluster import node_seconds
 from pollux.sim.fairness import IsolatedRuns, finish_time_fairness
 from pollux.sim.job import SimJob
 from pollux.sim.simulator import SimulationResult
 from pollux.sim.team_metrics import TeamRecord, team_records
-from pollux.sim.typed_apps import TypedApplication
 from pollux.teams import DEFAULT_TEAM
 
 UNFAIR_TOLERANCE = 1e-6

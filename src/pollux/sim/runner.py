@@ -29,13 +29,17 @@ from pollux.policies.autoscaling import (
 )
 from pollux.policies.base import GPU
 from pollux.policies.registry import POLICY_CLASSES, make_policy
-from pollux.sim.applications import Application, load_trace_applications
+from pollux.sim.applications import (
+    Application,
+    TypedApplication,
+    load_trace_applications,
+    load_typed_applications,
+)
 from pollux.sim.cluster import ClusterSize
 from pollux.sim.job import SimJob
 from pollux.sim.metrics import RunRecord, summarize_run
 from pollux.sim.partition import merge_results, partition_configs, partition_workload
 from pollux.sim.simulator import ClusterConfig, RoundLog, SimulationResult, run_simulation
-from pollux.sim.typed_apps import TypedApplication, load_typed_applications
 from pollux.sim.workload import Workload
 from pollux.teams import Teams
 

@@ -55,15 +55,14 @@ from pollux.policies.base import Allocation, NodeInfo, Policy
 from pollux.policies.round import RoundRequest, SchedulingRound
 from pollux.policies.snapshot import EXPLORATION_FACTOR, JobReport
 from pollux.sim.adaptive import FitCache
-from pollux.sim.applications import Application
+from pollux.sim.applications import Application, TypedApplication, typed_on
 from pollux.sim.cluster import ClusterSize, ElasticCluster
 from pollux.sim.config import ClusterConfig
 from pollux.sim.job import BatchMode, JobKnowledge, SimJob
-from pollux.sim.job_reports import hints_report, typed_report
+from pollux.sim.job_reports import job_report
 from pollux.sim.oracle import OracleTables, true_throughput_params
 from pollux.sim.placement import placement_of
 from pollux.sim.semantics import SchedulerModel
-from pollux.sim.typed_apps import TypedApplication, typed_on
 from pollux.sim.workload import Workload
 from pollux.teams import Teams
 
@@ -204,11 +203,9 @@ class Simulator:
     def _report(self, job: SimJob) -> JobReport:
         """What the driver knows of a job and what the job reports (the semantics'
         scheduler model)."""
-        if self.semantics.scheduler_model is SchedulerModel.HINTS:
-            report = hints_report(job, self._restart_delay_s(job), self._oracles, self.config)
-        else:
-            report = typed_report(job, self._restart_delay_s(job), self._oracles, self.config,
-                                  self._growth_factor, self._initial_replicas)
+        report = job_report(job, self._restart_delay_s(job), self._oracles, self.config,
+                            self.semantics.scheduler_model, self._growth_factor,
+                            self._initial_replicas)
         return report if self.teams is None else replace(report, team=job.spec.team)
 
     # -- the loop ------------------------------------------------------------------------
