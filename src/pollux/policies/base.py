@@ -86,6 +86,7 @@ def typed_facts(caps: Mapping[str, int], model: TypedGoodput | None = None,
                                 oracles.get(gpu_type))
             for gpu_type, cap in caps.items()}
 
+
 _Facts = TypeVar("_Facts", bound="JobFacts")
 
 
