@@ -11,7 +11,15 @@ from pathlib import Path
 import pollux
 from pollux.models.hints import JobHints
 from pollux.models.throughput import ThroughputParams
-from pollux.policies.base import GPU, Allocations, JobInfo, NodeInfo, Policy, PolicyDecision
+from pollux.policies.base import (
+    GPU,
+    Allocations,
+    JobInfo,
+    NodeInfo,
+    Policy,
+    PolicyDecision,
+    facts_by_type,
+)
 from pollux.policies.round import RoundRequest, SchedulingRound
 from pollux.policies.snapshot import JobReport
 from pollux.sim import ClusterConfig, JobSpec, Workload, run_simulation
@@ -66,7 +74,7 @@ class Overcommit(Policy):
 
 
 def _report(name: str, hints: JobHints | None = None) -> JobReport:
-    return JobReport(name=name, resources={GPU: 1.0}, max_replicas=8, hints=hints)
+    return JobReport(name=name, resources={GPU: 1.0}, by_type=facts_by_type(8), hints=hints)
 
 
 def test_an_infeasible_allocation_is_an_event_once_per_reason() -> None:
@@ -91,7 +99,7 @@ class FailsOnModels(Policy):
 
     def optimize(self, jobs: Sequence[JobInfo], nodes: Sequence[NodeInfo],
                  previous_allocations: Allocations) -> PolicyDecision:
-        if any(job.speedup_fn is not None for job in jobs):
+        if any(job.on().speedup_fn is not None for job in jobs):
             raise ValueError("cannot read this model")
         names = [node.name for node in nodes for _ in range(int(node.resources[GPU]))]
         return PolicyDecision(allocations={job.name: (names[i],)
@@ -107,7 +115,7 @@ def test_a_round_whose_policy_fails_on_the_models_is_asked_again_without_them() 
     reply = SchedulingRound(FailsOnModels()).schedule(request)
     assert reply.decision.allocations == {"a": ("n",), "b": ("n",)}
     assert reply.snapshot is not None
-    assert all(job.speedup_fn is None for job in reply.snapshot.jobs)
+    assert all(job.on().speedup_fn is None for job in reply.snapshot.jobs)
     assert sorted((e.job, e.level) for e in reply.events) == [("a", "info"), ("b", "info")]
     assert all("cannot read this model" in e.message for e in reply.events)
 
