@@ -169,7 +169,7 @@ class SchedulingRound:
     def _job_records(self, request: RoundRequest, types: tuple[str, ...]
                      ) -> tuple[tuple[JobInfo, ...], dict[str, float]]:
         """The policy's records of the reports, and the type speeds they were built with."""
-        aware = bool(getattr(type(self.policy), "heterogeneity_aware", True))
+        aware = type(self.policy).heterogeneity_aware
         typed = len(types) > 1 and aware  # an unaware policy gets one pooled model a job
         type_speeds = (learned_type_speeds(request.reports, types, self.declared_type_speeds)
                        if typed else {})

@@ -129,13 +129,14 @@ class SiaPolicy(Policy):
         """Each job's normalized goodput at each configuration (invalid: 1e-4), one GPU
         type at a time (:func:`pollux.models.typed.goodput_matrix`)."""
         matrix = np.full((len(jobs), len(configs)), INVALID_GOODPUT)
-        # Sia shares the largest growth cap over types
-        types = tuple(dict.fromkeys(c.gpu_type for c in configs))
-        caps = np.array([max(max(job.on(t).max_replicas for t in types), 1) for job in jobs])
+        # Sia shares the largest growth cap over the job's types (those of an elastic
+        # cluster's nodes now included or not)
+        caps = np.array([max(max(job.own_caps().values(), default=job.max_replicas), 1)
+                         for job in jobs])
         num_gpus = np.array([c.num_gpus for c in configs])
         num_nodes = np.array([c.num_nodes for c in configs])
         no_model = np.zeros((len(jobs), len(configs)), dtype=bool)  # 1 GPU of such a type
-        for gpu_type in types:
+        for gpu_type in dict.fromkeys(c.gpu_type for c in configs):
             indices = np.array([i for i, c in enumerate(configs) if c.gpu_type == gpu_type])
             modelled: dict[int, list[tuple[int, TypedGoodput]]] = {}  # valid prefix -> jobs
             for j, job in enumerate(jobs):

@@ -182,8 +182,7 @@ class TypedPollux(SiaPolicy):
             if job.typed_goodput is not None or not speeds:
                 continue
             slowest = min(speeds.values())
-            cap = max(max(job.on(t).max_replicas for t in dict.fromkeys(
-                c.gpu_type for c in configs)), 1)
+            cap = max(max(job.own_caps().values(), default=job.max_replicas), 1)
             row = np.array([speeds.get(c.gpu_type, 0.0) / slowest for c in configs]) * num_gpus
             matrix[j] = np.where((num_gpus <= cap) & (row > 0), row, INVALID_GOODPUT)
         return matrix
