@@ -9,7 +9,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from pollux.policies.base import GPU, JobInfo, NodeInfo
+from pollux.policies.base import GPU, JobInfo, NodeInfo, facts_by_type
 from pollux.policies.registry import make_policy
 from pollux.policies.team_shares import entitlements, team_shares
 from pollux.teams import Teams, parse_teams
@@ -26,9 +26,9 @@ def _sqrt_speedup(num_nodes: object, num_replicas: object) -> np.ndarray:
 
 def _job(name: str, team: str, *, age_s: float = 3600.0, priority: int = 0,
          max_replicas: int = 16, submitted_s: float = 0.0) -> JobInfo:
-    return JobInfo(name=name, resources={GPU: 1.0}, max_replicas=max_replicas, team=team,
-                   priority=priority, age_s=age_s, submission_time_s=submitted_s,
-                   speedup_fn=_sqrt_speedup)
+    return JobInfo(name=name, resources={GPU: 1.0},
+                   by_type=facts_by_type(max_replicas, _sqrt_speedup), team=team,
+                   priority=priority, age_s=age_s, submission_time_s=submitted_s)
 
 
 def _held(decision_allocations: dict[str, tuple[str, ...]], jobs: list[JobInfo]
