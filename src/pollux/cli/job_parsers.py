@@ -58,7 +58,10 @@ def register(subparsers: Any) -> None:
     p.add_argument("--min-replicas", type=int, default=None,
                    help="fewest replicas the job runs on (default: 1)")
     p.add_argument("--max-replicas", type=int, default=None,
-                   help="most replicas the scheduler may give the job (default: 1)")
+                   help="most replicas the scheduler may give the job (default: 1); under an "
+                        "adaptive policy a job grows only once its agent reports "
+                        "hints, so a job without the agent that needs N replicas "
+                        "says --min-replicas N --max-replicas N")
     p.add_argument("--gpu", type=float, default=None, help="GPUs (slots) per replica")
     p.add_argument("--cpu", type=float, default=None, help="CPUs per replica")
     p.add_argument("--memory", default=None, help="memory per replica, e.g. 4GiB")
