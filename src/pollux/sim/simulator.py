@@ -1,39 +1,26 @@
 """The simulator: a thin driver around one scheduling policy, on any cluster.
 
 Every ``interval_s`` of simulated time the jobs that hold GPUs train, completed jobs
-release theirs, arrived jobs join the active ones (in workload order), and the
-scheduling round the service runs too (:mod:`pollux.policies.round`) is asked with each
-active job's report (:mod:`.reports`), the nodes and what each job holds; the driver
-carries out its reply: the cluster resized to the nodes wanted, its events (an
-infeasible allocation, once per reason; a retry without models) added to the jobs, its
-allocations applied. A run stops when every job
-has completed, at ``max_time_s``, or after :data:`MAX_IDLE_ROUNDS` rounds in which
-nothing runs and nothing is left to arrive. A homogeneous cluster is a typed cluster with
-one type: nodes carry their GPU type, a job's allocation never spans types (the decision
-check refuses it) and a job keeps one model per type (:class:`~pollux.sim.job.SimJob`).
-What the reference simulators of the two artifacts do differently (restart delays per
-application, GPU-hours charging, what the scheduler sees of a job, batch limits,
-calibration) is ``config.semantics`` (:mod:`pollux.sim.semantics`), chosen by the
-trace set. Distributed jobs sharing a node slow down by ``interference``.
+release theirs, arrived jobs join the active ones (in workload order) and the round the
+service runs too (:mod:`pollux.policies.round`) is asked with their reports; its reply is
+carried out. A run stops when every job has completed, at ``max_time_s``, or after
+:data:`MAX_IDLE_ROUNDS` rounds in which nothing runs and nothing is left to arrive. A
+homogeneous cluster is a typed cluster with one type. What the reference simulators of
+the two artifacts do differently (restart delays, GPU-hours charging, what the scheduler
+sees of a job, batch limits, calibration) is ``config.semantics``
+(:mod:`pollux.sim.semantics`). Distributed jobs sharing a node slow down by
+``interference``.
 
-Jobs are *fixed* (the tuned batch size, for baselines) or *adaptive* (Pollux jobs that
-fit their own model, as the agent does). The mode comes from the policy's trait
-:attr:`~pollux.policies.base.Policy.adaptive_jobs` (``adaptive_jobs=`` here overrides it);
-a policy whose trait :attr:`~pollux.policies.base.Policy.heterogeneity_aware` is False
-gets, on a typed cluster, jobs with one model pooled over
-every type with the limits of its ``pooled_limits_type``, as Sia's artifact runs Pollux.
-Under the ``typed_goodput`` scheduler model the policy's growth rule on the cluster's
-types (:meth:`~pollux.policies.base.Policy.growth_rule`) sets each job's caps per type.
-
-With an autoscaler (:mod:`pollux.policies.autoscaling`) the cluster is elastic
-(:class:`~pollux.sim.cluster.ElasticCluster`): it starts with ``min_nodes`` ready nodes
-and, every round before the policy runs, the autoscaler's desired size is applied; a new
-node becomes usable ``provision_delay_s`` after its request, and jobs on a released node
-lose their allocation. Adaptive jobs then also carry their throughput speedup, and what
-they maximize when they pick their batch size is the autoscaler's ``batch_objective``
-(goodput, or throughput with efficiency ignored); ``batch_objective=`` overrides it.
-``job_knowledge=JobKnowledge.ORACLE`` gives adaptive jobs their true step-time model per
-type and true goodput (see :class:`~pollux.sim.job.JobKnowledge`).
+Jobs are *fixed* (the tuned batch size) or *adaptive* (they fit their own model, as the
+agent does), by the policy's trait :attr:`~pollux.policies.base.Policy.adaptive_jobs`
+(``adaptive_jobs=`` overrides it); a policy that is not
+:attr:`~pollux.policies.base.Policy.heterogeneity_aware` gets, on a typed cluster, one
+model per job pooled over every type. With an autoscaler the cluster is elastic
+(:class:`~pollux.sim.cluster.ElasticCluster`): it starts with ``min_nodes`` ready nodes,
+a new node is usable ``provision_delay_s`` after its request, jobs on a released node
+lose their allocation, and adaptive jobs pick their batch size by the autoscaler's
+``batch_objective`` (``batch_objective=`` overrides it). ``job_knowledge`` is
+:class:`~pollux.sim.job.JobKnowledge`.
 """
 
 from __future__ import annotations
@@ -201,8 +188,7 @@ class Simulator:
 
     # -- snapshot ------------------------------------------------------------------------
     def _report(self, job: SimJob) -> JobReport:
-        """What the driver knows of a job and what the job reports (the semantics'
-        scheduler model)."""
+        """The job's report (by the semantics' scheduler model)."""
         report = job_report(job, self._restart_delay_s(job), self._oracles, self.config,
                             self.semantics.scheduler_model, self._growth_factor,
                             self._initial_replicas)
@@ -259,10 +245,7 @@ class Simulator:
         return tuple(rounds)
 
     def _round(self, jobs: list[SimJob], now: float) -> RoundLog:
-        """One scheduling round (:mod:`pollux.policies.round`), as the service runs one:
-        the jobs' reports, the nodes and what each job holds go in; the cluster is resized
-        to the nodes wanted, the reply's events go to the jobs and its allocations are
-        applied."""
+        """One round (:mod:`pollux.policies.round`): resize, events and allocations."""
         cluster = self.cluster
         if cluster is not None:
             cluster.refresh(now)

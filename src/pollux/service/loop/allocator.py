@@ -193,9 +193,7 @@ class Allocator:
     # --- scheduling -------------------------------------------------------------------
 
     def schedule_round(self, now: float) -> None:
-        """One round (:mod:`pollux.policies.round`): the active jobs' reports, the nodes and
-        what each job holds go in; the nodes wanted per GPU type go to the backend, the
-        reply's events to the jobs and its allocations are applied."""
+        """One round (:mod:`pollux.policies.round`) on the active jobs, carried out."""
         records = active_records(self.store.list_jobs(ACTIVE_STATES))
         nodes = tuple(self.backend.nodes())
         held = {r.id: held_allocation(r) for r in records}

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pollux.policies.base import Allocation, NodeInfo, TunedConfig, facts_by_type
+from pollux.policies.base import Allocation, TunedConfig, facts_by_type
 from pollux.policies.snapshot import JobReport
 from pollux.service.storage.records import JobRecord
 from pollux.teams import DEFAULT_TEAM, Team, Teams
@@ -79,12 +79,3 @@ def job_reports(records: Sequence[JobRecord], reports_hints: bool = False
     """Reports of ``records`` (in their order; ``reports_hints``: see :func:`job_report`)."""
     return [job_report(record, reports_hints) for record in records]
 
-
-def previous_allocations(records: Sequence[JobRecord], nodes: Sequence[NodeInfo]
-                         ) -> dict[str, Allocation]:
-    """Job id -> what it holds or was promised on ``nodes``; a job holding nothing, or
-    holding a node that is gone (the cluster shrank), is left out, as in the simulator."""
-    names = {node.name for node in nodes}
-    held = {r.id: held_allocation(r) for r in records}
-    return {job_id: alloc for job_id, alloc in held.items()
-            if alloc and all(node in names for node in alloc)}

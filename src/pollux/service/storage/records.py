@@ -77,12 +77,6 @@ class ReplicaRecord:
     exit_code: int | None
     exited_at: float | None
 
-    @property
-    def is_intent(self) -> bool:
-        """Recorded before its launch started it and not confirmed by the backend since
-        (the server may have died in between: the replica may or may not run)."""
-        return bool(self.handle.get("intent"))
-
 
 @dataclass(frozen=True)
 class JobEvent:
