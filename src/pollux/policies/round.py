@@ -96,8 +96,6 @@ class RoundReply:
     was nothing to ask (no job and no autoscaler)."""
     scaling: ScalingDecision | None = None
     """The autoscaler's answer (None without one)."""
-    num_nodes_wanted_by_type: Mapping[str, int] = field(default_factory=dict)
-    """Nodes wanted per GPU type, passed to the driver's ``resize`` (empty: no autoscaler)."""
     events: tuple[JobEvent, ...] = ()
     """Job events of this round: infeasible allocations (once per reason), a retry."""
     unusable_models: Mapping[str, str] = field(default_factory=dict)
@@ -144,7 +142,6 @@ class SchedulingRound:
         jobs, type_speeds = self._job_records(request, types)
         nodes = request.nodes
         scaling: ScalingDecision | None = None
-        wanted: dict[str, int] = {}
         if self.autoscaler is not None:
             scaling, wanted = self._scale(self.autoscaler, jobs, request)
             if resize is not None:
@@ -161,7 +158,7 @@ class SchedulingRound:
             decision, snapshot, policy_s = self._allocate(snapshot, events)
         decision = check_decision(decision, snapshot)
         events.extend(self._infeasible_events(jobs, decision))
-        return RoundReply(decision, snapshot, scaling, wanted, tuple(events),
+        return RoundReply(decision, snapshot, scaling, tuple(events),
                           self._speedups.problems(), type_speeds, policy_s)
 
     # --- the steps ----------------------------------------------------------------------

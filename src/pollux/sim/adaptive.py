@@ -50,7 +50,6 @@ class FitCache:
         self.warm_start = warm_start
         self._cache: dict[tuple[str, FitRows, ThroughputParams | None], ThroughputParams] = {}
         self.num_fits = 0
-        self.num_hits = 0
 
     def fit(self, application: str, rows: FitRows,
             previous: ThroughputParams | None = None) -> ThroughputParams:
@@ -60,8 +59,6 @@ class FitCache:
             found = self._fit(key[1], key[2])
             self._cache[key] = found
             self.num_fits += 1
-        else:
-            self.num_hits += 1
         return found
 
 

@@ -35,7 +35,7 @@ from pollux.service.loop.snapshot import (
     active_records,
     held_allocation,
     hints_problems,
-    job_reports,
+    job_report,
     teams_for_round,
 )
 from pollux.service.storage.records import JobRecord
@@ -197,7 +197,7 @@ class Allocator:
         records = active_records(self.store.list_jobs(ACTIVE_STATES))
         nodes = tuple(self.backend.nodes())
         held = {r.id: held_allocation(r) for r in records}
-        reports = tuple(job_reports(records, self.round.adaptive_jobs))
+        reports = tuple(job_report(r, self.round.adaptive_jobs) for r in records)
         request = RoundRequest(now, reports, nodes,
                                {job_id: alloc for job_id, alloc in held.items() if alloc},
                                teams=teams_for_round(self.config.teams, reports))

@@ -72,10 +72,3 @@ def teams_for_round(teams: Teams | None, reports: Sequence[JobReport]) -> Teams 
 def active_records(records: Sequence[JobRecord]) -> list[JobRecord]:
     """The records the policy is asked about: not final, not being cancelled."""
     return [r for r in records if not r.state.is_final and not r.cancel_requested]
-
-
-def job_reports(records: Sequence[JobRecord], reports_hints: bool = False
-                ) -> list[JobReport]:
-    """Reports of ``records`` (in their order; ``reports_hints``: see :func:`job_report`)."""
-    return [job_report(record, reports_hints) for record in records]
-
