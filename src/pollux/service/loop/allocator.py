@@ -1,16 +1,12 @@
 """The allocation loop: snapshot -> policy -> apply the decision through a backend.
 
 Every ``interval_s`` (and soon after a submission, a completion or a failure) the loop
-builds a snapshot of the active jobs from the store, asks the policy for allocations and
-applies them: a running job whose allocation changed is asked to checkpoint and stop
-(SIGTERM) and is relaunched on its new allocation once all its replicas have exited with
-the rescale code; a pending job is launched once the resources of its allocation are
-free. Between rounds the loop polls the backend: a replica that dies otherwise restarts
-the job from its last checkpoint, up to ``max_failures`` times, then the job is Failed.
-
-Only this loop changes job states (the API only adds jobs, stores hints and flags
-cancellations), so there are no races between state changes. Launching, polling and
-stopping replicas is :mod:`pollux.service.loop.launches`, driven from this loop's thread.
+asks the round (:mod:`pollux.policies.round`) about the active jobs and applies its
+allocations: a running job whose allocation changed is asked to checkpoint and stop, to
+be relaunched on its new one; launches, replica exits, failures and stops are
+:mod:`pollux.service.loop.launches`, driven from this loop's thread. Only this loop
+changes job states (the API only adds jobs, stores hints and flags cancellations), so
+there are no races between state changes.
 """
 
 from __future__ import annotations

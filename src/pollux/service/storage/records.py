@@ -106,13 +106,10 @@ when full)."""
 class JobDecoder:
     """Stored job rows as records, each job's spec and hints parsed once.
 
-    A spec never changes once stored: it is parsed when the API receives it (and, by a
-    server that did not receive it, at the job's first read). Hints likewise: parsed when
-    posted (or at the first read of their stored text). A row
-    changes every round (attained service, allocation) but its record reuses the parsed
-    objects, and so the model built from the hints (:meth:`JobHints.goodput_function`,
-    kept with them) is built once per hints version for all its readers: the allocation
-    loop, the job views and the telemetry.
+    A spec is parsed when the API receives it (or at the job's first read), hints when
+    posted (or at the first read of their stored text); a row changes every round but its
+    record reuses the parsed objects, so the model built from the hints is built once per
+    hints version for all its readers.
 
     **Stored hints that do not parse** (written by an older version, or a damaged row):
     the job reads as one without hints (as before its first report), its record says why
