@@ -107,12 +107,9 @@ class RoundReply:
 
 
 class SchedulingRound:
-    """The one round both drivers call (module docstring); one per driver, it keeps the
-    speedup functions and the infeasible reasons already reported across rounds.
-
-    ``guarded``: speedup functions that cannot fail a round (hints that come from outside,
-    the service); ``declared_type_speeds``: relative GPU type speeds given by the operator
-    (the others are learned from the hints)."""
+    """The one round both drivers call (module docstring), one per driver. ``guarded``:
+    speedup functions that cannot fail a round (the service's hints come from outside);
+    ``declared_type_speeds``: the operator's GPU type speeds (the others are learned)."""
 
     def __init__(self, policy: Policy, autoscaler: Autoscaler | None = None, *,
                  guarded: bool = False,
@@ -136,8 +133,7 @@ class SchedulingRound:
         return self.policy.growth_rule(gpu_types)
 
     def schedule(self, request: RoundRequest, resize: Resize | None = None) -> RoundReply:
-        """One round (module docstring); ``resize`` carries out the nodes wanted (needed
-        with an autoscaler)."""
+        """One round (module docstring); ``resize`` carries out the nodes wanted."""
         types = tuple(dict.fromkeys(node.gpu_type for node in request.nodes))
         jobs, type_speeds = self._job_records(request, types)
         nodes = request.nodes
