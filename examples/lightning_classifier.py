@@ -170,6 +170,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--control-interval-s", type=float, default=1.0)
     parser.add_argument("--checkpoint-interval-s", type=float, default=180.0)
     parser.add_argument("--step-delay-s", type=float, default=0.0)
+    parser.add_argument("--min-goodput-gain", type=float, default=0.05,
+                        help="the predicted goodput gain a new batch size must offer")
     return parser.parse_args(argv)
 
 
@@ -188,7 +190,8 @@ def main(argv: list[str] | None = None) -> int:
             max_batch_size=args.max_batch_size, local_bsz_bounds=tuple(args.local_bsz_bounds),
             checkpoint_dir=args.checkpoint_dir, seed=args.seed,
             config=pt.AgentConfig(control_interval_s=args.control_interval_s,
-                                  checkpoint_interval_s=args.checkpoint_interval_s))
+                                  checkpoint_interval_s=args.checkpoint_interval_s,
+                                  min_goodput_gain=args.min_goodput_gain))
     trainer = pl.Trainer(max_epochs=args.epochs, accelerator="cpu", strategy=strategy,
                          logger=False, enable_checkpointing=False,
                          enable_progress_bar=False, enable_model_summary=False,
