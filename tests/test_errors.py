@@ -10,10 +10,11 @@ from pathlib import Path
 import pollux.errors as errors
 
 PACKAGE = Path(errors.__file__).parent
-INTERNAL = {"ApiError", "ServerShutdown", "CorruptCheckpointsError"}
+INTERNAL = {"ApiError", "ServerShutdown", "CorruptCheckpointsError", "TransportError"}
 """Not errors of the hierarchy: the API turns ApiError into a response; ServerShutdown
 unwinds the server's main loop on a signal; CorruptCheckpointsError is a SystemExit that
-ends a training process with its exit code."""
+ends a training process with its exit code; TransportError (and its ConnectFailed) never
+leaves the client package, which turns it into ServerUnreachableError or ServiceError."""
 
 
 def test_errors_are_defined_in_errors_py_only() -> None:
