@@ -99,7 +99,7 @@ def test_a_server_killed_half_way_through_a_launch_leaves_nothing_running(tmp_pa
     stopped (it completes: SIGTERM is ignored), and the job runs again as one launch."""
     data_dir, runs = tmp_path / "data", tmp_path / "runs.txt"
     store = JobStore(data_dir / "pollux.db", synchronous="OFF")
-    job_id = _job(store, tmp_path, runs, 0.5)
+    job_id = _job(store, tmp_path, runs, 2.0)  # replica 0 outlives the checks below
     backend = LocalBackend(INSTANCE, num_nodes=1, slots_per_node=2, device="cpu")
     real_start = backend._start
     orphans = []
@@ -118,6 +118,9 @@ def test_a_server_killed_half_way_through_a_launch_leaves_nothing_running(tmp_pa
         for _ in range(50):
             allocator.tick()
             time.sleep(0.05)
+    deadline = time.monotonic() + 10  # a loaded machine may take a moment to show it
+    while time.monotonic() < deadline and not marked_processes(MARKER_ENV, INSTANCE):
+        time.sleep(0.02)
     assert marked_processes(MARKER_ENV, INSTANCE), "replica 0 runs, unrecorded"
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and not _lines(Path(f"{runs}.started")):
