@@ -11,6 +11,8 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+
 from pollux.backends.processes import is_alive
 from pollux.backends.ray.replica import (
     CANNOT_START_EXIT_CODE,
@@ -67,6 +69,29 @@ def test_a_missing_program_is_reported_in_the_log(tmp_path):
                          "") is None
     assert wait_in_thread(replica) == CANNOT_START_EXIT_CODE
     assert "cannot start '/no/such/program'" in (tmp_path / "r.log").read_text()
+
+
+def test_a_replicas_output_stays_within_its_log_budget(tmp_path):
+    # the actor used to hand the log file to the command as its stdout: no bound at all
+    flood = ("import sys\nfor i in range(60000):\n"
+             "    sys.stdout.write(f'flood line {i:06d}\\n')\n")
+    replica = ReplicaProcess()
+    log = tmp_path / "replica-0.log"
+    replica.start([sys.executable, "-c", flood], str(tmp_path), {}, str(log),
+                  "=== header ===\n", log_budget_bytes=256 << 10)
+    assert wait_in_thread(replica) == 0
+    rotated = tmp_path / "replica-0.log.1"
+    assert log.stat().st_size + rotated.stat().st_size <= (256 << 10) + 1024  # 1.1 MB written
+    assert log.read_text().endswith("flood line 059999\n")  # the newest kept, to the end
+    assert "reached half its budget" in log.read_text()
+
+
+def test_a_budget_out_of_bounds_is_refused_naming_it():
+    from pollux.backends.ray.backend import RayBackend
+    from pollux.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="log_budget"):
+        RayBackend("x", log_budget_bytes=10)
 
 
 def test_the_watchdog_kills_the_replica_when_its_owner_dies(tmp_path):

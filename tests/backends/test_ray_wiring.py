@@ -27,11 +27,13 @@ def test_ray_flags_become_backend_options(tmp_path):
     config = parse("--data-dir", str(tmp_path), "--backend", "ray", "--ray-address",
                    "10.0.0.1:6379", "--ray-slot-resource", "GPU", "--ray-autoscale",
                    "--advertise-address", "10.0.0.2")
-    assert config.backend.options() == {"address": "10.0.0.1:6379",
-                                            "slot_resource": "GPU", "autoscale": True}
+    assert config.backend.options() == {"address": "10.0.0.1:6379", "slot_resource": "GPU",
+                                        "autoscale": True, "log_budget_bytes": 64 << 20}
     assert config.http.advertise_host == "10.0.0.2"
-    assert parse("--data-dir", str(tmp_path), "--backend", "ray").backend.options() == {
-        "address": None, "slot_resource": "auto", "autoscale": False}
+    assert parse("--data-dir", str(tmp_path), "--backend", "ray", "--log-budget",
+                 "1MiB").backend.options() == {
+        "address": None, "slot_resource": "auto", "autoscale": False,
+        "log_budget_bytes": 1 << 20}
     assert parse("--data-dir", str(tmp_path)).backend.options() == {
         "num_nodes": 1, "slots_per_node": None, "device": "auto", "virtual_nodes": None,
         "log_budget_bytes": 64 << 20}

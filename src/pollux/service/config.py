@@ -142,7 +142,7 @@ class BackendConfig:
                        help="where replicas run (default: %(default)s)")
     log_budget_bytes: int = option(
         DEFAULT_LOG_BUDGET_BYTES, flag="--log-budget", type=log_budget, metavar="SIZE",
-        help="local and slurm backends: most bytes each replica's log keeps (the newest "
+        help="local, ray and slurm backends: most bytes each replica's log keeps (the newest "
              "output; the rest rotated away), e.g. 256MiB (default: "
              f"{DEFAULT_LOG_BUDGET_BYTES >> 20}MiB)")
     local: LocalOptions = section(LocalOptions, "local backend")
@@ -168,12 +168,14 @@ class BackendConfig:
     def options(self) -> dict[str, object]:
         """The keyword options of the backend class ``name`` (but its instance id)."""
         if self.name == "local":
-            return {**self.local.backend_kwargs(), "log_budget_bytes": self.log_budget_bytes}
-        if self.name == "slurm":
-            return {**self.slurm.backend_kwargs(), "log_budget_bytes": self.log_budget_bytes}
-        if self.name == "ray":
-            return self.ray.backend_kwargs()
-        return {}
+            kwargs = self.local.backend_kwargs()
+        elif self.name == "ray":
+            kwargs = self.ray.backend_kwargs()
+        elif self.name == "slurm":
+            kwargs = self.slurm.backend_kwargs()
+        else:
+            return {}
+        return {**kwargs, "log_budget_bytes": self.log_budget_bytes}
 
 
 @dataclass(frozen=True)

@@ -46,6 +46,7 @@ from pollux.backends.ray.nodes import (
     replica_bundle,
     typed_autoscaler_bundles,
 )
+from pollux.backends.replica_log import DEFAULT_LOG_BUDGET_BYTES, check_log_budget
 from pollux.errors import BackendError, ConfigError
 from pollux.job_spec import JobSpec
 from pollux.resources import NodeInfo
@@ -65,13 +66,15 @@ class RayBackend(Backend):
     def __init__(self, instance_id: str, address: str | None = None,
                  slot_resource: str = AUTO_SLOT, autoscale: bool = False,
                  placement_timeout_s: float = 300.0,
-                 gpu_type_prefix: str = GPU_TYPE_PREFIX) -> None:
+                 gpu_type_prefix: str = GPU_TYPE_PREFIX,
+                 log_budget_bytes: int = DEFAULT_LOG_BUDGET_BYTES) -> None:
         """``address``: an existing cluster (``auto``, ``HOST:PORT``); None starts a
         local Ray instance. ``slot_resource``: the Ray resource that is a replica's
         device slot (``GPU``, ``CPU``, a custom resource, or ``auto``). ``autoscale``:
         pass the policy's desired cluster size to Ray's autoscaler. ``gpu_type_prefix``:
         a node's resource ``<prefix><T>`` gives its GPU type ``<T>`` (Ray's own
-        ``accelerator_type:``, or a custom prefix the nodes declare)."""
+        ``accelerator_type:``, or a custom prefix the nodes declare).
+        ``log_budget_bytes``: each replica's log budget (its two parts together)."""
         if placement_timeout_s <= 0:
             raise ConfigError("placement_timeout_s", placement_timeout_s, "must be > 0")
         if not slot_resource:
@@ -79,6 +82,11 @@ class RayBackend(Backend):
         if not gpu_type_prefix:
             raise ConfigError("gpu_type_prefix", gpu_type_prefix,
                               "name a resource prefix, e.g. accelerator_type:")
+        try:
+            check_log_budget(log_budget_bytes)
+        except ValueError as exc:
+            raise ConfigError("log_budget", log_budget_bytes, str(exc)) from None
+        self.log_budget_bytes = log_budget_bytes
         self.gpu_type_prefix = gpu_type_prefix
         self.instance_id = instance_id
         self.namespace = f"pollux-{instance_id}"
@@ -156,7 +164,8 @@ class RayBackend(Backend):
         launch = RayLaunch(request=request, nodes=nodes, bundle=bundle, placement=placement,
                            actor_names=tuple(f"{prefix}-{r}" for r in range(len(nodes))),
                            namespace=self.namespace, actor_class=self._actor_class,
-                           env=replica_env(request, bundle, self.instance_id))
+                           env=replica_env(request, bundle, self.instance_id),
+                           log_budget_bytes=self.log_budget_bytes)
         launch.begin()
         self._launches[request.job_id] = launch
         self._warn_unreachable_hints(request, nodes)

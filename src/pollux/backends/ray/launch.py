@@ -27,6 +27,7 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 from pollux.backends.base import LaunchRequest, ReplicaState, ReplicaStatus
 from pollux.backends.ray.nodes import NODE_ID_LABEL, RAY_GPU, RayNode, actor_options
 from pollux.backends.ray.replica import ReplicaProcess
+from pollux.backends.replica_log import DEFAULT_LOG_BUDGET_BYTES
 from pollux.data_dir import replica_log
 
 logger = logging.getLogger(__name__)
@@ -96,6 +97,8 @@ class RayLaunch:
     """Variables every replica gets besides the agent's (job env, marker, threads)."""
     actor_class: Any
     """``ray.remote(ReplicaProcess)``, made once per backend."""
+    log_budget_bytes: int = DEFAULT_LOG_BUDGET_BYTES
+    """Each replica's log budget (:class:`~pollux.backends.replica_log.BoundedLog`)."""
     created_at_s: float = field(default_factory=time.monotonic)
     phase: LaunchPhase = LaunchPhase.PREPARING
     ready_ref: Any = None
@@ -168,7 +171,7 @@ class RayLaunch:
             self.start_refs[env.rank] = actor.start.remote(
                 list(request.spec.command), request.spec.working_dir,
                 {**self.env, **env.to_env()},
-                str(replica_log(request.log_dir, env.rank)), header)
+                str(replica_log(request.log_dir, env.rank)), header, self.log_budget_bytes)
             self.wait_refs[env.rank] = actor.wait.remote()
         self.phase = LaunchPhase.STARTED
         logger.info("%s launch %d: actors up after %.1f s; master %s:%d", request.job_id,

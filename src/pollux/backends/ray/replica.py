@@ -3,8 +3,10 @@
 The Ray backend creates one :class:`ReplicaProcess` actor per replica, inside that
 replica's placement-group bundle, so the actor holds the bundle's resources (and, for
 GPU slots, Ray sets ``CUDA_VISIBLE_DEVICES`` in it). The actor starts the training
-command as a subprocess in its own process group, with its output appended to the
-replica's log file, and answers :meth:`wait` with the exit status.
+command as a subprocess in its own process group, copies its output from a pipe into the
+replica's bounded log (:class:`~pollux.backends.replica_log.BoundedLog`: within the
+server's ``--log-budget``, above the disk reserve, as the local and Slurm backends), and
+answers :meth:`wait` with the exit status.
 
 If the actor dies (its node is lost, the server that owns it exits, ``ray.kill``), a
 small detached watchdog process kills the replica's process group, so no replica
@@ -26,6 +28,7 @@ import sys
 import threading
 from collections.abc import Mapping, Sequence
 
+from pollux.backends.replica_log import DEFAULT_LOG_BUDGET_BYTES, BoundedLog
 from pollux.jobenv import INHERITED_LAUNCH_PREFIXES
 
 CANNOT_START_EXIT_CODE = 127
@@ -44,6 +47,12 @@ WATCHDOG_CODE = (
 children, which would take the watchdog along with the replica's first process but not
 the rest of its group), wait on stdin, and on end-of-file (the actor died) kill the
 replica's process group."""
+READ_BYTES = 1 << 16
+PUMP_JOIN_S = 5.0
+"""How long :meth:`ReplicaProcess.wait` waits for the last output once the replica's
+process group is gone (the pipe then has no writer left)."""
+
+
 def replica_environment(base: Mapping[str, str], overlay: Mapping[str, str]) -> dict[str, str]:
     """The node's environment without stale launch variables (Pollux's and AdaptDL's),
     then the job's variables."""
@@ -63,6 +72,8 @@ class ReplicaProcess:
         self._watchdog_pipe: int | None = None
         self._exit_code: int | None = None
         self._stopped_before_start: int | None = None
+        self._log: BoundedLog | None = None
+        self._pump: threading.Thread | None = None
 
     def node_address(self) -> str:
         """This node's address as Ray knows it (the master address when rank 0)."""
@@ -78,9 +89,11 @@ class ReplicaProcess:
         return self.node_address(), port
 
     def start(self, command: Sequence[str], working_dir: str, env: Mapping[str, str],
-              log_path: str, header: str) -> int | None:
-        """Start the command; returns its pid, or None when it was not started (a stop
-        arrived first, or it cannot be started: the reason is in the log)."""
+              log_path: str, header: str,
+              log_budget_bytes: int = DEFAULT_LOG_BUDGET_BYTES) -> int | None:
+        """Start the command, its output into the bounded log at ``log_path``; returns
+        its pid, or None when it was not started (a stop arrived first, or it cannot be
+        started: the reason is in the log)."""
         with self._lock:
             try:
                 if self._stopped_before_start is not None or self._process is not None:
@@ -88,24 +101,42 @@ class ReplicaProcess:
                         self._exit_code = self._stopped_before_start
                     return None
                 os.makedirs(os.path.dirname(log_path) or ".", exist_ok=True)
-                with open(log_path, "ab") as log:
-                    log.write(header.encode())
-                    log.flush()
-                    try:
-                        self._process = subprocess.Popen(
-                            list(command), cwd=working_dir,
-                            env=replica_environment(os.environ, env),
-                            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                            start_new_session=True)
-                    except OSError as exc:
-                        log.write(f"pollux: cannot start {command[0]!r} in {working_dir}: "
-                                  f"{exc}\n".encode())
-                        self._exit_code = CANNOT_START_EXIT_CODE
-                        return None
-                self._start_watchdog(self._process.pid)
-                return self._process.pid
+                log = self._log = BoundedLog(log_path, log_budget_bytes)
+                log.write(header.encode())
+                try:
+                    process = self._process = subprocess.Popen(
+                        list(command), cwd=working_dir,
+                        env=replica_environment(os.environ, env),
+                        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                        stderr=subprocess.STDOUT, start_new_session=True)
+                except OSError as exc:
+                    log.say(f"pollux: cannot start {command[0]!r} in {working_dir}: {exc}")
+                    log.close()
+                    self._log = None
+                    self._exit_code = CANNOT_START_EXIT_CODE
+                    return None
+                self._pump = threading.Thread(target=self._copy_output, args=(process, log),
+                                              name="replica-log", daemon=True)
+                self._pump.start()
+                self._start_watchdog(process.pid)
+                return process.pid
             finally:
                 self._started.set()
+
+    @staticmethod
+    def _copy_output(process: subprocess.Popen[bytes], log: BoundedLog) -> None:
+        """Copy the replica's output into its log until every writer of the pipe is
+        gone."""
+        assert process.stdout is not None
+        pipe = process.stdout.fileno()
+        while True:
+            try:
+                data = os.read(pipe, READ_BYTES)
+            except OSError:
+                return
+            if not data:
+                return
+            log.write(data)
 
     def _start_watchdog(self, pgid: int) -> None:
         read_end, write_end = os.pipe()
@@ -132,6 +163,7 @@ class ReplicaProcess:
                     self._exit_code = code
                 self._release_watchdog()
                 self._kill_group(process.pid)  # stragglers of the replica's group
+            self._close_log(process)
         # without a process, start() recorded why (a stop before the start, or no program)
         return CANNOT_START_EXIT_CODE if self._exit_code is None else self._exit_code
 
@@ -153,6 +185,18 @@ class ReplicaProcess:
                     process.send_signal(signum)
             except (ProcessLookupError, PermissionError):
                 pass
+
+    def _close_log(self, process: subprocess.Popen[bytes]) -> None:
+        """Take the last output (the group is gone, so the pipe ends) and close the log."""
+        pump, log = self._pump, self._log
+        if pump is not None:
+            pump.join(PUMP_JOIN_S)
+        with self._lock:
+            if log is not None and self._log is log and (pump is None or not pump.is_alive()):
+                self._log = None
+                log.close()
+                if process.stdout is not None:
+                    process.stdout.close()
 
     def _release_watchdog(self) -> None:
         if self._watchdog_pipe is not None:
