@@ -16,7 +16,6 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from pollux.backends.base import Backend, rank_order
 from pollux.cluster_spec import gpu_types_of
@@ -43,37 +42,20 @@ logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
-class AllocatorConfig:
-    data_dir: Path
-    """Checkpoints go to ``<data_dir>/jobs/<id>/checkpoint``, logs to ``.../logs``."""
+class AllocatorConfig(SupervisorConfig):
+    """The launch supervisor's configuration (data directory, stop grace, hints target,
+    relaunch back-off, team accounts) and the loop's own."""
+
     interval_s: float = 30.0
     """Seconds between scheduling rounds."""
     poll_interval_s: float = 0.5
     """Seconds between polls of the backend for replica exits."""
-    stop_grace_s: float = 60.0
-    """Seconds replicas get to checkpoint and exit after SIGTERM before SIGKILL."""
-    hints_url: str | None = None
-    """Hints endpoint with a ``{job_id}`` placeholder; None: no hints target."""
-    relaunch_backoff_s: float = 1.0
-    """Wait before relaunching a job after its first failure; doubled after each more."""
-    relaunch_backoff_max_s: float = 60.0
-    """Longest wait before relaunching a failed job."""
     gpu_type_speeds: Mapping[str, float] = field(default_factory=dict)
     """Declared relative GPU type speeds; the others are learned from the jobs' hints
     (:func:`pollux.policies.snapshot.learned_type_speeds`)."""
-    team_accounts: Mapping[str, str] = field(default_factory=dict)
-    """The account each team's launches are charged to (the teams file's
-    ``slurm_account``); a team not named: the backend's default."""
     teams: Teams | None = None
     """The server's teams file: the policy shares the cluster between its teams (each job
     in its record's team); None: between jobs."""
-
-    @property
-    def supervisor(self) -> SupervisorConfig:
-        """What the launch supervisor needs of this configuration."""
-        return SupervisorConfig(self.data_dir, self.stop_grace_s, self.hints_url,
-                                self.relaunch_backoff_s, self.relaunch_backoff_max_s,
-                                self.team_accounts)
 
 
 class Allocator:
@@ -118,7 +100,7 @@ class Allocator:
         """A recovery going on in the background (see :meth:`recover_and_run`)."""
         self._recovery_retry_at = 0.0
         self._notices = JobNotices(store, config.data_dir)
-        self.launches = LaunchSupervisor(store, backend, config.supervisor,
+        self.launches = LaunchSupervisor(store, backend, config,
                                          on_ended=self.request_round)
         """Carries out the decisions: launches, replica exits, stops, relaunches."""
         self._wake = threading.Event()

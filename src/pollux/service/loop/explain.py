@@ -1,4 +1,5 @@
-"""Why a job was resized or changed its batch size, in words for its events.
+"""In words for a job's events: why it was resized or changed its batch size, how a
+replica ended.
 
 Computed from what the job itself reported (its :class:`~pollux.models.JobHints`): the
 predicted goodput (useful samples/s) of the old and the new configuration and, where it
@@ -8,16 +9,36 @@ explains the choice, the step time split into compute and gradient synchronizati
 from __future__ import annotations
 
 import math
+import signal
 from collections.abc import Mapping, Sequence
 
 from pollux.errors import ConfigError
+from pollux.jobenv import CORRUPT_CHECKPOINT_EXIT_CODE
 from pollux.models import JobHints
 from pollux.models.throughput import compute_time, sync_time
+from pollux.service.loop.recovery import LOST_EXIT_CODE
 from pollux.service.storage.records import JobRecord
 
 
 def replicas_text(count: int) -> str:
     return f"{count} replica{'' if count == 1 else 's'}"
+
+
+def describe_exit(code: int | None) -> str:
+    """How a replica ended, in words for events (``code`` None: it vanished)."""
+    if code is None:
+        return "vanished"
+    if code == LOST_EXIT_CODE:
+        return "was lost with its server"
+    if code == CORRUPT_CHECKPOINT_EXIT_CODE:
+        return ("found only corrupt checkpoints and did not start over (its log says why; "
+                "on_corrupt_checkpoint: fresh starts over)")
+    if code < 0:
+        try:
+            return f"was killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"was killed by signal {-code}"
+    return f"exited with code {code}"
 
 
 def _rate(samples_per_s: float) -> str:

@@ -26,8 +26,7 @@ from pollux.errors import BackendError, MixedGpuTypesError, StoreError
 from pollux.jobenv import CORRUPT_CHECKPOINT_EXIT_CODE, RESCALE_EXIT_CODE
 from pollux.policies.base import Allocation
 from pollux.resources import DEFAULT_GPU_TYPE
-from pollux.service.loop.explain import replicas_text
-from pollux.service.loop.recovery import LOST_EXIT_CODE
+from pollux.service.loop.explain import describe_exit, replicas_text
 from pollux.service.storage.records import JobRecord, ReplicaRecord
 from pollux.service.storage.states import ACTIVE_STATES, LIVE_STATES, JobState
 from pollux.service.storage.store import JobStore
@@ -46,7 +45,7 @@ class StopCause(Enum):
 
 @dataclass(frozen=True)
 class SupervisorConfig:
-    """What carrying out launches needs (the loop's configuration gives it)."""
+    """What carrying out launches needs (the loop's configuration extends it)."""
 
     data_dir: Path
     """Checkpoints go to ``<data_dir>/jobs/<id>/checkpoint``, logs to ``.../logs``."""
@@ -61,23 +60,6 @@ class SupervisorConfig:
     team_accounts: Mapping[str, str] = field(default_factory=dict)
     """The account each team's launches are charged to; a team not named: the backend's
     default."""
-
-
-def describe_exit(code: int | None) -> str:
-    """How a replica ended, in words for events (``code`` None: it vanished)."""
-    if code is None:
-        return "vanished"
-    if code == LOST_EXIT_CODE:
-        return "was lost with its server"
-    if code == CORRUPT_CHECKPOINT_EXIT_CODE:
-        return ("found only corrupt checkpoints and did not start over (its log says why; "
-                "on_corrupt_checkpoint: fresh starts over)")
-    if code < 0:
-        try:
-            return f"was killed by {signal.Signals(-code).name}"
-        except ValueError:
-            return f"was killed by signal {-code}"
-    return f"exited with code {code}"
 
 
 class LaunchSupervisor:
@@ -400,7 +382,6 @@ class LaunchSupervisor:
                 self.store.add_event(job_id, now, "info",
                                      f"replicas did not stop within {self.config.stop_grace_s}"
                                      " s of SIGTERM; killed")
-
 
     def stop_all(self, now: float, grace_s: float) -> None:
         """Ask every live replica to checkpoint and stop, wait up to ``grace_s`` and kill
