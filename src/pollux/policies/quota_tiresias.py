@@ -17,17 +17,10 @@ preemption), as Kueue's ``reclaimWithinCohort: Any`` does. Without teams it is T
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
 from pollux.policies.base import Allocations, JobInfo, NodeInfo, PolicyDecision
-from pollux.policies.packing import (
-    allocation_type,
-    gpus_by_type,
-    node_types,
-    place_counts,
-    tuned_replicas,
-    type_for,
-)
 from pollux.policies.tiresias import TiresiasPolicy
 from pollux.teams import Teams
 
@@ -41,48 +34,18 @@ class QuotaTiresiasPolicy(TiresiasPolicy):
 
     def optimize_teams(self, jobs: Sequence[JobInfo], nodes: Sequence[NodeInfo],
                        previous_allocations: Allocations, teams: Teams) -> PolicyDecision:
-        by_name = {job.name: job for job in jobs}
-        q0, q1 = self._update_queues(jobs)
-        previous = {name: tuple(alloc) for name, alloc in previous_allocations.items()
-                    if name in by_name and alloc}
-        types = node_types(nodes)
-        room = gpus_by_type(nodes)
         used: dict[str, Counter[str]] = {team: Counter() for team in teams.names}
-        running: dict[str, str] = {}
-        team_of = {job.name: teams.team_of(job.team, f"JobInfo({job.name!r}).team").name
+        team_of = {job.name: teams.team_of(job.team, f"JobInfo({job.name!r}).team")
                    for job in jobs}
 
-        def admit(name: str, gpu_type: str, demand: int) -> None:
-            running[name] = gpu_type
-            room[gpu_type] -= demand
-            used[team_of[name]][gpu_type] += demand
+        def within_quota(name: str, room: Mapping[str, int]) -> Mapping[str, int]:
+            team = team_of[name]
+            return {t: min(free, team.quota(t) - used[team.name][t]) for t, free in room.items()}
 
-        for job in jobs:  # non-preemptible jobs already running keep their GPUs
-            if not job.preemptible and job.name in previous:
-                gpu_type = allocation_type(previous[job.name], types)
-                if gpu_type is not None:
-                    admit(job.name, gpu_type, len(previous[job.name]))
-        order = [name for name in q0 + q1 if name not in running]
-        for borrowing in (False, True):
-            for name in order:
-                if name in running:
-                    continue
-                demand = tuned_replicas(by_name[name])
-                team = teams[team_of[name]]
-                prev_type = allocation_type(previous.get(name, ()), types)
-                if borrowing:
-                    gpu_type = type_for(room, demand, prev_type)
-                else:
-                    within = {t: min(free, team.quota(t) - used[team.name][t])
-                              for t, free in room.items()}
-                    gpu_type = type_for(within, demand, prev_type)
-                if gpu_type is not None:
-                    admit(name, gpu_type, demand)
-        kept = {name: previous[name] for name, gpu_type in running.items()
-                if allocation_type(previous.get(name, ()), types) == gpu_type}
-        result = place_counts(nodes, jobs, kept, ((name, tuned_replicas(by_name[name]), t)
-                                                  for name, t in running.items()))
-        return PolicyDecision(result, info={"queue_0": len(q0), "queue_1": len(q1),
-                                            "borrowing": sum(
-                                                max(0, sum(u.values()) - teams[t].total_quota_gpus)
-                                                for t, u in used.items())})
+        def admitted(name: str, gpu_type: str, demand: int) -> None:
+            used[team_of[name].name][gpu_type] += demand
+
+        decision = self.admit(jobs, nodes, previous_allocations,
+                              [within_quota, lambda name, room: room], admitted)
+        return replace(decision, info={**decision.info, "borrowing": sum(
+            max(0, sum(u.values()) - teams[t].total_quota_gpus) for t, u in used.items())})

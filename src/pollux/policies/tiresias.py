@@ -21,7 +21,7 @@ Non-preemptible jobs that already run are served first and never preempted.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import ClassVar
 
 from pollux.policies.base import (
@@ -44,6 +44,9 @@ from pollux.policies.packing import (
 
 __all__ = ["TiresiasPolicy", "free_slots", "pack_onto_most_free", "tuned_replicas"]
 
+Usable = Callable[[str, Mapping[str, int]], Mapping[str, int]]
+"""``usable(job, free)``: of the free GPUs per type, those a job may be admitted on."""
+
 DEFAULT_QUEUE_THRESHOLD_GPU_S = 16 * 3600.0
 """Attained service (GPU-seconds) after which a job is demoted to the low-priority queue."""
 
@@ -62,6 +65,15 @@ class TiresiasPolicy(Policy):
 
     def optimize(self, jobs: Sequence[JobInfo], nodes: Sequence[NodeInfo],
                  previous_allocations: Allocations) -> PolicyDecision:
+        return self.admit(jobs, nodes, previous_allocations, [lambda name, room: room])
+
+    def admit(self, jobs: Sequence[JobInfo], nodes: Sequence[NodeInfo],
+              previous_allocations: Allocations, passes: Sequence[Usable],
+              admitted: Callable[[str, str, int], None] | None = None) -> PolicyDecision:
+        """Steps 2-4 of the module docstring: running non-preemptible jobs first, then
+        the queues walked once per pass, each job admitted at its tuned GPU count where
+        it fits in the free GPUs per type that the pass lets it use (``passes[i](job,
+        free)``); ``admitted(job, type, GPUs)`` is told of each job admitted."""
         by_name = {job.name: job for job in jobs}
         q0, q1 = self._update_queues(jobs)
         previous = {name: tuple(alloc) for name, alloc in previous_allocations.items()
@@ -69,21 +81,28 @@ class TiresiasPolicy(Policy):
         types = node_types(nodes)
         room = gpus_by_type(nodes)  # free GPUs per type as jobs are admitted
         running: dict[str, str] = {}  # admitted job -> its GPU type
+
+        def admit(name: str, gpu_type: str, demand: int) -> None:
+            running[name] = gpu_type
+            room[gpu_type] -= demand
+            if admitted is not None:
+                admitted(name, gpu_type, demand)
+
         # Non-preemptible jobs already running keep their GPUs before anyone else.
         pinned = [j.name for j in jobs if not j.preemptible and j.name in previous]
         for name in pinned:
             gpu_type = allocation_type(previous[name], types)
             if gpu_type is not None:
-                room[gpu_type] -= len(previous[name])
-                running[name] = gpu_type
-        for name in q0 + q1:
-            if name in pinned:
-                continue
-            demand = tuned_replicas(by_name[name])
-            gpu_type = type_for(room, demand, allocation_type(previous.get(name, ()), types))
-            if gpu_type is not None:
-                running[name] = gpu_type
-                room[gpu_type] -= demand
+                admit(name, gpu_type, len(previous[name]))
+        for usable in passes:
+            for name in q0 + q1:
+                if name in pinned or name in running:
+                    continue
+                demand = tuned_replicas(by_name[name])
+                gpu_type = type_for(usable(name, room), demand,
+                                    allocation_type(previous.get(name, ()), types))
+                if gpu_type is not None:
+                    admit(name, gpu_type, demand)
         kept = {name: previous[name] for name, gpu_type in running.items()
                 if allocation_type(previous.get(name, ()), types) == gpu_type}
         result = place_counts(nodes, jobs, kept, ((name, tuned_replicas(by_name[name]), gpu_type)
