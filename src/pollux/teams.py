@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
@@ -130,6 +130,13 @@ class Teams:
     def total_quota(self, gpu_type: str = DEFAULT_GPU_TYPE) -> int:
         """The quotas of ``gpu_type`` summed over the teams."""
         return sum(team.quota(gpu_type) for team in self.teams)
+
+    def with_teams_named(self, names: Iterable[str]) -> Teams:
+        """These teams and, after them in the order given, a team of no quota (weight 1)
+        for each of ``names`` that is not one of them (a job's team missing from the
+        file: a team since removed, or jobs stored before the file was given)."""
+        missing = [name for name in dict.fromkeys(names) if name not in self]
+        return Teams(self.teams + tuple(Team(name, {}) for name in missing)) if missing else self
 
     def team_of(self, name: str | None, field: str = "team") -> Team:
         """The team a job names (None or empty: :data:`DEFAULT_TEAM`); an unknown name is

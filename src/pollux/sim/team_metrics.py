@@ -75,26 +75,22 @@ def team_records(result: SimulationResult, jcts: Mapping[str, float | None],
                  charged_gpu_s: Mapping[str, float], num_gpus: int) -> dict[str, TeamRecord]:
     """Team -> its figures; ``jcts`` and ``charged_gpu_s`` per job name (as the run's
     records say), ``num_gpus`` the cluster's GPUs."""
-    teams = result.teams
     team_of = {job.name: job.spec.team for job in result.jobs}
-    names = list(teams.names) if teams is not None else []
-    names += sorted(set(team_of.values()) - set(names))
     total_s = sum(charged_gpu_s.values())
-    rounds = guarantee_shortfalls(result.rounds, team_of, teams)
+    rounds = guarantee_shortfalls(result.rounds, team_of, result.teams)
     records: dict[str, TeamRecord] = {}
-    for team in names:
-        members = [name for name, t in team_of.items() if t == team]
+    for team in (result.teams or Teams(())).with_teams_named(sorted(set(team_of.values()))):
+        members = [name for name, t in team_of.items() if t == team.name]
         done = [float(j) for name in members if (j := jcts.get(name)) is not None]
         gpu_s = sum(charged_gpu_s.get(name, 0.0) for name in members)
-        quota = teams[team].total_quota_gpus if teams is not None and team in teams else 0
-        with_demand, below, gap = rounds.get(team, (0, 0, 0))
-        records[team] = TeamRecord(
+        with_demand, below, gap = rounds.get(team.name, (0, 0, 0))
+        records[team.name] = TeamRecord(
             num_jobs=len(members),
             avg_jct_s=float(np.mean(done)) if done else float("nan"),
             p99_jct_s=float(np.percentile(done, 99)) if done else float("nan"),
             gpu_hours=gpu_s / 3600.0,
             share_of_gpu_time=gpu_s / total_s if total_s > 0 else 0.0,
-            quota_share=quota / num_gpus if num_gpus else 0.0,
+            quota_share=team.total_quota_gpus / num_gpus if num_gpus else 0.0,
             num_completed=len(done), num_rounds_with_demand=with_demand,
             num_rounds_below_guarantee=below, max_shortfall_gpus=gap)
     return records

@@ -72,16 +72,13 @@ def team_usage(records: Sequence[JobRecord], teams: Teams | None) -> list[TeamUs
             in_use[name, kind] = in_use.get((name, kind), 0.0) + _gpus(record, held)
         else:
             pending[name] = pending.get(name, 0.0) + _gpus(record, record.spec.min_replicas)
-    names = list(teams.names if teams is not None else ())
-    names += sorted(set(num_jobs) - set(names))
-    kinds = sorted({kind for _, kind in in_use} | set(teams.gpu_types if typed and teams
-                                                      else ()) | {DEFAULT_GPU_TYPE})
+    listed = (teams or Teams(())).with_teams_named(sorted(num_jobs))
+    names = listed.names
+    kinds = sorted({kind for _, kind in in_use} | set(listed.gpu_types if typed else ())
+                   | {DEFAULT_GPU_TYPE})
 
     def quota(name: str, kind: str) -> float:
-        if teams is None or name not in teams:
-            return 0.0
-        team = teams[name]
-        return float(team.quota(kind) if typed else team.total_quota_gpus)
+        return float(listed[name].quota(kind) if typed else listed[name].total_quota_gpus)
 
     figures: dict[tuple[str, str], dict[str, float]] = {}
     for kind in kinds:
@@ -95,16 +92,14 @@ def team_usage(records: Sequence[JobRecord], teams: Teams | None) -> list[TeamUs
             figures[name, kind] = {"quota_gpus": quota(name, kind), "in_use_gpus": holding[name],
                                    "lent_gpus": lent, "borrowed_gpus": borrowed[name]}
     usage = []
-    for name in names:
-        known = teams[name] if teams is not None and name in teams else None
-        mine = {kind: figures[name, kind] for kind in kinds}
+    for team in listed:
+        mine = {kind: figures[team.name, kind] for kind in kinds}
         total = {key: sum(f[key] for f in mine.values()) for key in
                  ("in_use_gpus", "lent_gpus", "borrowed_gpus")}
         usage.append(TeamUsage(
-            team=name, quota_gpus=0 if known is None else known.total_quota_gpus,
-            weight=1.0 if known is None else known.weight, **total,
-            pending_gpus=pending.get(name, 0.0), num_jobs=num_jobs.get(name, 0),
-            slurm_account=None if known is None else known.slurm_account,
+            team=team.name, quota_gpus=team.total_quota_gpus, weight=team.weight, **total,
+            pending_gpus=pending.get(team.name, 0.0), num_jobs=num_jobs.get(team.name, 0),
+            slurm_account=team.slurm_account,
             by_gpu_type={kind: dict(f) for kind, f in mine.items()
                          if any(f.values())} if typed else {}))
     return usage

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pollux.policies.base import Allocation, TunedConfig, facts_by_type
 from pollux.policies.snapshot import JobReport
 from pollux.service.storage.records import JobRecord
-from pollux.teams import DEFAULT_TEAM, Team, Teams
+from pollux.teams import DEFAULT_TEAM, Teams
 
 
 def hints_problems(records: Sequence[JobRecord]) -> dict[str, str]:
@@ -56,17 +56,11 @@ def job_report(record: JobRecord, reports_hints: bool = False) -> JobReport:
 
 
 def teams_for_round(teams: Teams | None, reports: Sequence[JobReport]) -> Teams | None:
-    """The teams a round is asked about: the teams file's, and a team of no quota
-    (weight 1) for each team a job names that the file lacks (a job of a team since
-    removed from the file, or without a team, stored before the file was given): the
-    policy schedules those jobs beyond the quotas instead of refusing the round. None
+    """The teams a round is asked about: the teams file's, and a team of no quota for each
+    team a job names that the file lacks (:meth:`~pollux.teams.Teams.with_teams_named`):
+    the policy schedules those jobs beyond the quotas instead of refusing the round. None
     without a teams file."""
-    if teams is None:
-        return None
-    missing = dict.fromkeys(report.team for report in reports if report.team not in teams)
-    if not missing:
-        return teams
-    return Teams(teams.teams + tuple(Team(name, {}) for name in missing))
+    return None if teams is None else teams.with_teams_named(r.team for r in reports)
 
 
 def active_records(records: Sequence[JobRecord]) -> list[JobRecord]:
