@@ -172,6 +172,8 @@
                                        class: column === "team" ? "" : "num"}, value)))));
   }
 
+  const CHART_IDS = ["chart-replicas", "chart-batch", "chart-goodput", "chart-efficiency"];
+
   function renderPrivate(jobId, job) {
     // a job this session's user may not read: what every user sees, and why no more
     const section = document.getElementById("job-detail");
@@ -189,6 +191,7 @@
       (job.team ? ` (team ${job.team})` : "") + ": its events, log and details are shown " +
       "to its owner, its team's admins and admins only";
     for (const id of ["job-events", "job-log"]) document.getElementById(id).replaceChildren();
+    for (const id of CHART_IDS) PolluxCharts.line(document.getElementById(id), {});
   }
 
   async function renderDetail() {
@@ -239,6 +242,7 @@
                               `&offset=-${LOG_TAIL_BYTES}&limit=${LOG_TAIL_BYTES}`);
       text = chunk.offset > 0 ? chunk.text.slice(chunk.text.indexOf("\n") + 1) : chunk.text;
     } catch (error) { if (!String(error.message).startsWith("404")) throw error; }
+    if (jobId !== state.selected) return;  // another job was selected meanwhile
     const atBottom = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 4;
     if (pre.textContent !== text) {
       pre.textContent = text;
