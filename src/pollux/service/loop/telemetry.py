@@ -8,7 +8,6 @@ The allocation loop hands each round's policy time to :class:`RoundRecorder` (it
 
 from __future__ import annotations
 
-import logging
 import math
 import threading
 from collections import OrderedDict, deque
@@ -24,8 +23,6 @@ from pollux.models.hints import JobHints
 from pollux.models.speedup import SpeedupFunction
 from pollux.policies.base import GPU, NodeInfo
 from pollux.service.storage.records import JobRecord
-
-logger = logging.getLogger(__name__)
 
 DEFAULT_MAX_SAMPLES = 720
 """Samples kept per job and for the cluster: 6 hours of 30 s rounds."""
@@ -198,7 +195,8 @@ def samples_as_columns(samples: Sequence[Any]) -> dict[str, list[Any]]:
 
 class RoundRecorder:
     """The allocator's ``on_round`` hook in the service: samples the store into a
-    :class:`History` and passes the duration on (e.g. to a Prometheus histogram)."""
+    :class:`History` and passes the duration on (e.g. to a Prometheus histogram). An
+    error here is the allocator's to log (telemetry never stops scheduling)."""
 
     def __init__(self, history: History, list_jobs: Callable[[], Sequence[JobRecord]],
                  list_nodes: Callable[[], Sequence[NodeInfo]], clock: Callable[[], float],
@@ -210,10 +208,6 @@ class RoundRecorder:
         self.on_duration = on_duration
 
     def __call__(self, round_s: float) -> None:
-        try:
-            if self.on_duration is not None:
-                self.on_duration(round_s)
-            self.history.record_round(self.clock(), round_s, self.list_jobs(),
-                                      self.list_nodes())
-        except Exception:  # telemetry must never stop scheduling
-            logger.exception("cannot record the scheduling round")
+        if self.on_duration is not None:
+            self.on_duration(round_s)
+        self.history.record_round(self.clock(), round_s, self.list_jobs(), self.list_nodes())
