@@ -42,14 +42,14 @@ def run_pair(workload_name: str, seed: int, artifact: str) -> dict[str, Any]:
     from pollux.policies.registry import make_policy
     from pollux.sim.metrics import summarize_run
     from pollux.sim.runner import load_applications
-    from pollux.sim.simulator import ClusterConfig, run_simulation
+    from pollux.sim.simulator import ClusterConfig, Simulator
     from pollux.sim.workload import read_workload, workload_files
 
     apps = load_applications(str(Path(artifact) / "traces"))
     workload = next(w for w in (read_workload(p, set(apps))
                                 for p in workload_files([Path(artifact) / "workloads"]))
                     if w.name == workload_name)
-    result = run_simulation(workload, apps, make_policy("pollux-ga", seed=seed), ClusterConfig())
+    result = Simulator(workload, apps, make_policy("pollux-ga", seed=seed), ClusterConfig()).run()
     record = summarize_run(result, apps)
     return {"workload": workload_name, "seed": seed, "avg_jct_s": record.avg_jct_s,
             "p99_jct_s": record.p99_jct_s, "max_ftf": record.max_ftf,

@@ -22,7 +22,7 @@ import numpy as np
 
 from pollux.policies.registry import make_policy
 from pollux.sim.runner import load_applications
-from pollux.sim.simulator import ClusterConfig, run_simulation
+from pollux.sim.simulator import ClusterConfig, Simulator
 from pollux.sim.workload import read_workload, workload_files
 
 ARTIFACT = Path(__file__).resolve().parents[1].parent / "shared" / "pollux-artifact"
@@ -57,7 +57,7 @@ def main() -> int:
         return decision
 
     policy.optimize = recorded  # type: ignore[method-assign, assignment]
-    run_simulation(workload, apps, policy, ClusterConfig(max_time_s=args.hours * 3600))
+    Simulator(workload, apps, policy, ClusterConfig(max_time_s=args.hours * 3600)).run()
     print(f"{len(lines)} rounds, CPU per round: median {1e3 * np.median(cpu_s):.1f} ms, "
           f"mean {1e3 * np.mean(cpu_s):.1f} ms")
     if args.out:

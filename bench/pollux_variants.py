@@ -26,7 +26,7 @@ from pollux.sim.generator import generate_workload
 from pollux.sim.lower_bound import with_lower_bounds
 from pollux.sim.metrics import RunRecord, summarize_run
 from pollux.sim.runner import load_applications
-from pollux.sim.simulator import ClusterConfig, run_simulation
+from pollux.sim.simulator import ClusterConfig, Simulator
 from pollux.sim.workload import Workload, read_workload, workload_files
 from pollux.spec import format_spec
 
@@ -133,7 +133,7 @@ def run_one(variant: str, spec: str, workload: Workload, traces: str | None,
             config: ClusterConfig, seed: int, job_knowledge: str = "measured") -> RunRecord:
     apps = load_applications(traces)
     policy = make_policy(spec, seed=seed)
-    result = run_simulation(workload, apps, policy, config, job_knowledge=job_knowledge)
+    result = Simulator(workload, apps, policy, config, job_knowledge=job_knowledge).run()
     record = summarize_run(result, apps)
     return RunRecord(**{**record.__dict__, "policy": variant})
 

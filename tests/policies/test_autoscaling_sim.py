@@ -21,7 +21,7 @@ from pollux.policies.base import GPU, JobInfo
 from pollux.sim.cluster import ClusterSize, ElasticCluster, node_seconds
 from pollux.sim.job import JobSpec
 from pollux.sim.metrics import summarize_run
-from pollux.sim.simulator import ClusterConfig, run_simulation
+from pollux.sim.simulator import ClusterConfig, Simulator
 from pollux.sim.workload import Workload
 from tests.sim.fakes import GreedyPolicy, ToyApplication
 
@@ -73,8 +73,8 @@ def test_elastic_cluster_provisions_after_the_delay_and_releases_the_emptiest() 
 def test_new_nodes_are_usable_only_after_the_provision_delay() -> None:
     apps = {"toy": ToyApplication(epochs=30, ratio=1e4)}  # noisy: scales well
     config = ClusterConfig(num_nodes=4, gpus_per_node=4, max_nodes=4, provision_delay_s=300.0)
-    result = run_simulation(toy_workload("a"), apps, GreedyPolicy(), config,
-                            autoscaler=PolluxAutoscaler(scaling(1, 4)))
+    result = Simulator(toy_workload("a"), apps, GreedyPolicy(), config,
+                       autoscaler=PolluxAutoscaler(scaling(1, 4))).run()
     sizes = result.cluster_sizes
     assert sizes[0] == ClusterSize(0.0, 1, 1, 1) and max(s.num_nodes for s in sizes) > 1
     requested = next(s.time_s for s in sizes if s.num_billed_nodes > 1)
@@ -89,8 +89,8 @@ def test_new_nodes_are_usable_only_after_the_provision_delay() -> None:
 def test_jobs_on_released_nodes_are_placed_again() -> None:
     apps = {"toy": ToyApplication(epochs=20, ratio=1e4)}
     config = ClusterConfig(num_nodes=3, gpus_per_node=4, provision_delay_s=0.0)
-    result = run_simulation(toy_workload("a", "b"), apps, GreedyPolicy(), config,
-                            autoscaler=Scripted(scaling(1, 3), [3, 3, 3, 3, 1]))
+    result = Simulator(toy_workload("a", "b"), apps, GreedyPolicy(), config,
+                       autoscaler=Scripted(scaling(1, 3), [3, 3, 3, 3, 1])).run()
     assert [s.num_nodes for s in result.cluster_sizes] == [1, 3, 1]
     assert all(job.completion_time_s is not None for job in result.jobs)
     shrunk_at = result.cluster_sizes[-1].time_s
@@ -102,7 +102,7 @@ def test_jobs_on_released_nodes_are_placed_again() -> None:
 def test_a_fixed_cluster_bills_every_node_until_the_last_completion() -> None:
     apps = {"toy": ToyApplication(epochs=3)}
     config = ClusterConfig(num_nodes=3, gpus_per_node=4, node_price_per_hour=2.5)
-    result = run_simulation(toy_workload("a", "b"), apps, GreedyPolicy(), config)
+    result = Simulator(toy_workload("a", "b"), apps, GreedyPolicy(), config).run()
     record = summarize_run(result, apps)
     end = max(job.completion_time_s or 0.0 for job in result.jobs)
     assert record.autoscaler == "none" and record.nodes_over_time.num_nodes == (3,)

@@ -22,7 +22,7 @@ from pollux.policies.base import (
 )
 from pollux.policies.round import RoundRequest, SchedulingRound
 from pollux.policies.snapshot import JobReport
-from pollux.sim import ClusterConfig, JobSpec, Workload, run_simulation
+from pollux.sim import ClusterConfig, JobSpec, Simulator, Workload
 from pollux.sim.catalog import load_builtin_applications
 
 PACKAGE = Path(pollux.__file__).parent
@@ -124,9 +124,9 @@ def test_the_simulator_retries_a_failed_round_as_the_service_does() -> None:
     """The simulator once let a policy's failure end the run; through the round its
     adaptive jobs (which have models from their first profile) run as jobs without one."""
     workload = Workload("retry", (JobSpec("cifar-a", 0.0, "cifar10", 1, 128),))
-    result = run_simulation(workload, load_builtin_applications(), FailsOnModels(),
-                            ClusterConfig(num_nodes=1, gpus_per_node=4, max_time_s=600.0),
-                            adaptive_jobs=True)
+    result = Simulator(workload, load_builtin_applications(), FailsOnModels(),
+                       ClusterConfig(num_nodes=1, gpus_per_node=4, max_time_s=600.0),
+                       adaptive_jobs=True).run()
     (job,) = result.jobs
     assert any(r.gpus for r in result.rounds)
     assert any("scheduling round failed (ValueError: cannot read this model)" in message

@@ -9,7 +9,7 @@ import pytest
 from pollux.policies.registry import make_policy
 from pollux.sim.applications import load_trace_applications
 from pollux.sim.metrics import summarize_run
-from pollux.sim.simulator import run_simulation
+from pollux.sim.simulator import Simulator
 from pollux.sim.workload import read_workload
 from tests.sim.fakes import ARTIFACT, needs_artifact
 
@@ -25,6 +25,6 @@ def test_average_jct_matches_published(policy: str, workload: str) -> None:
     expected = published["policies"][policy]["per_workload"][workload]
     apps = load_trace_applications(ARTIFACT / "traces")
     jobs = read_workload(ARTIFACT / "workloads" / f"{workload}.csv", apps)
-    record = summarize_run(run_simulation(jobs, apps, make_policy(policy, seed=0)), apps)
+    record = summarize_run(Simulator(jobs, apps, make_policy(policy, seed=0)).run(), apps)
     assert record.num_completed == record.num_jobs == 160
     assert record.avg_jct_s == pytest.approx(expected, rel=TOLERANCE)

@@ -14,7 +14,7 @@ from pollux.sim.generator import generate_workload, parse_team_shares
 from pollux.sim.job import JobSpec
 from pollux.sim.metrics import report, summarize_run
 from pollux.sim.partition import merge_results, partition_configs, partition_workload
-from pollux.sim.simulator import ClusterConfig, run_simulation
+from pollux.sim.simulator import ClusterConfig, Simulator
 from pollux.sim.workload import Workload, read_workload, write_workload
 from pollux.teams import parse_teams
 from tests.sim.fakes import ToyApplication
@@ -58,10 +58,10 @@ def test_a_run_with_teams_reports_each_team_and_its_guarantee() -> None:
     of the GPU time than team-blind Pollux gives it, and is short of min(quota, demand)
     in at most one round, by less than its quota (the policy's guarantee is bounded by
     what a's jobs would hold alone on its quota, which the record does not know)."""
-    blind = summarize_run(run_simulation(_workload(flood=4), APPS,
-                                         make_policy("pollux", seed=0), CONFIG), APPS)
-    result = run_simulation(_workload(flood=4), APPS, make_policy("pollux", seed=0), CONFIG,
-                            teams=TEAMS)
+    blind = summarize_run(Simulator(_workload(flood=4), APPS,
+                                    make_policy("pollux", seed=0), CONFIG).run(), APPS)
+    result = Simulator(_workload(flood=4), APPS, make_policy("pollux", seed=0), CONFIG,
+                       teams=TEAMS).run()
     record = summarize_run(result, APPS)
     assert record.teams is not None and set(record.teams) == {"a", "b"}
     a = record.teams["a"]
@@ -77,7 +77,7 @@ def test_a_run_with_teams_reports_each_team_and_its_guarantee() -> None:
 
 def test_without_teams_the_record_has_no_teams() -> None:
     plain = Workload("toy", tuple(JobSpec(f"j{i}", 0.0, "toy", 1, 128) for i in range(2)))
-    record = summarize_run(run_simulation(plain, APPS, make_policy("pollux", seed=0), CONFIG),
+    record = summarize_run(Simulator(plain, APPS, make_policy("pollux", seed=0), CONFIG).run(),
                            APPS)
     assert record.teams is None
     assert "teams" not in json.loads(json.dumps(report([record])))["runs"][0]
@@ -87,7 +87,7 @@ def test_private_clusters_run_each_team_on_its_quota() -> None:
     configs = partition_configs(CONFIG, TEAMS)
     assert {t: c.num_gpus for t, c in configs.items()} == {"a": 4, "b": 4}
     workloads = partition_workload(_workload(), TEAMS)
-    results = {t: run_simulation(w, APPS, make_policy("pollux", seed=0), configs[t])
+    results = {t: Simulator(w, APPS, make_policy("pollux", seed=0), configs[t]).run()
                for t, w in workloads.items()}
     for result in results.values():
         assert max(sum(r.gpus.values()) for r in result.rounds) <= 4
@@ -102,4 +102,4 @@ def test_private_clusters_run_each_team_on_its_quota() -> None:
 def test_a_job_of_a_team_not_in_the_file_is_refused() -> None:
     teams = parse_teams({"teams": {"a": {"quota_gpus": 4}}})
     with pytest.raises(ConfigError, match="choose from: a"):
-        run_simulation(_workload(), APPS, make_policy("pollux", seed=0), CONFIG, teams=teams)
+        Simulator(_workload(), APPS, make_policy("pollux", seed=0), CONFIG, teams=teams).run()

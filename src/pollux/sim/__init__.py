@@ -19,7 +19,7 @@ from pollux.sim.applications import (
 )
 from pollux.sim.job import BatchMode, JobKnowledge, JobSpec, JobState, SimJob
 from pollux.sim.semantics import POLLUX_ARTIFACT, SIA_ARTIFACT, ReferenceSemantics
-from pollux.sim.simulator import ClusterConfig, SimulationResult, Simulator, run_simulation
+from pollux.sim.simulator import ClusterConfig, SimulationResult, Simulator
 from pollux.sim.workload import Workload, read_workload, workload_files, write_workload
 
 __all__ = [
@@ -40,7 +40,6 @@ __all__ = [
     "Workload",
     "load_trace_applications",
     "read_workload",
-    "run_simulation",
     "workload_files",
     "write_workload",
 ]

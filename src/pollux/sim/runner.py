@@ -39,7 +39,7 @@ from pollux.sim.cluster import ClusterSize
 from pollux.sim.job import SimJob
 from pollux.sim.metrics import RunRecord, summarize_run
 from pollux.sim.partition import merge_results, partition_configs, partition_workload
-from pollux.sim.simulator import ClusterConfig, RoundLog, SimulationResult, run_simulation
+from pollux.sim.simulator import ClusterConfig, RoundLog, SimulationResult, Simulator
 from pollux.sim.workload import Workload
 from pollux.teams import Teams
 
@@ -207,10 +207,10 @@ def execute(task: RunTask, index: int = 0,
         with threadpool_limits(limits=1, user_api="blas"):
             apps = (applications if applications is not None
                     else load_applications(task.traces_dir, task.config))
-            result = (_run_partitioned(task, apps) if task.partitioned else run_simulation(
+            result = (_run_partitioned(task, apps) if task.partitioned else Simulator(
                 task.workload, apps, make_policy(task.policy, seed=task.seed), task.config,
                 autoscaler=build_autoscaler(task), job_knowledge=task.job_knowledge,
-                teams=task.teams))
+                teams=task.teams).run())
             record = summarize_run(result, apps)
     except PolluxError as exc:  # re-raised plainly so it survives pickling
         raise PolluxError(f"{task.policy} on {task.workload.name}: {exc}") from None
@@ -226,8 +226,8 @@ def _run_partitioned(task: RunTask, apps: Mapping[str, Application]
         raise ConfigError("partitioned", True, "private clusters are fixed: leave out "
                           "--autoscaler")
     configs = partition_configs(task.config, task.teams)
-    results = {team: run_simulation(workload, apps, make_policy(task.policy, seed=task.seed),
-                                    configs[team], job_knowledge=task.job_knowledge)
+    results = {team: Simulator(workload, apps, make_policy(task.policy, seed=task.seed),
+                               configs[team], job_knowledge=task.job_knowledge).run()
                for team, workload in partition_workload(task.workload, task.teams).items()
                if workload.jobs}
     return merge_results(results, task.workload, task.config, task.teams, task.label)

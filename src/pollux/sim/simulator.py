@@ -53,8 +53,7 @@ from pollux.sim.semantics import SchedulerModel
 from pollux.sim.workload import Workload
 from pollux.teams import Teams
 
-__all__ = ["MAX_IDLE_ROUNDS", "ClusterConfig", "RoundLog", "SimulationResult", "Simulator",
-           "run_simulation"]
+__all__ = ["MAX_IDLE_ROUNDS", "ClusterConfig", "RoundLog", "SimulationResult", "Simulator"]
 
 logger = logging.getLogger(__name__)
 
@@ -357,15 +356,3 @@ def projection_speeds(applications: Mapping[str, TypedApplication], speeds_from:
     return {name: estimate_type_speeds([s for other, s in own.items() if other != name])
             for name in own}
 
-
-def run_simulation(workload: Workload,
-                   applications: Mapping[str, Application] | Mapping[str, TypedApplication],
-                   policy: Policy, config: ClusterConfig | None = None,
-                   adaptive_jobs: bool | None = None,
-                   autoscaler: Autoscaler | None = None,
-                   batch_objective: BatchObjective | None = None,
-                   job_knowledge: JobKnowledge | str = JobKnowledge.MEASURED,
-                   teams: Teams | None = None) -> SimulationResult:
-    """Simulate ``workload`` under ``policy``; see :class:`Simulator`."""
-    return Simulator(workload, applications, policy, config, adaptive_jobs, autoscaler,
-                     batch_objective, job_knowledge, teams).run()
