@@ -79,6 +79,12 @@ def log_dir(data_dir: Path, job_id: str) -> Path:
     return job_dir(data_dir, job_id) / LOGS_DIR
 
 
-def replica_log(directory: str | os.PathLike[str], rank: int) -> Path:
-    """The log of replica ``rank`` in a job's log folder ``directory``."""
-    return Path(directory) / f"replica-{rank}.log"
+ROTATED_LOG_SUFFIX = ".1"
+"""A replica log's older part, once it reached half its budget
+(:mod:`pollux.backends.replica_log`)."""
+
+
+def replica_log(directory: str | os.PathLike[str], rank: int, rotated: bool = False) -> Path:
+    """The log of replica ``rank`` in a job's log folder ``directory`` (``rotated``: its
+    older part)."""
+    return Path(directory) / (f"replica-{rank}.log" + (ROTATED_LOG_SUFFIX if rotated else ""))

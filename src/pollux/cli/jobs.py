@@ -185,9 +185,11 @@ def cancel(args: argparse.Namespace) -> int:
 
 # --- logs, top ----------------------------------------------------------------------------
 
-def tail_offset(client: PolluxClient, job: str, replica: int, num_lines: int) -> tuple[int, str]:
-    """Where the last ``num_lines`` lines of a log start, and those lines: reads
-    backwards in growing chunks until enough line ends are seen (or the start)."""
+def tail_offset(client: PolluxClient, job: str, replica: int, num_lines: int
+                ) -> tuple[int, str | None, str]:
+    """Where the last ``num_lines`` lines of a log end, the part they are in, and
+    those lines: reads backwards in growing chunks until enough line ends are seen (or
+    the start)."""
     window = 4096
     while True:
         chunk = client.logs(job, replica, -window, limit=window)
@@ -196,22 +198,47 @@ def tail_offset(client: PolluxClient, job: str, replica: int, num_lines: int) ->
         if body.count("\n") >= num_lines or start == 0:
             lines = text.splitlines(keepends=True)[-num_lines:] if num_lines else []
             tail = "".join(lines)
-            return chunk["next_offset"], tail
+            return chunk["next_offset"], chunk.get("part"), tail
         window *= 4
+
+
+def _write(text: str) -> None:
+    sys.stdout.write(text)
+    sys.stdout.flush()
+
+
+def _finish_rotated(client: PolluxClient, args: argparse.Namespace, part: str,
+                    offset: int) -> None:
+    """The rest of the part that was followed, from ``offset``, now the log's older part
+    (it rotated away between two reads)."""
+    while True:
+        try:
+            chunk = client.logs(args.job, args.replica, offset, rotated=True)
+        except ServiceError as exc:
+            if exc.status != 404:
+                raise
+            chunk = None
+        if chunk is None or chunk.get("part") != part:
+            sys.stderr.write("pollux: the log rotated twice between two reads; some of its "
+                             "output is not shown (a shorter --poll-interval follows closer)\n")
+            return
+        _write(chunk["text"])
+        offset = chunk["next_offset"]
+        if offset >= chunk["size"]:
+            return
 
 
 def logs(args: argparse.Namespace) -> int:
     if args.tail is not None and args.tail < 0:
         raise ConfigError("--tail", args.tail, "give a number of lines >= 0")
-    offset = 0
+    offset, part = 0, None
     with connect(args) as client:
         first = True
         while True:
             try:
                 if first and args.tail is not None:
-                    offset, text = tail_offset(client, args.job, args.replica, args.tail)
-                    sys.stdout.write(text)
-                    sys.stdout.flush()
+                    offset, part, text = tail_offset(client, args.job, args.replica, args.tail)
+                    _write(text)
                     first = False
                     chunk = None
                 else:
@@ -227,8 +254,12 @@ def logs(args: argparse.Namespace) -> int:
                     return 0
                 continue
             first = False
-            sys.stdout.write(chunk["text"])
-            sys.stdout.flush()
+            if part is not None and (chunk.get("part") != part or chunk["offset"] < offset):
+                _finish_rotated(client, args, part, offset)  # it rotated since the last read
+                offset, part = 0, chunk.get("part")
+                continue
+            part = chunk.get("part")
+            _write(chunk["text"])
             offset = chunk["next_offset"]
             if chunk["next_offset"] < chunk["size"]:
                 continue

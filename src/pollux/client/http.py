@@ -165,8 +165,10 @@ class PolluxClient:
         return result
 
     def logs(self, ref: str, replica: int = 0, offset: int = 0,
-             limit: int = 65536) -> dict[str, Any]:
+             limit: int = 65536, rotated: bool = False) -> dict[str, Any]:
+        params: dict[str, Any] = {"replica": replica, "offset": offset, "limit": limit}
+        if rotated:
+            params["rotated"] = "true"
         result: dict[str, Any] = self._call(
-            "GET", f"/api/jobs/{quote(ref, safe='')}/logs",
-            params={"replica": replica, "offset": offset, "limit": limit})
+            "GET", f"/api/jobs/{quote(ref, safe='')}/logs", params=params)
         return result

@@ -5,6 +5,7 @@ Running it as a process (HTTP server, signals, data-directory lock) is
 
 from __future__ import annotations
 
+import hashlib
 import ipaddress
 import logging
 import os
@@ -46,6 +47,8 @@ logger = logging.getLogger(__name__)
 POLICY_SEED = 0
 """Seed of the service's policy (the simulator's default seed too)."""
 MAX_LOG_CHUNK_BYTES = 1 << 20
+PART_HEAD_BYTES = 512
+"""Bytes of a log's start that :func:`log_part` reads for its marker line."""
 DEFAULT_FINISHED_LISTED = 100
 """Finished jobs ``GET /api/jobs`` lists by default (the newest; every active job too)."""
 MAX_LISTED = 10000
@@ -77,6 +80,16 @@ def check_fits_cluster(spec: JobSpec, nodes: Sequence[NodeInfo]) -> None:
         where = "the cluster" if len(fitting) < 2 else "one GPU type of the cluster"
         raise JobSpecError("min_replicas", spec.min_replicas,
                            f"{where} fits at most {most} replicas of this size")
+
+
+def log_part(inode: int, head: bytes) -> str:
+    """The name of one part of a replica's log: its inode and the digest of its first
+    line when that is a marker or header line (``=== pollux <time>: ...``, written at
+    once when the part starts). The marker tells a part apart from one that took the
+    inode of a part dropped meanwhile (a follower two rotations behind)."""
+    first = head.split(b"\n", 1)
+    marker = first[0] if len(first) == 2 and first[0].startswith(b"=== pollux ") else b""
+    return f"{inode:x}-{hashlib.blake2b(marker, digest_size=6).hexdigest()}"
 
 
 class SchedulerService:
@@ -195,13 +208,19 @@ class SchedulerService:
                 "interval_s": self.allocator.config.interval_s,
                 "rounds": self.allocator.num_rounds, "time": self.clock()}
 
-    def read_log(self, ref: str, replica: int, offset: int, limit: int) -> dict[str, Any]:
+    def read_log(self, ref: str, replica: int, offset: int, limit: int,
+                 rotated: bool = False) -> dict[str, Any]:
+        """Up to ``limit`` bytes of a replica's log from ``offset`` (< 0: from the end);
+        ``rotated``: of its older part. ``part`` names the file read (:func:`log_part`),
+        which a rotation keeps, so a follower sees when the part it read rotated away."""
         record = self.store.find_job(ref)
-        path = replica_log(log_dir(self.data_dir, record.id), replica)
+        path = replica_log(log_dir(self.data_dir, record.id), replica, rotated)
         if not path.is_file():
-            raise UnknownJobError(f"{record.id} replica {replica}", "no log (yet) for")
+            raise UnknownJobError(f"{record.id} replica {replica}",
+                                  "no rotated log for" if rotated else "no log (yet) for")
         limit = max(1, min(limit, MAX_LOG_CHUNK_BYTES))
         with open(path, "rb") as handle:
+            part = log_part(os.fstat(handle.fileno()).st_ino, handle.read(PART_HEAD_BYTES))
             size = handle.seek(0, os.SEEK_END)
             # offset < 0 reads the tail: the last -offset bytes
             start = max(0, size + offset) if offset < 0 else min(offset, size)
@@ -210,7 +229,7 @@ class SchedulerService:
         return {"job": record.id, "replica": replica, "offset": start,
                 "next_offset": start + len(data), "size": size,
                 "text": data.decode("utf-8", errors="replace"),
-                "final": record.state.is_final}
+                "part": part, "final": record.state.is_final}
 
     # --- lifecycle --------------------------------------------------------------------
 

@@ -325,11 +325,12 @@ def create_app(service: SchedulerService, auth: ApiAuth,
     @app.get("/api/jobs/{ref}/logs")
     def logs(ref: str, request: Request, replica: int = Query(0, ge=0, le=100000),
              offset: int = Query(0, ge=-(1 << 40), le=1 << 40),
-             limit: int = Query(65536, ge=1, le=1 << 20)) -> dict[str, Any]:
-        """A replica's log: a user's own jobs only (a team admin: its teams'; an admin:
-        all)."""
+             limit: int = Query(65536, ge=1, le=1 << 20),
+             rotated: bool = Query(False)) -> dict[str, Any]:
+        """A replica's log (``rotated``: its older part, ``replica-<r>.log.1``): a user's
+        own jobs only (a team admin: its teams'; an admin: all)."""
         record = authorize_job(service, request, ref, JobAction.READ)
-        return service.read_log(record.id, replica, offset, limit)
+        return service.read_log(record.id, replica, offset, limit, rotated)
 
     add_user_routes(app, service, json_body)
     add_dashboard(app, service)
