@@ -6,7 +6,7 @@ pipeline of named steps:
 
 1. **records**: every job's report (:class:`~pollux.policies.snapshot.JobReport`) becomes
    the policy's :class:`~pollux.policies.base.JobInfo` through
-   :func:`~pollux.policies.snapshot.job_infos`, with the policy's growth rule on the
+   :func:`~pollux.policies.snapshot.job_info`, with the policy's growth rule on the
    cluster's GPU types and, on a typed cluster whose policy is heterogeneity-aware, typed
    models from the jobs' hints and the GPU type speeds learned from them;
 2. **scale** (with an autoscaler, idle rounds too): the nodes wanted per GPU type, which
@@ -38,7 +38,7 @@ from pollux.policies.snapshot import (
     JobReport,
     Snapshot,
     SpeedupCache,
-    job_infos,
+    job_info,
     learned_type_speeds,
     without_models,
 )
@@ -167,10 +167,13 @@ class SchedulingRound:
         type_speeds = (learned_type_speeds(request.reports, types, self.declared_type_speeds)
                        if typed else {})
         factor, initial = self.policy.growth_rule(types)
-        jobs = job_infos(request.reports, request.time_s, self._speedups,
-                         throughput_speedups=self.autoscaler is not None,
-                         gpu_types=types if typed else (), exploration_factor=factor,
-                         initial_replicas=initial, type_speeds=type_speeds if typed else None)
+        jobs = tuple(job_info(report, request.time_s, self._speedups,
+                              throughput_speedups=self.autoscaler is not None,
+                              gpu_types=types if typed else (), exploration_factor=factor,
+                              initial_replicas=initial,
+                              type_speeds=type_speeds if typed else None)
+                     for report in request.reports)
+        self._speedups.forget(report.name for report in request.reports)  # ended jobs
         return jobs, type_speeds
 
     @staticmethod

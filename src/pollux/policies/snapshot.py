@@ -338,15 +338,3 @@ def without_models(jobs: Sequence[JobInfo]) -> tuple[JobInfo, ...]:
                                  if k != THROUGHPUT_SPEEDUP_KEY})
                  for job in jobs)
 
-
-def job_infos(reports: Sequence[JobReport], now_s: float, cache: SpeedupCache,
-              throughput_speedups: bool = False, gpu_types: Sequence[str] = (),
-              exploration_factor: float | None = None,
-              type_speeds: Mapping[str, float] | None = None,
-              initial_replicas: int = 1) -> tuple[JobInfo, ...]:
-    """:func:`job_info` of each report, in order (speeds from :func:`learned_type_speeds`,
-    growth rule from ``Policy.growth_rule``); ``cache`` forgets the jobs not reported."""
-    jobs = tuple(job_info(r, now_s, cache, throughput_speedups, gpu_types, exploration_factor,
-                          type_speeds, initial_replicas) for r in reports)
-    cache.forget(r.name for r in reports)
-    return jobs
