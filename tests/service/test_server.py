@@ -12,10 +12,10 @@ from pollux.cli.main import main
 from pollux.client import locate_server
 from pollux.errors import ConfigError, ServerUnreachableError
 from pollux.service.config import HttpConfig, ServerConfig
+from pollux.service.http.auth import is_loopback
 from pollux.service.http.local_socket import bind_local_socket
 from pollux.service.private import new_token
 from pollux.service.runner import data_dir_lock
-from pollux.service.server import is_loopback
 
 
 @pytest.mark.parametrize(("host", "loopback"), [

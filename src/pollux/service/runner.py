@@ -21,7 +21,7 @@ from pollux.errors import ConfigError, PolluxError, StartupError
 from pollux.service.config import ServerConfig
 from pollux.service.http.local_socket import bind_local_socket, share_local_socket
 from pollux.service.private import make_private_dir, make_private_file, new_token
-from pollux.service.server import build_service, is_loopback
+from pollux.service.server import build_service
 
 logger = logging.getLogger(__name__)
 
@@ -91,7 +91,7 @@ def run_server(config: ServerConfig, ready: Callable[[str], None] | None = None)
     import uvicorn
 
     from pollux.service.http.api import create_app
-    from pollux.service.http.auth import ApiAuth, allowed_hosts_for
+    from pollux.service.http.auth import ApiAuth, allowed_hosts_for, is_loopback
     from pollux.service.http.connections import (
         ACCEPT_BACKLOG,
         LISTEN_BACKLOG,

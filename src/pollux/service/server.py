@@ -6,7 +6,6 @@ Running it as a process (HTTP server, signals, data-directory lock) is
 from __future__ import annotations
 
 import hashlib
-import ipaddress
 import logging
 import os
 import threading
@@ -55,15 +54,6 @@ MAX_LISTED = 10000
 """The most finished jobs (or events) one page may ask for."""
 DEFAULT_EVENTS_LISTED = 500
 """Events ``GET /api/jobs/{ref}`` returns by default (the newest)."""
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def check_fits_cluster(spec: JobSpec, nodes: Sequence[NodeInfo]) -> None:

@@ -120,16 +120,18 @@ def is_ip_literal(host: str) -> bool:
     return True
 
 
+def is_loopback(host: str) -> bool:
+    """``localhost`` or a loopback address."""
+    return host == "localhost" or is_ip_literal(host) and ipaddress.ip_address(host).is_loopback
+
+
 def allowed_hosts_for(bind_host: str, advertise_host: str | None = None) -> frozenset[str]:
     """Host names a request may address this server by: the bound address, loopback
     names when bound to loopback or every interface, the advertised address, and this
     machine's names when bound to every interface ("*" there: any IP literal)."""
     hosts = {strip_port(bind_host)}
     wildcard = bind_host in ("0.0.0.0", "::", "")
-    loopback = bind_host == "localhost" or (is_ip_literal(strip_port(bind_host))
-                                             and ipaddress.ip_address(
-                                                 strip_port(bind_host)).is_loopback)
-    if loopback or wildcard:
+    if is_loopback(strip_port(bind_host)) or wildcard:
         hosts |= {"127.0.0.1", "localhost", "::1"}
     if wildcard:
         hosts |= {"*", socket.gethostname().lower(), socket.getfqdn().lower()}
