@@ -11,7 +11,7 @@ records (per job, per team, the cluster's) compare with a shared run's directly.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import replace
 
 from pollux.cluster_spec import ClusterSpec, NodeGroup
@@ -68,20 +68,12 @@ def merge_results(results: Mapping[str, SimulationResult], workload: Workload,
     rounds side by side: each private run has the same round times from 0)."""
     by_name = {job.name: job for result in results.values() for job in result.jobs}
     jobs = tuple(by_name[job.name] for job in workload.jobs)
-    longest = max(len(result.rounds) for result in results.values())
-
-    def at(i: int, pick: Callable[[RoundLog], Mapping[str, int]]) -> dict[str, int]:
-        merged: dict[str, int] = {}
-        for result in results.values():
-            if i < len(result.rounds):
-                merged.update(pick(result.rounds[i]))
-        return merged
-
     rounds = []
-    for i in range(longest):
+    for i in range(max(len(result.rounds) for result in results.values())):
         present = [result.rounds[i] for result in results.values() if i < len(result.rounds)]
         rounds.append(RoundLog(present[0].time_s, sum(r.num_active for r in present),
-                               at(i, lambda r: r.gpus), sum(r.policy_s for r in present)))
+                               {job: n for r in present for job, n in r.gpus.items()},
+                               sum(r.policy_s for r in present)))
     first = next(iter(results.values()))
     return replace(first, policy=policy, workload=workload.name, config=config, jobs=jobs,
                    rounds=tuple(rounds), wall_s=sum(r.wall_s for r in results.values()),
