@@ -21,6 +21,7 @@ import yaml
 
 from pollux.errors import JobSpecError
 from pollux.resources import CPU, GPU, MEMORY
+from pollux.teams import MAX_PRIORITY, MIN_PRIORITY
 
 END = r"(?![\s\S])"
 """End of the text, in Python's ``re`` and in ECMA-262 (JSON Schema's patterns) alike:
@@ -148,6 +149,9 @@ class JobSpec:
     on_corrupt_checkpoint: str = spec_field(
         "When every checkpoint is corrupt: fail at once with the reason, or start over "
         "(set them aside).", "fail", choices=("fail", "fresh"))
+    priority: int = spec_field(
+        "Order within the job's team: when the team must shrink, its jobs of lower "
+        "priority shrink first.", 0, lowest=MIN_PRIORITY, highest=MAX_PRIORITY)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -163,6 +167,7 @@ class JobSpec:
             "restart_delay_s": self.restart_delay_s,
             "max_failures": self.max_failures,
             "on_corrupt_checkpoint": self.on_corrupt_checkpoint,
+            "priority": self.priority,
         }
 
     @classmethod
@@ -199,6 +204,7 @@ class JobSpec:
                                   rules["max_failures"]),
             on_corrupt_checkpoint=_choice(data, "on_corrupt_checkpoint",
                                           rules["on_corrupt_checkpoint"].choices),
+            priority=_integer(data, "priority", cls.priority, rules["priority"]),
         )
 
     @classmethod

@@ -34,12 +34,14 @@ from pollux.errors import ConfigError
 from pollux.resources import DEFAULT_GPU_TYPE
 
 __all__ = [
-    "DEFAULT_TEAM", "TEAMS_FIELD", "TEAM_FIELDS", "Team", "Teams", "cluster_gpus",
+    "DEFAULT_TEAM", "MAX_PRIORITY", "MIN_PRIORITY", "TEAMS_FIELD", "TEAM_FIELDS", "Team", "Teams", "cluster_gpus",
     "load_teams", "parse_teams",
 ]
 
 DEFAULT_TEAM = "default"
 """The team of a job that names none (and of every job of a workload without teams)."""
+MIN_PRIORITY, MAX_PRIORITY = -100, 100
+"""The bounds of a job's ``priority`` within its team (a whole number; default 0)."""
 TEAMS_FIELD = "teams"
 """The file's one top-level key, and the prefix of every field an error names."""
 TEAM_FIELDS: tuple[str, ...] = ("quota_gpus", "weight", "slurm_account")

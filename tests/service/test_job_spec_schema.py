@@ -122,6 +122,7 @@ field_values = {
     "min_replicas": values, "max_replicas": values, "preemptible": values,
     "restart_delay_s": values, "max_failures": values,
     "on_corrupt_checkpoint": st.one_of(st.sampled_from(["fail", "fresh", "Fresh"]), values),
+    "priority": st.one_of(st.integers(-101, 101), values),
 }
 no_nul = st.text(st.characters(codec="utf-8", exclude_characters="\x00"), max_size=8)
 plain = st.text(st.characters(codec="utf-8", exclude_categories=["Cc"]), max_size=8)
@@ -142,6 +143,7 @@ valid_values = {
     "preemptible": st.booleans(), "restart_delay_s": amounts,
     "max_failures": st.just(0) | counts,
     "on_corrupt_checkpoint": st.sampled_from(["fail", "fresh"]),
+    "priority": st.integers(-100, 100) | st.integers(-100, 100).map(float),
 }
 specs = st.tuples(
     st.fixed_dictionaries({}, optional={key: value | st.none() if key not in BASE else value

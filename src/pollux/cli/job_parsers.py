@@ -77,6 +77,9 @@ def register(subparsers: Any) -> None:
                         "before the job is Failed (default: 3)")
     p.add_argument("--team", default=None, metavar="T",
                    help="the team the job goes into (one of yours; default: your first)")
+    p.add_argument("--priority", type=int, default=None, metavar="N",
+                   help="order within the team, -100..100 (default 0): when the team "
+                        "must shrink, its jobs of lower priority shrink first")
     p.add_argument("--json", action="store_true", help="print the job as JSON")
     add_connection_arguments(p)
     p.set_defaults(func=_run("submit"), print_usage=p.print_usage)

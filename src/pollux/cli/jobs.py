@@ -55,7 +55,8 @@ def spec_from_args(args: argparse.Namespace) -> dict[str, Any]:
         data["command"] = words
     overrides = {"name": args.name, "min_replicas": args.min_replicas,
                  "max_replicas": args.max_replicas, "restart_delay_s": args.restart_delay,
-                 "max_failures": args.max_failures, "preemptible": args.preemptible}
+                 "max_failures": args.max_failures, "preemptible": args.preemptible,
+                 "priority": args.priority}
     data.update({k: v for k, v in overrides.items() if v is not None})
     if args.workdir is not None:
         data["working_dir"] = str(Path(args.workdir).resolve())

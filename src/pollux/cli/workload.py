@@ -15,13 +15,16 @@ from rich.table import Table
 
 from pollux.cli.output import make_console
 from pollux.sim.applications import MAX_EPOCHS
-from pollux.sim.generator import generate_workload, parse_team_shares
+from pollux.sim.generator import generate_workload, parse_priority_shares, parse_team_shares
 from pollux.sim.workload import read_workload, workload_files, write_workload
 
 
 def run_generate(args: argparse.Namespace) -> int:
     teams = None if args.teams is None else parse_team_shares(args.teams, "--teams")
-    workload = generate_workload(args.jobs, args.hours, args.seed, teams=teams)
+    priorities = (None if args.priorities is None
+                  else parse_priority_shares(args.priorities, "--priorities"))
+    workload = generate_workload(args.jobs, args.hours, args.seed, teams=teams,
+                                 priorities=priorities)
     if args.output == "-":
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / "workload.csv"
@@ -78,6 +81,10 @@ def register(subparsers: Any) -> None:
     gen.add_argument("--teams", metavar="TEAM:SHARE,...", default=None,
                      help="give each job a team, drawn by these shares (e.g. "
                           "vision:0.5,nlp:0.3,speech:0.2; a 'team' column)")
+    gen.add_argument("--priorities", metavar="PRIORITY:SHARE,...", default=None,
+                     help="give each job a priority within its team, drawn by these "
+                          "shares (e.g. 0:0.8,1:0.2; a 'priority' column; the jobs "
+                          "are those of the same seed without it)")
     gen.set_defaults(func=run_generate)
     check = sub.add_parser("check", help="validate workload CSVs and summarize them")
     check.add_argument("workloads", nargs="+", metavar="WORKLOAD",

@@ -17,6 +17,7 @@ import numpy as np
 from pollux.errors import ConfigError
 from pollux.sim.job import JobSpec
 from pollux.sim.workload import Workload
+from pollux.teams import MAX_PRIORITY, MIN_PRIORITY
 
 APPLICATION_COUNTS = MappingProxyType({
     "ncf": 503, "cifar10": 495, "deepspeech2": 111, "bert": 86, "yolov3": 59, "imagenet": 26,
@@ -40,14 +41,17 @@ longer workloads)."""
 
 def generate_workload(num_jobs: int = 160, hours: float = 8.0, seed: int = 0,
                       name: str | None = None,
-                      teams: Mapping[str, float] | None = None) -> Workload:
+                      teams: Mapping[str, float] | None = None,
+                      priorities: Mapping[int, float] | None = None) -> Workload:
     """A workload of ``num_jobs`` jobs arriving over ``hours`` hours, reproducible by seed.
 
     Each job picks its application by the study's shares, a tuned configuration by how
     often it was used for that application, an hour by the arrival pattern, and a second
     uniformly within that hour. Jobs are named ``<application>-<index>`` in arrival order.
     With ``teams`` (team -> share of the jobs), each job then draws its team by the
-    shares, from a stream of its own: the jobs are the same as without teams.
+    shares, from a stream of its own: the jobs are the same as without teams. With
+    ``priorities`` (priority -> share of the jobs), each job draws its priority likewise,
+    from another stream of its own.
     """
     if not (isinstance(num_jobs, int) and num_jobs >= 1):
         raise ConfigError("num_jobs", num_jobs, "use a whole number >= 1")
@@ -77,6 +81,8 @@ def generate_workload(num_jobs: int = 160, hours: float = 8.0, seed: int = 0,
                  for i, (time_s, app, replicas, batch) in enumerate(rows))
     if teams:
         jobs = assign_teams(jobs, teams, seed)
+    if priorities:
+        jobs = assign_priorities(jobs, priorities, seed)
     return Workload(name=name or f"generated-{num_jobs}jobs-{hours:g}h-seed{seed}", jobs=jobs)
 
 
@@ -94,8 +100,46 @@ def assign_teams(jobs: tuple[JobSpec, ...], shares: Mapping[str, float], seed: i
     return tuple(replace(job, team=names[int(k)]) for job, k in zip(jobs, picks))
 
 
+def assign_priorities(jobs: tuple[JobSpec, ...], shares: Mapping[int, float], seed: int = 0
+                      ) -> tuple[JobSpec, ...]:
+    """``jobs`` with priorities drawn by ``shares`` (priority -> share; normalized),
+    reproducibly from ``seed`` on a stream apart from the workload's and the teams'."""
+    levels = list(shares)
+    weights = np.array([float(shares[p]) for p in levels], dtype=np.float64)
+    if (not levels or not np.all(np.isfinite(weights)) or np.any(weights <= 0)
+            or not all(isinstance(p, int) and MIN_PRIORITY <= p <= MAX_PRIORITY
+                       for p in levels)):
+        raise ConfigError("priorities", dict(shares), "give each priority (a whole number "
+                          f"in [{MIN_PRIORITY}, {MAX_PRIORITY}]) a share > 0, e.g. 0:0.8,1:0.2")
+    rng = np.random.default_rng([seed, 0x9210])
+    picks = rng.choice(len(levels), size=len(jobs), p=weights / weights.sum())
+    return tuple(replace(job, priority=levels[int(k)]) for job, k in zip(jobs, picks))
+
+
+def parse_priority_shares(text: str, field: str = "priorities") -> dict[int, float]:
+    """``0:0.8,1:0.2`` -> priority -> share (any positive numbers)."""
+    each = f"a whole-number priority in [{MIN_PRIORITY}, {MAX_PRIORITY}], each"
+    shares: dict[int, float] = {}
+    for name, share in _parse_shares(text, field, "PRIORITY", each, "0:0.8,1:0.2").items():
+        try:
+            level = int(name)
+        except ValueError:
+            level = MAX_PRIORITY + 1
+        if not MIN_PRIORITY <= level <= MAX_PRIORITY or level in shares:
+            raise ConfigError(field, f"{name}:{share:g}", f"each entry is PRIORITY:SHARE "
+                              f"with {each} once, e.g. 0:0.8,1:0.2")
+        shares[level] = share
+    return shares
+
+
 def parse_team_shares(text: str, field: str = "teams") -> dict[str, float]:
     """``vision:0.5,nlp:0.3,speech:0.2`` -> team -> share (any positive numbers)."""
+    return _parse_shares(text, field, "TEAM", "each team", "vision:0.5,nlp:0.3,speech:0.2")
+
+
+def _parse_shares(text: str, field: str, key: str, each: str, example: str
+                  ) -> dict[str, float]:
+    """``KEY:SHARE,...`` -> key -> share (any positive numbers, each key once)."""
     shares: dict[str, float] = {}
     for part in (p.strip() for p in text.split(",") if p.strip()):
         name, sep, value = part.partition(":")
@@ -104,9 +148,9 @@ def parse_team_shares(text: str, field: str = "teams") -> dict[str, float]:
         except ValueError:
             share = float("nan")
         if not name.strip() or not (np.isfinite(share) and share > 0) or name in shares:
-            raise ConfigError(field, part, "each entry is TEAM:SHARE with a share > 0, "
-                              "each team once, e.g. vision:0.5,nlp:0.3,speech:0.2")
+            raise ConfigError(field, part, f"each entry is {key}:SHARE with a share > 0, "
+                              f"{each} once, e.g. {example}")
         shares[name.strip()] = share
     if not shares:
-        raise ConfigError(field, text, "give TEAM:SHARE entries, e.g. vision:0.5,nlp:0.3")
+        raise ConfigError(field, text, f"give {key}:SHARE entries, e.g. {example}")
     return shares

@@ -82,6 +82,8 @@ class JobSpec:
     """Tuned total batch size (baselines)."""
     team: str = DEFAULT_TEAM
     """The team that submitted the job (the workload's optional ``team`` column)."""
+    priority: int = 0
+    """Its order within its team (the workload's optional ``priority`` column)."""
 
 
 class SimJob:

@@ -191,6 +191,8 @@ class Simulator:
         report = job_report(job, self._restart_delay_s(job), self._oracles, self.config,
                             self.semantics.scheduler_model, self._growth_factor,
                             self._initial_replicas)
+        if job.spec.priority:
+            report = replace(report, priority=job.spec.priority)
         return report if self.teams is None else replace(report, team=job.spec.team)
 
     # -- the loop ------------------------------------------------------------------------

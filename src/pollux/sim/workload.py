@@ -1,11 +1,13 @@
 """Workload files: one job per row, ``name,time,application,num_replicas,batch_size``
-and optionally ``team``.
+and optionally ``team`` and ``priority``.
 
 ``time`` is the submission time in seconds from the start of the simulation;
 ``num_replicas`` and ``batch_size`` are the hand-tuned configuration that baseline policies
 run (Pollux jobs ignore them); ``team`` names the team that submitted the job (a file
-without the column puts every job in :data:`~pollux.teams.DEFAULT_TEAM`). Malformed files raise :class:`~pollux.errors.WorkloadError`
-naming the file, the line and the field.
+without the column puts every job in :data:`~pollux.teams.DEFAULT_TEAM`); ``priority``
+orders the jobs of one team (a whole number in [-100, 100]; without the column or in an
+empty cell: 0). Malformed files raise :class:`~pollux.errors.WorkloadError` naming the
+file, the line and the field.
 """
 
 from __future__ import annotations
@@ -19,11 +21,13 @@ from pathlib import Path
 
 from pollux.errors import WorkloadError
 from pollux.sim.job import JobSpec
-from pollux.teams import DEFAULT_TEAM
+from pollux.teams import DEFAULT_TEAM, MAX_PRIORITY, MIN_PRIORITY
 
 WORKLOAD_COLUMNS = ("name", "time", "application", "num_replicas", "batch_size")
 TEAM_COLUMN = "team"
 """The optional column naming each job's team."""
+PRIORITY_COLUMN = "priority"
+"""The optional column ordering the jobs of one team."""
 _TEAM = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 
@@ -45,6 +49,20 @@ def _positive_int(path: str, line: int, field: str, text: str | None) -> int:
         value = math.nan
     if not (math.isfinite(value) and value >= 1 and value == int(value)):
         raise WorkloadError(path, line, field, f"got {text!r}; need a whole number >= 1")
+    return int(value)
+
+
+def _priority(path: str, line: int, text: str | None) -> int:
+    if text is None or not text.strip():
+        return 0
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value == int(value)
+            and MIN_PRIORITY <= value <= MAX_PRIORITY):
+        raise WorkloadError(path, line, PRIORITY_COLUMN, f"got {text!r}; need a whole number "
+                            f"in [{MIN_PRIORITY}, {MAX_PRIORITY}] (default 0)")
     return int(value)
 
 
@@ -77,6 +95,7 @@ def _parse_row(path: str, line: int, row: dict[str, str | None],
         num_replicas=_positive_int(path, line, "num_replicas", row.get("num_replicas")),
         batch_size=_positive_int(path, line, "batch_size", row.get("batch_size")),
         team=team,
+        priority=_priority(path, line, row.get(PRIORITY_COLUMN)),
     )
 
 
@@ -117,16 +136,20 @@ def read_workload(path: str | Path, applications: Collection[str] | None = None)
 
 def write_workload(workload: Workload, path: str | Path) -> None:
     """Write a workload CSV readable by :func:`read_workload` (with the ``team`` column
-    when a job is in a team other than the default)."""
+    when a job is in a team other than the default, the ``priority`` column when a job
+    has a priority other than 0)."""
     teams = any(job.team != DEFAULT_TEAM for job in workload.jobs)
+    priorities = any(job.priority != 0 for job in workload.jobs)
     with open(path, "w", newline="") as f:
         writer = csv.writer(f)
-        writer.writerow(WORKLOAD_COLUMNS + ((TEAM_COLUMN,) if teams else ()))
+        writer.writerow(WORKLOAD_COLUMNS + ((TEAM_COLUMN,) if teams else ())
+                        + ((PRIORITY_COLUMN,) if priorities else ()))
         for job in workload.jobs:
             time_s = job.submission_time_s
             writer.writerow([job.name, int(time_s) if time_s == int(time_s) else time_s,
                              job.application, job.num_replicas, job.batch_size]
-                            + ([job.team] if teams else []))
+                            + ([job.team] if teams else [])
+                            + ([job.priority] if priorities else []))
 
 
 def workload_files(paths: Iterable[str | Path]) -> list[Path]:

@@ -52,6 +52,7 @@ def job_report(record: JobRecord, reports_hints: bool = False) -> JobReport:
         hints=hints,
         reports_hints=reports_hints,
         team=record.team or DEFAULT_TEAM,
+        priority=spec.priority,
     )
 
 
