@@ -292,7 +292,12 @@ def service_metrics(store: JobStore, backend: Backend, history: History,
                     teams: Teams | None = None) -> ServiceMetrics | None:
     """This service's own Prometheus registry, or None without prometheus_client."""
     try:
-        from pollux.service.http.metrics import ClusterCollector, ServiceMetrics, TeamCollector
+        from pollux.service.http.metrics import (
+            ClusterCollector,
+            JobFiguresCollector,
+            ServiceMetrics,
+            TeamCollector,
+        )
     except ImportError:
         logger.warning("prometheus_client is not installed: no /metrics")
         return None
@@ -301,4 +306,6 @@ def service_metrics(store: JobStore, backend: Backend, history: History,
                                            backend.nodes, time.time,
                                            count_by_state=store.count_by_state))
     metrics.watch_cluster(TeamCollector(lambda: store.list_jobs(ACTIVE_STATES), teams))
+    metrics.job_figures = JobFiguresCollector(lambda: store.list_jobs(ACTIVE_STATES),
+                                              time.time)
     return metrics

@@ -100,8 +100,13 @@ def add_dashboard(app: FastAPI, service: SchedulerService) -> None:
         return {"job": record.id, "samples": samples_as_columns(service.history.job(record.id))}
 
     @app.get("/metrics", include_in_schema=False)
-    def metrics() -> Response:
+    def metrics(request: Request) -> Response:
+        """Prometheus' scrape: every gauge, but each job's goodput and batch size only
+        where the requester may read the job (the server's token or an admin's: all)."""
         if service.metrics is None:
             return Response("prometheus_client is not installed\n", status_code=404,
                             media_type="text/plain")
-        return Response(service.metrics.exposition(), media_type=METRICS_CONTENT_TYPE)
+        principal = principal_of(request)
+        return Response(service.metrics.exposition(
+            lambda record: may_act(principal, record.owner, record.team)),
+            media_type=METRICS_CONTENT_TYPE)

@@ -11,8 +11,11 @@ Names (all prefixed ``pollux_``):
 - ``slots{status}``: slots (GPUs, or CPU slots) ``allocated``/``free``, and
   ``slots_total``; ``gpus_allocated``/``gpus_free`` are the same counts under the
   names operators look for;
-- ``job_goodput_samples_per_second{job}``, ``job_batch_size{job}``,
-  ``job_replicas{job}``, ``job_restarts_total{job}``: per active job;
+- ``job_replicas{job}``, ``job_restarts_total{job}``: per active job, in every scrape
+  (what every user sees of every job, as ``squeue`` shows);
+- ``job_goodput_samples_per_second{job}``, ``job_batch_size{job}``: per active job whose
+  figures the requester may read (:class:`JobFiguresCollector`: the server's account and
+  admins every job, a team admin its teams', a user its own), as ``/api/jobs`` shows them;
 - ``team_quota_gpus{team}``, ``team_gpus_in_use{team}``, ``team_gpus_lent{team}``,
   ``team_gpus_borrowed{team}``, ``team_gpus_pending{team}``, ``team_jobs{team}``: per
   team (:mod:`pollux.service.http.team_usage`);
@@ -81,24 +84,53 @@ class ClusterCollector(Collector):
                                 value=max(0, total - used))
         yield GaugeMetricFamily("pollux_nodes", "Nodes of the cluster", value=len(nodes))
 
-        goodput = GaugeMetricFamily("pollux_job_goodput_samples_per_second",
-                                    "Goodput of the running configuration (useful "
-                                    "samples/s), from the job's own model", labels=["job"])
-        batch = GaugeMetricFamily("pollux_job_batch_size", "Total batch size the job "
-                                  "reported", labels=["job"])
         replicas = GaugeMetricFamily("pollux_job_replicas", "Replicas running",
                                      labels=["job"])
         restarts = CounterMetricFamily("pollux_job_restarts", "Launches after the first "
                                        "(rescales, failures, server restarts)", labels=["job"])
         for record in active:
+            replicas.add_metric([record.id], job_sample(record, now).replicas)
+            restarts.add_metric([record.id], record.num_restarts)
+        yield from (replicas, restarts)
+
+
+class JobFiguresCollector:
+    """Per-job goodput and batch size (what the job's own hints say), for one scrape of
+    one requester: only of the jobs ``may_read`` admits. Not registered in the shared
+    registry (whose collectors know no requester): :meth:`ServiceMetrics.exposition`
+    renders it per scrape."""
+
+    def __init__(self, list_jobs: Callable[[], Sequence[JobRecord]],
+                 clock: Callable[[], float]) -> None:
+        self.list_jobs = list_jobs
+        self.clock = clock
+
+    def collect(self, may_read: Callable[[JobRecord], bool]) -> list[Metric]:
+        now = self.clock()
+        goodput = GaugeMetricFamily("pollux_job_goodput_samples_per_second",
+                                    "Goodput of the running configuration (useful "
+                                    "samples/s), from the job's own model", labels=["job"])
+        batch = GaugeMetricFamily("pollux_job_batch_size", "Total batch size the job "
+                                  "reported", labels=["job"])
+        for record in self.list_jobs():
+            if record.state.is_final or not may_read(record):
+                continue
             sample = job_sample(record, now)
             if sample.goodput is not None:
                 goodput.add_metric([record.id], sample.goodput)
             if sample.batch_size is not None:
                 batch.add_metric([record.id], sample.batch_size)
-            replicas.add_metric([record.id], sample.replicas)
-            restarts.add_metric([record.id], record.num_restarts)
-        yield from (goodput, batch, replicas, restarts)
+        return [goodput, batch]
+
+
+class _Collected(Collector):
+    """Metrics already collected, for one rendering."""
+
+    def __init__(self, metrics: Sequence[Metric]) -> None:
+        self.metrics = metrics
+
+    def collect(self) -> Iterator[Metric]:
+        return iter(self.metrics)
 
 
 TEAM_GAUGES = (
@@ -142,10 +174,19 @@ class ServiceMetrics:
             "pollux_api_request_duration_seconds", "Latency of HTTP requests to the server",
             labelnames=("method", "route", "status"), buckets=REQUEST_BUCKETS_S,
             registry=self.registry)
+        self.job_figures: JobFiguresCollector | None = None
+        """The per-job figures only some requesters may read (None: none shown)."""
 
     def watch_cluster(self, collector: Collector) -> None:
         self.registry.register(collector)
 
-    def exposition(self) -> bytes:
-        """The registry in Prometheus' text format."""
-        return generate_latest(self.registry)
+    def exposition(self, may_read: Callable[[JobRecord], bool] = lambda record: True
+                   ) -> bytes:
+        """The registry in Prometheus' text format, then the per-job figures of the jobs
+        ``may_read`` admits (default: every job)."""
+        text = generate_latest(self.registry)
+        if self.job_figures is None:
+            return text
+        figures = CollectorRegistry(auto_describe=False)
+        figures.register(_Collected(self.job_figures.collect(may_read)))
+        return text + generate_latest(figures)
