@@ -7,9 +7,10 @@ job's replica bound times its GPUs per replica). Then, on the ``C`` GPUs of the 
 
 1. **Guarantee**: ``G_t = min(quota_t, D_t)``: a team's quota is its own while it has
    the demand for it; what it leaves idle is lent to the others. The Pollux policy
-   bounds it further by what the team's jobs would hold alone on nodes of its quota
-   (the same objective, solved for the team alone): a guarantee never forces a team's
-   jobs to grow further than they would on a private cluster.
+   bounds it further by what the team's jobs would hold now on a private cluster of its
+   quota (:mod:`pollux.policies.pollux.alone`: the same objective, solved for the team
+   alone from its current allocation, restart costs counted): a guarantee never forces
+   a team's jobs to grow or restart where they would not on a private cluster.
 2. **Entitlement**: ``E_t = G_t`` plus a part of what lies beyond the guarantees
    (``C - sum G``), shared by weight among the teams that want more, each capped at its
    demand (water-filling); what no team can use is spread by weight over the teams with

@@ -6,8 +6,11 @@ cannot see a team's total. So the round is solved with a *price* per team, the L
 multiplier of its guarantee: the utilities of a short team's jobs are weighted
 :data:`PRICE_STEP` times more and the round solved again, up to
 :data:`MAX_PRICE_ROUNDS` times (a team's jobs keep their ratios; only the teams' balance
-moves). What is still short after that (a replica that fits nowhere the placement rules
-allow) is closed replica by replica: the short team's job with the most to gain (highest
+moves). What is still short after a solve (a replica that fits nowhere the placement
+rules allow) is closed replica by replica, and the round's answer is the repaired solve
+that the unpriced objective values most: a price only adds candidates, so a priced solve
+that kept the current allocation (idle GPUs, new jobs waiting) never replaces a better
+one. The closing step: the short team's job with the most to gain (highest
 priority first) takes a free slot, or else the slot of a replica of a job whose team
 holds more than its quota (the borrower's lowest-priority, least-hurt job gives it back:
 reclaim by preemption). A team counts as short only while another team holds more than
@@ -51,18 +54,29 @@ def priced_solve(solve: Callable[[PolluxObjective], tuple[IntArray, dict[str, An
                  build: Callable[[TeamShares], PolluxObjective], shares: TeamShares,
                  teams: list[str], gpus: np.ndarray, max_price_rounds: int = MAX_PRICE_ROUNDS
                  ) -> tuple[PolluxObjective, IntArray, dict[str, Any]]:
-    """Solve with prices until every guarantee is met (module docstring), then repair."""
+    """Solve with prices until every guarantee is met (module docstring), each solve
+    repaired; the answer is the repaired solve the unpriced objective values most (a
+    higher price only ever adds candidates: it never replaces a better allocation)."""
     prices = np.ones(len(shares.team_names))
+    true = build(shares)
+    best: tuple[float, IntArray, dict[str, Any], int] | None = None
     for attempt in range(max_price_rounds + 1):
         priced = replace(shares, weights=shares.weights * prices[shares.team_index])
-        objective = build(priced)
+        objective = true if attempt == 0 else build(priced)
         state, stats = solve(objective)
         short = shortfalls(state, shares, gpus) > RESOURCE_TOLERANCE
+        repaired = meet_guarantees(objective, state, teams, gpus)
+        value = float(true.evaluate(repaired[None])[0])
+        if best is None or value > best[0]:
+            best = (value, repaired, stats, attempt)
         if not short.any() or attempt == max_price_rounds:
             break
         prices[short] *= PRICE_STEP
-    stats = {**stats, "price_rounds": attempt, "max_team_price": float(prices.max())}
-    return objective, meet_guarantees(objective, state, teams, gpus), stats
+    assert best is not None  # the loop runs at least once
+    _, state, stats, chosen = best
+    stats = {**stats, "price_rounds": attempt, "chosen_price_round": chosen,
+             "max_team_price": float(prices.max())}
+    return true, state, stats
 
 
 def meet_guarantees(objective: PolluxObjective, state: IntArray, teams: list[str],

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import fields, replace
+from dataclasses import fields
 from typing import Any
 
 import numpy as np
@@ -24,6 +24,7 @@ from pollux.policies.base import (
     Policy,
     PolicyDecision,
 )
+from pollux.policies.pollux.alone import alone_gpus
 from pollux.policies.pollux.ga import GAConfig, GeneticOptimizer
 from pollux.policies.pollux.guarantee import MAX_PRICE_ROUNDS, priced_solve
 from pollux.policies.pollux.marginal import MarginalGainOptimizer
@@ -112,40 +113,6 @@ class PolluxPolicy(Policy):
         team, in the one objective; ``priority`` orders who keeps the team's guarantee."""
         return self._optimize(jobs, nodes, previous_allocations, teams)
 
-    def _alone_gpus(self, jobs: Sequence[JobInfo], nodes: Sequence[NodeInfo], teams: Teams,
-                    gpu_type: str) -> dict[str, float]:
-        """Team -> GPUs its jobs would hold alone on nodes of its quota (the cluster's
-        first nodes, the last one cut to fit), by this objective on a fresh marginal-gain
-        optimizer, without previous allocations (so starting a job costs nothing there:
-        what is bounded is how much the team would hold, not when it starts)."""
-        out: dict[str, float] = {}
-        alone_options = replace(self.one, penalize_first_start=False)
-        ordered = sorted(nodes, key=lambda node: node.name)
-        team_of = {job.name: teams.team_of(job.team).name for job in jobs}
-        for team in dict.fromkeys(team_of.values()):
-            left = float(teams[team].quota(gpu_type))
-            private: list[NodeInfo] = []
-            for node in ordered:
-                gpus = float(node.resources.get(GPU, 0.0))
-                if left <= 0 or gpus <= 0:
-                    continue
-                part = min(1.0, left / gpus)
-                private.append(replace(node, resources={
-                    r: a * part for r, a in node.resources.items()}))
-                left -= gpus * part
-            members = [job for job in jobs if team_of[job.name] == team]
-            if not private:
-                out[team] = 0.0
-                continue
-            problem = build_problem(members, private, {}, self.least_service_first)
-            optimizer = MarginalGainOptimizer(self.one.interference_avoidance,
-                                              self.one.fill_free,
-                                              shrink_whole_nodes=self.one.shrink_whole_nodes)
-            state, _ = optimizer.solve(problem, PolluxObjective(problem, alone_options))
-            out[team] = float(np.sum(state.sum(axis=1) * np.array(
-                [job.gpus_per_replica for job in problem.jobs])))
-        return out
-
     def _optimize(self, jobs: Sequence[JobInfo], nodes: Sequence[NodeInfo],
                   previous_allocations: Allocations, teams: Teams | None) -> PolicyDecision:
         if (len({node.gpu_type for node in nodes}) > 1
@@ -167,7 +134,8 @@ class PolluxPolicy(Policy):
             capacity = float(sum(node.resources.get(GPU, 0.0) for node in nodes))
             shares = team_shares(problem.jobs, [int(b) for b in problem.max_replicas],
                                  capacity, teams, gpu_type,
-                                 self._alone_gpus(problem.jobs, nodes, teams, gpu_type))
+                                 alone_gpus(problem.jobs, nodes, previous_allocations, teams,
+                                            gpu_type, self.one, self.least_service_first))
         optimizer = self.optimizer
         if shares is None or teams is None:
             objective = PolluxObjective(problem, self.one)
