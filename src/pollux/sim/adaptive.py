@@ -35,8 +35,8 @@ class FitCache:
     measured the same true times, so their fits are identical (the fit is deterministic).
 
     Every refit starts from the fit's own data-driven starting values (cold), as the
-    reference simulator's jobs do. A warm start from the job's previous parameters (about
-    1.6x faster simulations) would inherit what the priors set before the data could say
+    reference simulator's jobs do. A warm start from the job's previous parameters (faster
+    simulations) would inherit what the priors set before the data could say
     otherwise: without multi-node data ``beta_n`` is a multiple of ``beta_r``, and one
     multi-node replica count cannot separate ``alpha_n`` from ``beta_n``, so the first
     multi-node fit would stay pessimistic and the job held small while GPUs sit idle."""
