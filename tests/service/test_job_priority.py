@@ -81,3 +81,26 @@ def test_pollux_submit_priority(tmp_path, capsys, monkeypatch):
     assert main(["submit", "--data-dir", str(tmp_path / "none"), "--priority", "-101",
                  "--", "python", "t.py"]) == 2
     assert "priority=-101: must be between -100 and 100" in capsys.readouterr().err
+
+
+def test_pollux_describe_shows_a_priority(service, capsys, monkeypatch):
+    """``pollux describe`` names a job's priority beside its replica bounds (none for 0)."""
+    import contextlib
+
+    from pollux.cli import jobs
+
+    ids = [service.submit(spec(name, **fields), team="a")["id"]
+           for name, fields in (("ranked", {"priority": -4}), ("plain", {}))]
+
+    class InProcess:
+        def job(self, ref: str) -> dict[str, Any]:
+            return service.describe(ref)
+
+    monkeypatch.setattr(jobs, "connect", lambda args: contextlib.nullcontext(InProcess()))
+    lines = {}
+    for job_id in ids:
+        assert main(["describe", job_id]) == 0
+        lines[job_id] = next(line for line in capsys.readouterr().out.splitlines()
+                             if line.startswith("replicas:"))
+    assert lines == {ids[0]: "replicas:    1..1 (preemptible: True, priority -4)",
+                     ids[1]: "replicas:    1..1 (preemptible: True)"}

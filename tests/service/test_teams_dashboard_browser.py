@@ -85,7 +85,7 @@ def test_a_users_dashboard_shows_the_teams_and_only_its_own_jobs_details(server)
         assert teams_row(driver, "a") == {"team": "a", "quota": "2", "in_use": "0",
                                           "lent": "2", "borrowed": "0", "pending": "0",
                                           "jobs": "0"}
-        a1 = submit("ann", job_spec("a1", "ann-was-here"))
+        a1 = submit("ann", {**job_spec("a1", "ann-was-here"), "priority": 3})
         wait_until(lambda: teams_row(driver, "a") == {
             "team": "a", "quota": "2", "in_use": "2", "lent": "0", "borrowed": "0",
             "pending": "0", "jobs": "1"}, 30, f"a's quota reclaimed: {teams_row(driver, 'a')}")
@@ -98,6 +98,7 @@ def test_a_users_dashboard_shows_the_teams_and_only_its_own_jobs_details(server)
         click_row(driver, a1)
         wait_until(lambda: "ann-was-here" in driver.find_element("id", "job-log").text, 30,
                    "ann's job's log")
+        assert "priority 3" in driver.find_element("id", "job-reason").text
         wait_until(lambda: driver.execute_script(
             "return document.querySelectorAll('#job-events li').length") > 0, 10,
             "ann's job's events")

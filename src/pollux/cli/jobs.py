@@ -151,7 +151,8 @@ def describe(args: argparse.Namespace) -> int:
     spec = job["spec"]
     console.print(f"command:     {' '.join(spec['command'])}\nworking dir: "
                   f"{spec['working_dir']}\nreplicas:    {spec['min_replicas']}.."
-                  f"{spec['max_replicas']} (preemptible: {spec['preemptible']})\n"
+                  f"{spec['max_replicas']} (preemptible: {spec['preemptible']}"
+                  + (f", priority {spec['priority']}" if spec.get("priority") else "") + ")\n"
                   f"allocation:  {', '.join(job['allocation']) or '-'}"
                   + (f" (GPU type {job['gpu_type']})" if job.get("gpu_type") else "") + "\n"
                   f"failures:    {failures_text(job['failures'], spec['max_failures'])}; "

@@ -217,6 +217,7 @@
       `${detail.spec.min_replicas}–${detail.spec.max_replicas} replicas · ` +
       `${detail.launches} launches · ${detail.rescales} rescales · ${detail.failures} failures` +
       (detail.gpu_type ? ` · GPU type ${detail.gpu_type}` : "") +
+      (detail.spec.priority ? ` · priority ${detail.spec.priority}` : "") +
       (detail.reason ? ` · ${detail.reason}` : "");
     const samples = history.samples;
     const times = samples.time || [];
