@@ -129,4 +129,11 @@ def test_a_users_dashboard_shows_the_teams_and_only_its_own_jobs_details(server)
             "fetch(`/api/jobs/${arguments[0]}`, {headers: {'X-CSRF-Token': "
             "sessionStorage.getItem('pollux-csrf')}}).then(r => r.status).then(done);", a1)
         assert own == 200  # the same session reads ann's own job
+        # bo's job opened by its name (a link, not a row of the list): the page says the
+        # rule that refused it, not that the session ended
+        driver.get(f"{url}/?job=b1")
+        wait_until(lambda: driver.execute_script(
+            "const e = document.getElementById('error'); return e && !e.hidden ? "
+            "e.textContent : ''").startswith("not allowed: 403"), 20, "the refusal")
+        assert "may not read the logs" in driver.find_element("id", "error").text
     assert admin.job(running)["state"] == "Running"  # the refused cancel did nothing

@@ -16,6 +16,7 @@
   const params = new URLSearchParams(location.search);
   const REFRESH_MS = Math.max(500, Number(params.get("refresh_s") || 2) * 1000);
   const LOG_TAIL_BYTES = 6000;
+  const RULE_FIELDS = new Set(["owner", "team"]);  // the fields of the API's rule refusals
   const PALETTE = ["#2563eb", "#d97706", "#059669", "#db2777", "#7c3aed", "#0891b2",
                    "#65a30d", "#dc2626", "#4b5563", "#ca8a04"];
   const state = {selected: null, refreshes: 0, colors: new Map(), jobs: new Map()};
@@ -25,9 +26,16 @@
                                         headers: {Accept: "application/json",
                                                   ...sessionHeaders()}});
     if (!response.ok) {
-      let detail = response.statusText;
-      try { detail = (await response.json()).detail || detail; } catch (e) { /* not JSON */ }
-      throw new Error(`${response.status} ${detail} (${path})`);
+      let detail = response.statusText, field = null;
+      try {
+        const body = await response.json();
+        detail = body.detail || detail;
+        field = body.field || null;
+      } catch (e) { /* not JSON */ }
+      const error = new Error(`${response.status} ${detail} (${path})`);
+      error.status = response.status;
+      error.field = field;
+      throw error;
     }
     return response.json();
   }
@@ -261,11 +269,17 @@
 
   function showError(error) {
     const box = document.getElementById("error");
-    const signedOut = /^40[13] /.test(String(error.message));
-    box.textContent = signedOut
-      ? "not signed in, or the session has expired: open a new link from 'pollux " +
-        `dashboard' (or /?token=<token>). The server said: ${error.message}`
-      : `cannot reach the server: ${error.message}`;
+    // a 403 about a job or a team is a rule of who may do what, not the session's end
+    const refused = error.status === 403 && RULE_FIELDS.has(error.field);
+    if (refused) {
+      box.textContent = `not allowed: ${error.message}`;
+    } else if (error.status === 401 || error.status === 403) {
+      box.textContent = "not signed in, or the session has expired: open a new link from " +
+        `'pollux dashboard' (or /?token=<token>). The server said: ${error.message}`;
+    } else {
+      box.textContent = error.status ? `the server refused: ${error.message}`
+                                     : `cannot reach the server: ${error.message}`;
+    }
     box.hidden = false;
   }
 
