@@ -31,11 +31,12 @@ from typing import Any
 import numpy as np
 
 from pollux.cluster_spec import parse_cluster_spec
+from pollux.policies.registry import make_policy
 from pollux.sim.generator import generate_workload
 from pollux.sim.metrics import RunRecord
-from pollux.sim.runner import RunTask, run_tasks
+from pollux.sim.runner import RunTask, load_applications, run_tasks
 from pollux.sim.semantics import SIA_ARTIFACT
-from pollux.sim.simulator import ClusterConfig
+from pollux.sim.simulator import ClusterConfig, RoundLog, Simulator
 from pollux.sim.workload import Workload, read_workload, workload_files
 from pollux.teams import Teams, parse_teams
 
@@ -115,6 +116,59 @@ def side_by_side(records: list[RunRecord], title: str) -> dict[str, Any]:
     return out
 
 
+class _GuaranteeLog(Simulator):
+    """A simulation that also keeps, per round, the guarantees ``pollux`` gave each team
+    (``PolicyDecision.info["team_guarantee_gpus"]``: ``min(quota, demand)`` bounded by
+    what the team's private cluster would hold now)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.guarantees: list[dict[str, float]] = []
+        self._last: dict[str, float] = {}
+        ask = self.policy.optimize_teams
+
+        def recorded(*call: Any) -> Any:
+            decision = ask(*call)
+            self._last = dict(decision.info.get("team_guarantee_gpus", {}))
+            return decision
+
+        self.policy.optimize_teams = recorded  # type: ignore[method-assign]
+
+    def _round(self, jobs: list[Any], now: float) -> RoundLog:
+        self._last = {}
+        log = super()._round(jobs, now)
+        self.guarantees.append(self._last)
+        return log
+
+
+def private_guarantee_rounds(workload: Workload, config: ClusterConfig, teams: Teams
+                             ) -> dict[str, tuple[int, int, int]]:
+    """Team -> (rounds with demand, rounds it held fewer GPUs than ``pollux`` guaranteed
+    it while another team held more than its quota, largest gap): the isolation measure
+    with the guarantee of the policy (what the team's private cluster would hold now)
+    in place of ``min(quota, demand)``."""
+    sim = _GuaranteeLog(workload, load_applications(None, config), make_policy("pollux"),
+                        config, None, None, None, "measured", teams)
+    result = sim.run()
+    team_of = {job.name: job.spec.team for job in result.jobs}
+    out: dict[str, list[int]] = {}
+    for log, guarantee in zip(result.rounds, sim.guarantees):
+        held: dict[str, int] = {}
+        for job, gpus in log.gpus.items():
+            held[team_of[job]] = held.get(team_of[job], 0) + gpus
+        over = {t for t, h in held.items() if h > teams[t].total_quota_gpus}
+        for team, demand in log.demand_gpus.items():
+            entry = out.setdefault(team, [0, 0, 0])
+            if demand <= 0:
+                continue
+            entry[0] += 1
+            gap = guarantee.get(team, 0.0) - held.get(team, 0) if over - {team} else 0.0
+            if gap > 1e-6:
+                entry[1] += 1
+                entry[2] = max(entry[2], int(np.ceil(gap)))
+    return {t: (a, b, c) for t, (a, b, c) in out.items()}
+
+
 def isolation_report(records: list[RunRecord]) -> None:
     print("\n## isolation: speech submits 4x its jobs\n")
     print("| workload | policy | team | rounds below guarantee | largest gap (GPUs) "
@@ -179,6 +233,12 @@ def main(argv: list[str] | None = None) -> int:
         records = run(tasks_for([flooded(base, "speech", 4)], untyped, UNTYPED_TEAMS, None,
                                 isolation=True))
         isolation_report(records)
+        print("\nwith pollux's own guarantee (what the team's private cluster would hold "
+              "now) in place of min(quota, demand):\n")
+        print("| team | rounds below its guarantee | largest gap (GPUs) |\n|---|---|---|")
+        for team, (rounds, below, gap) in private_guarantee_rounds(
+                flooded(base, "speech", 4), untyped, UNTYPED_TEAMS).items():
+            print(f"| {team} | {below}/{rounds} | {gap} |")
     if args.json:
         Path(args.json).write_text(json.dumps({"summary": summary, "runs": [
             r.to_dict() for r in everything]}, indent=1) + "\n")

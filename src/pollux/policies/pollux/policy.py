@@ -159,5 +159,7 @@ class PolluxPolicy(Policy):
             "optimize_s": time.perf_counter() - start,
             **stats,
         }
+        if shares is not None:  # what each team was guaranteed (bench/teams_sharing.py)
+            info["team_guarantee_gpus"] = dict(shares.guarantee_gpus)
         logger.debug("%s round: %s", name, info)
         return PolicyDecision(problem.to_allocations(state, previous_allocations), info=info)
