@@ -50,6 +50,21 @@ def cell(driver, job_id: str, column: str) -> str | None:
         "td[data-col='${arguments[1]}']`); return c ? c.textContent : null;", job_id, column)
 
 
+def click_row(driver, job_id: str) -> None:
+    """Click the job's row of the jobs table: a real click, again when the table was
+    redrawn between finding the row and clicking it (it is redrawn every refresh)."""
+    from selenium.common.exceptions import StaleElementReferenceException
+
+    def clicked() -> bool:
+        try:
+            driver.find_element("css selector", f"#jobs-table tr[data-job='{job_id}']").click()
+        except StaleElementReferenceException:
+            return False
+        return True
+
+    wait_until(clicked, 20, f"a click on {job_id}'s row", interval_s=0.05)
+
+
 def test_dashboard_follows_a_job_live(server, tmp_path):
     client = server.clients[-1]
     with headless_chromium() as driver:
@@ -60,14 +75,16 @@ def test_dashboard_follows_a_job_live(server, tmp_path):
         driver.execute_script("window.__pollux_no_reload = 'still here'")
         assert driver.execute_script("return document.querySelectorAll('.slot').length") == 4
 
-        j1 = client.submit(example_spec("j1", 3, epochs=8))["id"]
+        # j1 ends before j2 (on 2 replicas each after the resize), so that j1 is not
+        # relaunched on 3 replicas for its last epochs
+        j1 = client.submit(example_spec("j1", 3, epochs=4))["id"]
         wait_until(lambda: cell(driver, j1, "state") is not None, 20, "j1 to appear")
         wait_until(lambda: cell(driver, j1, "replicas") == "3", 90, "j1 on 3 replicas")
-        driver.find_element("css selector", f"#jobs-table tr[data-job='{j1}']").click()
+        click_row(driver, j1)
         wait_until(lambda: driver.execute_script(
             "return document.getElementById('job-detail').dataset.job") == j1, 20,
             "j1's timeline to open")
-        j2 = client.submit(example_spec("j2", 2, epochs=3))["id"]
+        j2 = client.submit(example_spec("j2", 2, epochs=5))["id"]
         # equal shares: j1 is resized 3 -> 2 and j2 gets 2
         wait_until(lambda: cell(driver, j1, "replicas") == "2", 90, "j1 resized to 2")
         wait_until(lambda: cell(driver, j2, "state") == "Running", 90, "j2 running")

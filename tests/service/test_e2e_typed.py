@@ -22,7 +22,7 @@ from tests.service.e2e_helpers import (
     launches,
     wait_until,
 )
-from tests.service.test_dashboard_browser import cell, page_url
+from tests.service.test_dashboard_browser import cell, click_row, page_url
 
 pytestmark = [
     pytest.mark.timeout(240),
@@ -80,6 +80,6 @@ def test_a_real_job_on_typed_virtual_nodes_stays_within_one_type(server, capsys)
             driver.get(page_url(client, "/", refresh_s="0.5"))
             wait_until(lambda: cell(driver, job, "nodes") == f"0 · {last_type}", 30,
                        "the dashboard's jobs table")
-            driver.find_element("css selector", f"#jobs-table tr[data-job='{job}']").click()
+            click_row(driver, job)
             wait_until(lambda: f"GPU type {last_type}" in driver.find_element(
                 "id", "job-reason").text, 30, "the job's detail line")
