@@ -1,7 +1,7 @@
 """AdaptiveStrategy under the scheduler: ``pollux submit --max-replicas 3`` of the
 Lightning example on a real ``pollux server`` (local backend, 2 nodes x 2 CPU slots,
-equal shares); a second job arriving takes a slot, so the Lightning job is stopped
-(SIGTERM, checkpoint, exit 75) and relaunched on fewer replicas. It adapts its batch
+equal shares); a second job arriving takes two slots until the end, so the Lightning job is
+stopped (SIGTERM, checkpoint, exit 75) and relaunched on fewer replicas. It adapts its batch
 size, succeeds with every training sample once per epoch and Lightning's step count
 continuous across launches, and ends within 5% of the loss of Lightning's own strategy
 on the same data for the same samples."""
@@ -24,7 +24,6 @@ from tests.service.e2e_helpers import (  # noqa: E402
     ServerProcess,
     agent_events,
     checkpoint_dir,
-    example_spec,
     states,
     wait_until,
 )
@@ -90,7 +89,12 @@ def test_submitted_lightning_job_adapts_rescales_and_counts_every_sample(
     lit = submit_with_the_cli(data, capsys)
     wait_until(lambda: any(e["event"] == "start" for e in agent_events(data, lit)), 240,
                "the Lightning job to start training")
-    other = client.submit(example_spec("other", 2, epochs=1))["id"]  # takes a share
+    # a second job holds 2 of the 4 slots until the Lightning job ends; it only sleeps, so
+    # the Lightning job has the CPUs and is not relaunched on 3 for its last steps
+    other = client.submit({"name": "other", "min_replicas": 2, "max_replicas": 2,
+                           "working_dir": str(REPO),
+                           "command": [sys.executable, "-c", "import time; time.sleep(600)"]}
+                          )["id"]
     wait_until(lambda: states(client).get(lit) in ("Succeeded", "Failed"), 360,
                "the Lightning job to end")
     detail = client.job(lit)
@@ -120,4 +124,6 @@ def test_submitted_lightning_job_adapts_rescales_and_counts_every_sample(
     # the same initial total batch (16 per replica of the first launch)
     plain = plain_lightning_loss(16 * starts[0]["num_replicas"])
     assert abs(end["val_loss"] - plain) <= 0.05 * plain, (end["val_loss"], plain)
-    wait_until(lambda: states(client).get(other) == "Succeeded", 120, "the other job")
+    assert states(client).get(other) == "Running"
+    client.cancel(other)
+    wait_until(lambda: states(client).get(other) == "Cancelled", 60, "the other job cancelled")
