@@ -88,6 +88,23 @@ def test_priority_orders_who_shrinks_first_when_a_team_gives_back() -> None:
     assert len(decision.allocations["b-high"]) > len(decision.allocations["b-low"])
 
 
+def test_priorities_order_a_teams_own_jobs_and_weigh_nothing_against_other_teams() -> None:
+    """A team that gives its jobs priorities 0..3 must not outweigh a team whose jobs
+    have none: within the team the weights are 1:4:16:64, the team's total as before."""
+    jobs = ([_job(f"a{p}", "a", priority=p) for p in range(4)]
+            + [_job(f"b{i}", "b") for i in range(4)])
+    shares = team_shares(jobs, [4] * 8, 16.0, TEAMS)
+    weights = dict(zip((j.name for j in jobs), shares.weights))
+    assert sum(weights[f"a{p}"] for p in range(4)) == pytest.approx(
+        sum(weights[f"b{i}"] for i in range(4)))
+    assert [weights[f"a{p}"] / weights["a0"] for p in range(4)] == pytest.approx(
+        [1, 4, 16, 64])
+    nodes = gpu_nodes(4, 4)
+    held = _held(make_policy("pollux", seed=0).optimize_teams(jobs, nodes, {}, TEAMS)
+                 .allocations, jobs)
+    assert held["b"] >= 8  # b keeps its quota however a weighs its own jobs
+
+
 def test_team_shares_refuse_a_job_of_an_unknown_team() -> None:
     with pytest.raises(ValueError, match="choose from: a, b"):
         team_shares([_job("x", "c")], [1], 16.0, TEAMS)

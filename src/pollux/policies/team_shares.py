@@ -19,9 +19,10 @@ job's replica bound times its GPUs per replica). Then, on the ``C`` GPUs of the 
    team's entitlement divided equally among the team's jobs (by dominant share). How the
    team's GPUs are split among its jobs is the objective's choice (their fair-share
    speedups), a job's utility weighing :data:`PRIORITY_STEP` times more per ``priority``
-   level above the team's lowest, so that the lowest priority shrinks first; where a
-   guarantee must be met by the last step, the team's job of highest priority grows
-   first, and a team that gives borrowed GPUs back loses them from its job of lowest
+   level above the team's lowest (the team's total weight unchanged: priorities order a
+   team's own jobs and weigh nothing against other teams), so that the lowest priority
+   shrinks first; where a guarantee must be met by the last step, the team's job of
+   highest priority grows first, and a team that gives borrowed GPUs back loses them from its job of lowest
    priority first (:mod:`pollux.policies.pollux.guarantee`).
 
 The Pollux objective (:mod:`pollux.policies.pollux.objective`) uses these: each job's
@@ -119,11 +120,12 @@ def team_shares(jobs: Sequence[JobInfo], bounds: Sequence[int], capacity_gpus: f
     share = np.array([entitled[n] / max(capacity_gpus, 1e-12) / counts[n] for n in names])
     num_teams = len(demand)
     weights = np.array([len(jobs) / (num_teams * counts[n]) for n in names])
-    for team in demand:  # within a team, each priority level above the lowest weighs more
-        members = [i for i, n in enumerate(names) if n == team]
+    for team in demand:  # within a team, each priority level above the lowest weighs more,
+        members = [i for i, n in enumerate(names) if n == team]  # the team's total as before
         levels = sorted({jobs[i].priority for i in members})
-        for i in members:
-            weights[i] *= PRIORITY_STEP ** levels.index(jobs[i].priority)
+        if len(levels) > 1:
+            scale = np.array([PRIORITY_STEP ** levels.index(jobs[i].priority) for i in members])
+            weights[members] *= scale * len(members) / scale.sum()
     order = tuple(demand)
     index = np.array([order.index(n) for n in names], dtype=np.int64)
     quota = {t: float(teams[t].quota(gpu_type)) for t in demand}
