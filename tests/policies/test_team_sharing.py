@@ -95,3 +95,24 @@ def test_a_priced_solve_never_replaces_a_better_allocation() -> None:
     assert state[order.index("a0")].sum() == 4 and state[order.index("b0")].sum() == 4
     assert stats["price_rounds"] == 1 and stats["chosen_price_round"] == 0
     assert objective.shares is shares  # scored unpriced
+
+
+def test_new_jobs_of_every_team_start_when_gpus_are_idle() -> None:
+    """Paper workload-5 with teams: 15 new jobs waited with no GPU while 15 GPUs stood
+    idle, round after round. A team was short of its guarantee, so the guarantee penalty
+    made keeping the current allocation beat a placement that started every job but was
+    not yet repaired to meet the guarantees (here: 3 new jobs waited, 2 GPUs idle)."""
+    from tests.policies.test_team_shares import _job
+
+    teams = parse_teams({"teams": {"v": {"quota_gpus": 8}, "n": {"quota_gpus": 4},
+                                   "s": {"quota_gpus": 4}}})
+    running = [_job("v-big", "v", max_replicas=12), _job("n-big", "n", max_replicas=13),
+               _job("s-big", "s", max_replicas=14)]
+    previous = {"v-big": ("node-00",) * 4 + ("node-01",) * 4, "n-big": ("node-02",) * 2,
+                "s-big": ("node-02",) * 2 + ("node-03",) * 2}
+    new = [_job(name, name[0], age_s=60.0, submitted_s=3600.0, max_replicas=1)
+           for name in ("v-new0", "n-new0", "n-new1")]
+    decision = make_policy("pollux", seed=0).optimize_teams(running + new, gpu_nodes(4, 4),
+                                                            previous, teams)
+    assert all(decision.allocations.get(job.name) for job in new), decision.allocations
+    assert sum(len(a) for a in decision.allocations.values()) == 16

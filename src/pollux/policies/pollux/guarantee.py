@@ -52,14 +52,19 @@ def shortfalls(state: IntArray, shares: TeamShares, gpus: np.ndarray) -> np.ndar
 
 def priced_solve(solve: Callable[[PolluxObjective], tuple[IntArray, dict[str, Any]]],
                  build: Callable[[TeamShares], PolluxObjective], shares: TeamShares,
-                 teams: list[str], gpus: np.ndarray, max_price_rounds: int = MAX_PRICE_ROUNDS
+                 teams: list[str], gpus: np.ndarray, max_price_rounds: int = MAX_PRICE_ROUNDS,
+                 current: IntArray | None = None
                  ) -> tuple[PolluxObjective, IntArray, dict[str, Any]]:
     """Solve with prices until every guarantee is met (module docstring), each solve
     repaired; the answer is the repaired solve the unpriced objective values most (a
-    higher price only ever adds candidates: it never replaces a better allocation)."""
+    higher price only ever adds candidates: it never replaces a better allocation), or
+    ``current`` (the current allocation, repaired too) where that is valued more."""
     prices = np.ones(len(shares.team_names))
     true = build(shares)
     best: tuple[float, IntArray, dict[str, Any], int] | None = None
+    if current is not None:
+        kept = meet_guarantees(true, current, teams, gpus)
+        best = (float(true.evaluate(kept[None])[0]), kept, {}, -1)
     for attempt in range(max_price_rounds + 1):
         priced = replace(shares, weights=shares.weights * prices[shares.team_index])
         objective = true if attempt == 0 else build(priced)
@@ -74,7 +79,8 @@ def priced_solve(solve: Callable[[PolluxObjective], tuple[IntArray, dict[str, An
         prices[short] *= PRICE_STEP
     assert best is not None  # the loop runs at least once
     _, state, stats, chosen = best
-    stats = {**stats, "price_rounds": attempt, "chosen_price_round": chosen,
+    stats = {**stats, "kept_current": chosen < 0, "price_rounds": attempt,
+             "chosen_price_round": chosen,
              "max_team_price": float(prices.max())}
     return true, state, stats
 

@@ -265,7 +265,10 @@ class MarginalGainOptimizer:
         current = repair(problem, problem.base_state[None], np.random.default_rng(0),
                          self.interference_avoidance)[0]
         kept_current = False
-        if not np.array_equal(placement.state, current):  # else nothing to compare
+        # with teams the caller compares, once each candidate meets the guarantees
+        # (pollux.policies.pollux.guarantee.priced_solve): before, the guarantee penalty
+        # decided between a placement not yet repaired and the current allocation
+        if objective.shares is None and not np.array_equal(placement.state, current):
             values = objective.evaluate(np.stack([placement.state, current]))
             kept_current = bool(values[0] < values[1])
         state = current if kept_current else placement.state

@@ -25,6 +25,7 @@ from pollux.policies.base import (
     PolicyDecision,
 )
 from pollux.policies.pollux.alone import alone_gpus
+from pollux.policies.pollux.constraints import repair
 from pollux.policies.pollux.ga import GAConfig, GeneticOptimizer
 from pollux.policies.pollux.guarantee import MAX_PRICE_ROUNDS, priced_solve
 from pollux.policies.pollux.marginal import MarginalGainOptimizer
@@ -146,7 +147,10 @@ class PolluxPolicy(Policy):
                 lambda priced: PolluxObjective(problem, self.one, priced), shares,
                 [teams.team_of(job.team).name for job in problem.jobs],
                 np.array([job.gpus_per_replica for job in problem.jobs]),
-                0 if isinstance(optimizer, GeneticOptimizer) else MAX_PRICE_ROUNDS)
+                0 if isinstance(optimizer, GeneticOptimizer) else MAX_PRICE_ROUNDS,
+                None if isinstance(optimizer, GeneticOptimizer) else repair(
+                    problem, problem.base_state[None], np.random.default_rng(0),
+                    self.one.interference_avoidance)[0])
         values, speedups = objective.score(state[None])
         info = {
             "optimizer": name,
