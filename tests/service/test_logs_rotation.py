@@ -8,7 +8,7 @@ Before, a follower whose log rotated away read on from its old offset in the new
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -63,7 +63,7 @@ class FollowedLog:
 
 @pytest.fixture
 def follow(service: Any, monkeypatch: pytest.MonkeyPatch
-           ) -> Iterator[Callable[[list[int]], FollowedLog]]:
+           ) -> Callable[[list[int]], FollowedLog]:
     def run(bursts: list[int]) -> FollowedLog:
         job_id = service.submit(SPEC)["id"]
         followed = FollowedLog(service, job_id, bursts)
@@ -73,7 +73,7 @@ def follow(service: Any, monkeypatch: pytest.MonkeyPatch
         assert cli_jobs.logs(args) == 0
         return followed
 
-    yield run
+    return run
 
 
 def test_a_follower_sees_every_line_in_order_across_rotations(follow, capsys):

@@ -224,6 +224,12 @@ class MarginalGainOptimizer:
         hosts = (placement.state[shrunk] > 0).any(axis=0) if shrunk else fits & False
         return [int(n) for n in np.flatnonzero(fits | hosts)]
 
+    def current_state(self, problem: AllocationProblem) -> IntArray:
+        """The current allocation, made feasible on this round's nodes (the candidate
+        "keep what runs")."""
+        return repair(problem, problem.base_state[None], np.random.default_rng(0),
+                      self.interference_avoidance)[0]
+
     def solve(self, problem: AllocationProblem,
               objective: PolluxObjective) -> tuple[IntArray, dict[str, Any]]:
         """Best state found, and statistics for ``PolicyDecision.info``."""
@@ -262,16 +268,17 @@ class MarginalGainOptimizer:
         if num_exchanged and self.fill_free:
             num_filled += fill(placement, objective, adjustable)
 
-        current = repair(problem, problem.base_state[None], np.random.default_rng(0),
-                         self.interference_avoidance)[0]
+        state = placement.state
         kept_current = False
         # with teams the caller compares, once each candidate meets the guarantees
         # (pollux.policies.pollux.guarantee.priced_solve): before, the guarantee penalty
         # decided between a placement not yet repaired and the current allocation
-        if objective.shares is None and not np.array_equal(placement.state, current):
-            values = objective.evaluate(np.stack([placement.state, current]))
-            kept_current = bool(values[0] < values[1])
-        state = current if kept_current else placement.state
+        if objective.shares is None:
+            current = self.current_state(problem)
+            if not np.array_equal(placement.state, current):  # else nothing to compare
+                values = objective.evaluate(np.stack([placement.state, current]))
+                kept_current = bool(values[0] < values[1])
+                state = current if kept_current else state
         stats = {"placement_shrinks": len(shrunk), "fill_additions": num_filled,
                  "exchanges": num_exchanged, "kept_current": kept_current}
         return state.copy(), stats

@@ -25,7 +25,6 @@ from pollux.policies.base import (
     PolicyDecision,
 )
 from pollux.policies.pollux.alone import alone_gpus
-from pollux.policies.pollux.constraints import repair
 from pollux.policies.pollux.ga import GAConfig, GeneticOptimizer
 from pollux.policies.pollux.guarantee import MAX_PRICE_ROUNDS, priced_solve
 from pollux.policies.pollux.marginal import MarginalGainOptimizer
@@ -148,9 +147,8 @@ class PolluxPolicy(Policy):
                 [teams.team_of(job.team).name for job in problem.jobs],
                 np.array([job.gpus_per_replica for job in problem.jobs]),
                 0 if isinstance(optimizer, GeneticOptimizer) else MAX_PRICE_ROUNDS,
-                None if isinstance(optimizer, GeneticOptimizer) else repair(
-                    problem, problem.base_state[None], np.random.default_rng(0),
-                    self.one.interference_avoidance)[0])
+                None if isinstance(optimizer, GeneticOptimizer)
+                else optimizer.current_state(problem))
         values, speedups = objective.score(state[None])
         info = {
             "optimizer": name,
