@@ -213,7 +213,8 @@ def finished_an_epoch(data_dir: Path, job_id: str, generation: int) -> bool:
 
 
 def checkpointed_after_an_epoch(data_dir: Path, job_id: str, generation: int) -> bool:
-    """Whether rank 0 wrote a checkpoint after finishing an epoch in this launch."""
+    """Whether rank 0 wrote a checkpoint after finishing an epoch in this launch (its
+    state may still be of that epoch: a background save from its last sync point)."""
     log = launch_log(data_dir, job_id, generation)
     epoch_at = log.find("accuracy")
     return epoch_at >= 0 and "checkpoint written" in log[epoch_at:]

@@ -118,7 +118,9 @@ def test_losing_a_node_resumes_the_job_on_the_remaining_node(server, ray_workers
     resumed = wait_until(lambda: started(data, job, 1), 90, "the job to resume")
     recovery_s = resumed["time"] - removed_at
     print(f"node loss -> job resumed from its checkpoint in {recovery_s:.1f} s")
-    assert resumed["restored"] and resumed["epoch"] >= 1
+    # from a checkpoint with progress in it; not necessarily of epoch 1: the background
+    # save of epoch 0's last sync point can be written after the epoch's accuracy line
+    assert resumed["restored"] and resumed["optimizer_steps"] > 0, resumed
     survivor = nodes[0]
     assert launch_nodes(data, job, 2) == [survivor, survivor]
     wait_until(lambda: all_final(client), 120, "the job to end")
