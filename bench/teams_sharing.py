@@ -50,6 +50,9 @@ TYPED_TEAMS = parse_teams({"teams": {
     "nlp": {"quota_gpus": {"aws": 8, "rtx": 8}},
     "speech": {"quota_gpus": {"aws": 4, "dgx-ext": 8, "rtx": 8}}}})
 POLICIES = (("pollux", False), ("pollux", True), ("quota-tiresias", False))
+TEAM_BLIND = "pollux/team-blind"
+"""``pollux`` without the teams file: what sharing gains with no guarantee at all (a bound
+on the pooled JCT any policy that keeps the guarantees can reach, with this optimizer)."""
 
 
 def hashed_teams(workload: Workload, seed: int) -> Workload:
@@ -73,10 +76,20 @@ def flooded(workload: Workload, team: str, times: int) -> Workload:
 
 
 def tasks_for(workloads: list[Workload], config: ClusterConfig, teams: Teams,
-              traces: str | None, isolation: bool = False) -> list[RunTask]:
+              traces: str | None, isolation: bool = False, blind: bool = False
+              ) -> list[RunTask]:
+    """Every workload under :data:`POLICIES` (``isolation``: ``pollux`` and
+    ``quota-tiresias`` only); ``blind``: also ``pollux`` without teams (its record is
+    relabelled :data:`TEAM_BLIND` by :func:`labelled`)."""
     policies = (("pollux", False), ("quota-tiresias", False)) if isolation else POLICIES
-    return [RunTask(policy, workload, config, traces, teams=teams, partitioned=partitioned)
-            for workload in workloads for policy, partitioned in policies]
+    tasks = [RunTask(policy, workload, config, traces, teams=teams, partitioned=partitioned)
+             for workload in workloads for policy, partitioned in policies]
+    return tasks + [RunTask("pollux", w, config, traces) for w in workloads if blind]
+
+
+def labelled(task: RunTask, record: RunRecord) -> RunRecord:
+    """The record named :data:`TEAM_BLIND` where its task ran ``pollux`` without teams."""
+    return replace(record, policy=TEAM_BLIND) if task.teams is None else record
 
 
 def side_by_side(records: list[RunRecord], title: str) -> dict[str, Any]:
@@ -112,6 +125,9 @@ def side_by_side(records: list[RunRecord], title: str) -> dict[str, Any]:
     if "pollux/partitioned" in pooled and "pollux" in pooled:
         print(f"pollux / private: {pooled['pollux'] / pooled['pollux/partitioned']:.3f} "
               f"(target <= 0.75); worst team ratio {worst:.3f} (target <= 1.02)")
+    if "pollux/partitioned" in pooled and TEAM_BLIND in pooled:
+        print(f"team-blind pollux / private: "
+              f"{pooled[TEAM_BLIND] / pooled['pollux/partitioned']:.3f}")
     out.update(pooled=pooled, worst_team_ratio=worst)
     return out
 
@@ -195,6 +211,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--limit", type=int, default=8, help="paper/philly workloads to run")
     parser.add_argument("--processes", type=int, default=2)
     parser.add_argument("--json", default=None, help="write every record here")
+    parser.add_argument("--team-blind", action="store_true",
+                        help="also run pollux without the teams file (the pooled bound)")
     args = parser.parse_args(argv)
     cases = args.cases.split(",")
     seeds = [int(s) for s in args.seeds.split(",")]
@@ -204,7 +222,8 @@ def main(argv: list[str] | None = None) -> int:
     summary: dict[str, Any] = {}
 
     def run(tasks: list[RunTask]) -> list[RunRecord]:
-        records = [o.record for o in run_tasks(tasks, args.processes)]
+        records = [labelled(t, o.record) for t, o in zip(tasks, run_tasks(tasks,
+                                                                          args.processes))]
         everything.extend(records)
         return records
 
@@ -213,19 +232,21 @@ def main(argv: list[str] | None = None) -> int:
                                        name=f"gen-{n}jobs-seed{seed}")
                      for seed in seeds for n in sizes]
         summary["generated"] = side_by_side(run(tasks_for(workloads, untyped, UNTYPED_TEAMS,
-                                                          None)), "generated, 16 x 4 GPUs")
+                                                          None, blind=args.team_blind)), "generated, 16 x 4 GPUs")
     if "paper" in cases:
         files = workload_files([Path(args.paper) / "workloads"])[: args.limit]
         workloads = [hashed_teams(read_workload(f), 0) for f in files]
         summary["paper"] = side_by_side(run(tasks_for(
-            workloads, untyped, UNTYPED_TEAMS, str(Path(args.paper) / "traces"))),
+            workloads, untyped, UNTYPED_TEAMS, str(Path(args.paper) / "traces"),
+            blind=args.team_blind)),
             "the paper's workloads, 16 x 4 GPUs")
     if "philly" in cases:
         files = workload_files([Path(args.sia) / "workloads" / "philly"])[: args.limit]
         typed = ClusterConfig(cluster=parse_cluster_spec(PHILLY), semantics=SIA_ARTIFACT)
         workloads = [hashed_teams(read_workload(f), 0) for f in files]
         summary["philly"] = side_by_side(run(tasks_for(
-            workloads, typed, TYPED_TEAMS, str(Path(args.sia) / "traces"))),
+            workloads, typed, TYPED_TEAMS, str(Path(args.sia) / "traces"),
+            blind=args.team_blind)),
             f"Sia's Philly workloads on {PHILLY}")
     if "isolation" in cases:
         base = generate_workload(sizes[min(1, len(sizes) - 1)], args.hours, seeds[0],
