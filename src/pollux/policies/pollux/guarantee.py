@@ -118,8 +118,10 @@ def _close_one(objective: PolluxObjective, state: IntArray, teams: list[str],
                and not problem.pinned[j] and state[j].sum() < problem.max_replicas[j]
                and gpus[j] <= shares.guarantee_gpus[team] - held[team] + RESOURCE_TOLERANCE]
     growers.sort(key=lambda j: (-problem.jobs[j].priority, -_gain(objective, state, j), j))
+    avoid = objective.config.interference_avoidance
     for j in growers:
         fits = np.all(free >= problem.demand[j] - RESOURCE_TOLERANCE, axis=1)
+        fits &= np.array([_may_add(state, j, n, avoid) for n in range(problem.num_nodes)])
         if fits.any():
             _grow(state, j, fits)
             return True
@@ -132,11 +134,31 @@ def _close_one(objective: PolluxObjective, state: IntArray, teams: list[str],
             for n in np.flatnonzero(state[v]):
                 after = free[n] + problem.demand[v] * (
                     state[v].sum() if state[v].sum() - 1 < problem.min_replicas[v] else 1)
-                if np.all(after >= problem.demand[j] - RESOURCE_TOLERANCE):
-                    _shrink(state, v, int(n), int(problem.min_replicas[v]))
+                if not np.all(after >= problem.demand[j] - RESOURCE_TOLERANCE):
+                    continue
+                before = state.copy()
+                _shrink(state, v, int(n), int(problem.min_replicas[v]))
+                if _may_add(state, j, int(n), avoid):
                     state[j, n] += 1
                     return True
+                state[:] = before
     return False
+
+
+def _may_add(state: IntArray, j: int, n: int, avoid: bool) -> bool:
+    """Whether job ``j`` may take one more replica on node ``n``: with interference
+    avoidance, a job spread over several nodes shares none of them with another such job
+    (the rule the optimizers keep: :func:`~pollux.policies.pollux.constraints.violations`)."""
+    if not avoid:
+        return True
+    row = state[j].copy()
+    row[n] += 1
+    nodes = np.flatnonzero(row)
+    if nodes.size <= 1:
+        return True
+    others = np.delete(state, j, axis=0)
+    spread = np.count_nonzero(others, axis=1) > 1
+    return not bool((others[spread][:, nodes] > 0).any())
 
 
 def _grow(state: IntArray, j: int, fits: np.ndarray) -> None:
