@@ -141,3 +141,22 @@ def test_the_closing_step_keeps_spread_jobs_off_each_others_nodes() -> None:
     a0 = [job.name for job in problem.jobs].index("a0")
     assert state[a0].sum() >= 2
     assert violations(problem, state, interference_avoidance=True) == []
+
+
+def test_a_waiting_job_starts_on_a_replica_of_its_own_teams_job() -> None:
+    """After the closing step every GPU is taken and each team holds its guarantee, but
+    b's new job b1 has nothing (closing a's gap took its slot, seen on a generated
+    workload: a new ncf job waited while its team's bert job held 16). b0 spares one
+    replica for it: the teams' totals, and so their guarantees, do not move."""
+    from pollux.policies.pollux.guarantee import meet_guarantees
+
+    nodes = gpu_nodes(2, 4)
+    jobs = [_job("a0", "a"), _job("b0", "b"), _job("b1", "b", age_s=10.0, submitted_s=3600.0)]
+    previous = {"a0": ("node-00",) * 4, "b0": ("node-01",) * 4}
+    problem = build_problem(jobs, nodes, previous)
+    shares = team_shares(problem.jobs, [int(b) for b in problem.max_replicas], 8.0, TEAMS)
+    objective = PolluxObjective(problem, PolluxOptions.resolve(ONE_TYPE, "best", {}), shares)
+    teams = [job.team for job in problem.jobs]
+    state = meet_guarantees(objective, problem.base_state, teams, np.ones(len(teams)))
+    held = {name: int(state[j].sum()) for j, name in enumerate(j.name for j in problem.jobs)}
+    assert held == {"a0": 4, "b0": 3, "b1": 1}

@@ -102,6 +102,38 @@ def meet_guarantees(objective: PolluxObjective, state: IntArray, teams: list[str
         short = [t for t, gap in zip(shares.team_names, gaps) if gap > RESOURCE_TOLERANCE]
         if not short or not _close_one(objective, state, teams, gpus, held, short[0]):
             break
+    return _start_waiting(objective, state, teams)
+
+
+def _start_waiting(objective: PolluxObjective, state: IntArray, teams: list[str]) -> IntArray:
+    """``state`` with each job left without replicas started on one replica taken from a
+    job of its own team, where that improves the objective (the teams' totals, so their
+    guarantees, unchanged): closing a guarantee can take the slot of a new job whose team
+    was over its quota, while the team's big job could spare one."""
+    problem = objective.problem
+    avoid = objective.config.interference_avoidance
+    value = float(objective.evaluate(state[None])[0])
+    for w in range(problem.num_jobs):
+        if (state[w].any() or problem.pinned[w] or problem.max_replicas[w] < 1
+                or problem.min_replicas[w] > 1):
+            continue
+        trials = []
+        for d in range(problem.num_jobs):
+            if (teams[d] != teams[w] or problem.pinned[d] or not np.array_equal(
+                    problem.demand[d], problem.demand[w])
+                    or state[d].sum() - 1 < max(int(problem.min_replicas[d]), 1)):
+                continue
+            for n in np.flatnonzero(state[d]):
+                trial = state.copy()
+                trial[d, n] -= 1
+                if _may_add(trial, w, int(n), avoid):
+                    trial[w, n] += 1
+                    trials.append(trial)
+        if trials:
+            scores = objective.evaluate(np.stack(trials))
+            k = int(np.argmax(scores))
+            if scores[k] > value:
+                value, state = float(scores[k]), trials[k]
     return state
 
 
@@ -142,6 +174,17 @@ def _close_one(objective: PolluxObjective, state: IntArray, teams: list[str],
                     state[j, n] += 1
                     return True
                 state[:] = before
+                # a spread grower may not join a spread lender on its node: the lender
+                # hands the whole node over, where its team keeps its quota without it
+                if (avoid and state[v, n] > 1 and held[teams[v]] - state[v, n] * gpus[v]
+                        + RESOURCE_TOLERANCE >= shares.quota_gpus.get(teams[v], 0.0)):
+                    state[v, n] = 0
+                    if state[v].sum() < problem.min_replicas[v]:
+                        state[v] = 0
+                    if _may_add(state, j, int(n), avoid):
+                        state[j, n] += 1
+                        return True
+                    state[:] = before
     return False
 
 
