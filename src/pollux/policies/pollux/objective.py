@@ -43,6 +43,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike
 
+from pollux.capacity import RESOURCE_TOLERANCE
 from pollux.policies.pollux.options import (
     MIN_REMAINING_RATIO,
     FairShareRounding,
@@ -322,20 +323,28 @@ class PolluxObjective:
         speedups = self.state_speedups(states)
         return self.fitness(states, speedups), speedups
 
+    def shortfall(self, states: IntArray) -> FloatArray:
+        """(P,) GPUs the teams hold below their guarantees in states (P, J, N), each team's
+        counted only while another team holds more than its quota (as the closing step
+        counts it: :func:`~pollux.policies.pollux.guarantee.shortfalls`)."""
+        shares = self.shares
+        assert shares is not None
+        gpus = states.sum(axis=2) * self._gpus[None, :]
+        onehot = shares.team_index[:, None] == np.arange(len(shares.team_names))[None, :]
+        held = gpus @ onehot  # (P, T)
+        guarantee = np.array([shares.guarantee_gpus[t] for t in shares.team_names])
+        quota = np.array([shares.quota_gpus[t] for t in shares.team_names])
+        over = held > quota[None, :] + RESOURCE_TOLERANCE
+        others_over = over.sum(axis=1, keepdims=True) - over > 0
+        return np.where(others_over, np.maximum(guarantee[None, :] - held, 0.0), 0.0).sum(axis=1)
+
     def fitness(self, states: IntArray, speedups: FloatArray) -> FloatArray:
         """(P,) fitness of states (P, J, N) whose penalized speedups are ``speedups``."""
         if self.shares is None:
             value = power_mean(np.asarray(speedups) + self.config.epsilon, self.config.p)
         else:
             terms = self.shares.weights[None, :] * self.utility(speedups)
-            gpus = states.sum(axis=2) * self._gpus[None, :]
-            short = np.zeros(states.shape[0])
-            for team, guarantee in self.shares.guarantee_gpus.items():
-                member = self.shares.team_index == self.shares.team_names.index(team)
-                if not member.any():
-                    continue
-                short += np.maximum(guarantee - gpus[:, member].sum(axis=1), 0.0)
-            mean = np.mean(terms, axis=1) - self.floor_penalty * short
+            mean = np.mean(terms, axis=1) - self.floor_penalty * self.shortfall(states)
             value = mean_of(mean, self.config.p) if self.config.p <= 0 else mean
         if self.config.preemptible_penalty and self.problem.node_preemptible.any():
             total = states.sum(axis=(1, 2))
