@@ -28,9 +28,9 @@ job's replica bound times its GPUs per replica). Then, on the ``C`` GPUs of the 
 The Pollux objective (:mod:`pollux.policies.pollux.objective`) uses these: each job's
 speedup is relative to its fair share within its team, its utility counts ``1 / J_t`` of
 its team's (every team with jobs weighs the same in the mean, however many jobs it
-submits), and each GPU a team holds below its guarantee costs more than any job could
-gain from it, so the optimizer meets every guarantee and reclaims lent GPUs in the same
-round (the restart a reclaim costs is paid as any move's).
+submits), and each GPU a team holds below its guarantee while another team borrows costs
+more than any job could gain from it, so the optimizer meets every guarantee and reclaims
+lent GPUs in the same round (the restart a reclaim costs is paid as any move's).
 """
 
 from __future__ import annotations

@@ -33,8 +33,9 @@ With teams (:mod:`pollux.policies.team_shares`) fairness is hierarchical, in thi
 objective: a job's fair share is its part of its team's entitlement, its utility counts
 ``J / (T * J_t)`` (each team weighs the same however many jobs it has: the mean over
 teams of each team's mean over its jobs), and every GPU a team holds below its
-guarantee subtracts :attr:`PolluxObjective.floor_penalty` from the mean, more than any
-job's utility can gain from one replica (the optimizers work job by job; their last step,
+guarantee while another team holds more than its quota subtracts
+:attr:`PolluxObjective.floor_penalty` from the mean, more than any job's utility can gain
+from one replica (the optimizers work job by job; their last step,
 :mod:`~pollux.policies.pollux.guarantee`, meets the teams' guarantees).
 """
 
