@@ -13,9 +13,12 @@ that kept the current allocation (idle GPUs, new jobs waiting) never replaces a 
 one. The closing step: the short team's job with the most to gain (highest
 priority first) takes a free slot, or else the slot of a replica of a job whose team
 holds more than its quota (the borrower's lowest-priority, least-hurt job gives it back:
-reclaim by preemption). A team counts as short only while another team holds more than
-its quota: a guarantee protects a team's GPUs from the others, it never forces its own
-jobs to grow where their speedups do not pay for the restart.
+reclaim by preemption). Interference avoidance holds throughout: a job spread over nodes
+never joins another on a node, so a spread borrower hands a spread grower a whole node.
+A team counts as short only while another team holds more than its quota: a guarantee
+protects a team's GPUs from the others, it never forces its own jobs to grow where their
+speedups do not pay for the restart. Last, a job the closing step left waiting starts on
+a replica of its own team's job where the objective gains (the teams' totals unchanged).
 """
 
 from __future__ import annotations
