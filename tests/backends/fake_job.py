@@ -38,7 +38,9 @@ def main() -> int:
               if k.startswith(("POLLUX_", "ADAPTDL_")) or k in ("CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS")}
     record["pid"] = os.getpid()
     record["resumed_step"] = step
-    (ckpt / f"env-{launch}-{rank}.json").write_text(json.dumps(record))
+    env_path = ckpt / f"env-{launch}-{rank}.json"  # whole or absent: tests poll for it
+    env_path.with_suffix(".tmp").write_text(json.dumps(record))
+    os.replace(env_path.with_suffix(".tmp"), env_path)
     stop = {"requested": False}
 
     def on_sigterm(signum: int, frame: object) -> None:
