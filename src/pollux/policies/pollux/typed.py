@@ -27,11 +27,17 @@ from pollux.policies.base import (
     NodeInfo,
     PolicyDecision,
 )
-from pollux.policies.pollux.guarantee import MAX_PRICE_ROUNDS, PRICE_STEP
+from pollux.policies.pollux.guarantee import MAX_PRICE_ROUNDS
 from pollux.policies.pollux.options import PolluxOptions
 from pollux.policies.sia import INVALID_GOODPUT, Config, SiaPolicy, restart_factor
 from pollux.policies.snapshot import EXPLORATION_FACTOR
 from pollux.teams import Teams
+
+TYPED_PRICE_STEP = 2.0
+"""How much a short team's weight grows per solve of Sia's program (half the fast
+optimizer's :data:`~pollux.policies.pollux.guarantee.PRICE_STEP`): the program moves whole
+configurations, so a steep price overshoots, moving other teams' jobs round after round,
+each move a restart (``docs/operate/teams.md`` has the measurement)."""
 
 
 class TypedPollux(SiaPolicy):
@@ -74,7 +80,7 @@ class TypedPollux(SiaPolicy):
     def optimize_teams(self, jobs: Sequence[JobInfo], nodes: Sequence[NodeInfo],
                        previous_allocations: Allocations, teams: Teams) -> PolicyDecision:
         """Sia's program with each job weighted ``J / (T * J_t)`` (every team weighs the
-        same), solved again with a short team's weight raised :data:`PRICE_STEP` times
+        same), solved again with a short team's weight raised :data:`TYPED_PRICE_STEP` times
         (up to :data:`MAX_PRICE_ROUNDS`) while it holds less than ``min(quota, demand)``
         GPUs over all types and another team more than its quota. Its guarantee is
         priced, not enforced: the program picks one configuration per job."""
@@ -100,7 +106,7 @@ class TypedPollux(SiaPolicy):
                 if not short or attempt == MAX_PRICE_ROUNDS:
                     break
                 for t in short:
-                    prices[t] *= PRICE_STEP
+                    prices[t] *= TYPED_PRICE_STEP
         finally:
             self._team_weights = {}
         return decision
