@@ -160,3 +160,20 @@ def test_a_waiting_job_starts_on_a_replica_of_its_own_teams_job() -> None:
     state = meet_guarantees(objective, problem.base_state, teams, np.ones(len(teams)))
     held = {name: int(state[j].sum()) for j, name in enumerate(j.name for j in problem.jobs)}
     assert held == {"a0": 4, "b0": 3, "b1": 1}
+
+
+def test_the_objective_counts_a_shortfall_only_while_another_team_borrows() -> None:
+    """a holds 2 of its 4 guaranteed GPUs. With b within its quota that costs nothing
+    (a's jobs chose not to grow); with b on 5 it is 2 GPUs short, as the closing step
+    counts it."""
+    nodes = gpu_nodes(2, 4)
+    jobs = [_job("a0", "a"), _job("b0", "b")]
+    problem = build_problem(jobs, nodes, {})
+    shares = team_shares(problem.jobs, [int(b) for b in problem.max_replicas], 8.0, TEAMS)
+    objective = PolluxObjective(problem, PolluxOptions.resolve(ONE_TYPE, "best", {}), shares)
+    order = [job.name for job in problem.jobs]
+    within = np.zeros(problem.shape, dtype=np.int64)
+    within[order.index("a0"), 0], within[order.index("b0"), 1] = 2, 4
+    borrowing = within.copy()
+    borrowing[order.index("b0"), 0] = 1
+    assert objective.shortfall(np.stack([within, borrowing])).tolist() == [0.0, 2.0]
